@@ -1,0 +1,115 @@
+"""Django settings, read from the environment only.
+
+The gateway's own config directory is loaded by `gateway.bootstrap` before Django starts; it
+exports the database location as `DUCTILE_DB_PATH` (from the config's `state.path`) unless the
+operator set `DATABASE_URL`, which always wins.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "ductile-local-insecure-key-set-DJANGO_SECRET_KEY")
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "ledger",
+    "pipelines",
+    "gateway",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "ductile_site.urls"
+WSGI_APPLICATION = "ductile_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# SQLite settings that keep "database is locked" away from users: WAL so readers never block
+# the writer, IMMEDIATE transactions so a transaction takes the write lock up front instead of
+# failing on upgrade, and a generous busy timeout so writers queue instead of erroring.
+SQLITE_OPTIONS: dict[str, Any] = {
+    "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+}
+
+
+def _database() -> dict[str, Any]:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        path = os.environ.get("DUCTILE_DB_PATH") or str(Path("~/.config/ductile/ductile.db").expanduser())
+        url = f"sqlite:///{path}"
+    db: dict[str, Any] = dj_database_url.parse(url, conn_max_age=None)
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        db.setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
+        db["TEST"] = {"NAME": os.environ.get("DUCTILE_TEST_SQLITE_PATH") or None}
+    return db
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Ductile Gateway",
+    "VERSION": "0.1.0",
+    "OAS_VERSION": "3.1.0",
+}
+
+# Our own JSON log lines go to stdout (gateway.logs); Django's are routed the same way.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "gateway.logs.JsonFormatter"}},
+    "handlers": {"stdout": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "json"}},
+    "loggers": {
+        "ductile": {"handlers": ["stdout"], "level": os.environ.get("DUCTILE_LOG_LEVEL", "INFO"), "propagate": False},
+    },
+}

@@ -1,0 +1,93 @@
+"""What every NOUN ACTION command shares: `--config-dir`, `--json`, `-v/--verbose`, exit codes.
+
+Exit codes: 0 ok, 1 a failed check or job, 2 usage, 78 configuration (EX_CONFIG).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from gateway.config.errors import ConfigError
+from gateway.database import SchemaBehind, ensure_schema
+from gateway.runtime import RUNTIME, Runtime
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 78
+
+
+class Exit(Exception):
+    def __init__(self, code: int, message: str = "", data: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+class DuctileCommand(BaseCommand):
+    requires_system_checks: list[str] = []  # type: ignore[assignment]
+    requires_migrations_checks = False
+    # Daemons log JSON lines to stdout (spec §11.4); one-shot commands keep stdout for their answer.
+    logs_to_stdout = False
+
+    def add_base_argument(self, parser: CommandParser, *args: Any, **kwargs: Any) -> None:
+        # The spec's `-v/--verbose` replaces Django's `-v/--verbosity {0..3}`.
+        if "--verbosity" in args:
+            parser.add_argument(
+                "-v", "--verbose", dest="verbosity", action="count", default=0,
+                help="explain: show internal logic, path resolution, decisions",
+            )
+            return
+        super().add_base_argument(parser, *args, **kwargs)
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.add_argument(
+            "--config-dir", "--config", metavar="DIR",
+            help="config directory (default: $DUCTILE_CONFIG_DIR, else ~/.config/ductile)",
+        )
+        return parser
+
+    def add_json(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        self.as_json = bool(options.get("json"))
+        if not self.logs_to_stdout:
+            for handler in logging.getLogger("ductile").handlers:
+                if isinstance(handler, logging.StreamHandler):
+                    handler.setStream(sys.stderr)
+        try:
+            return super().execute(*args, **options)
+        except Exit as exc:
+            self._fail(exc.code, exc.message, exc.data)
+        except ConfigError as exc:
+            self._fail(EXIT_CONFIG, f"configuration is invalid:\n{exc}", {"problems": [p.as_dict() for p in exc.problems]})
+        except SchemaBehind as exc:
+            self._fail(EXIT_CONFIG, str(exc))
+        return None
+
+    def _fail(self, code: int, message: str, data: dict[str, Any] | None) -> None:
+        if self.as_json:
+            body = {"error": message, "exit_code": code, **(data or {})}
+            self.stdout.write(json.dumps(body, indent=2, default=str))
+        elif message:
+            self.stderr.write(f"error: {message}")
+        sys.exit(code)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def runtime(self) -> Runtime:
+        return RUNTIME.get()
+
+    def open_ledger(self) -> Runtime:
+        runtime = self.runtime()
+        ensure_schema()
+        return runtime
+
+    def emit(self, data: Any, text: Callable[[], str] | str) -> None:
+        if self.as_json:
+            self.stdout.write(json.dumps(data, indent=2, default=str))
+        else:
+            self.stdout.write(text() if callable(text) else text)

@@ -1,0 +1,37 @@
+"""The `ductile` console script: the same NOUN ACTION management commands as `manage.py`."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from gateway.bootstrap import config_dir_from_argv, prepare_process
+
+
+def strip_config_dir(argv: Sequence[str]) -> list[str]:
+    """`--config-dir` is applied before Django starts; Django's own commands never see it."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--config-dir", "--config"):
+            skip = True
+            continue
+        if arg.startswith(("--config-dir=", "--config=")):
+            continue
+        out.append(arg)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv if argv is None else argv)
+    prepare_process(config_dir_from_argv(argv[1:]))
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(strip_config_dir(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""Reading a config directory: `config.yaml`, its includes, `.env` files and `${VAR}`s, merged.
+
+Spec 000 "Configuration Specification" §3 (grafting) and §6 (interpolation). Pure reading: the
+result is a merged document plus where every key came from; typing happens in `model.py`.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dotenv import dotenv_values
+
+from .errors import ConfigError, ConfigProblem
+from .yamlsrc import KeyPath, YamlDocument, dotted, load_yaml_file
+
+ROOT_FILE = "config.yaml"
+_VAR = re.compile(r"\$\{([^}]*)\}")
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Keys holding filesystem paths: resolved against the declaring file, never interpolated
+# (spec §6: "Interpolation is forbidden in file paths ... to ensure a static, verifiable tree").
+_PATH_LISTS: tuple[KeyPath, ...] = (("include",), ("environment_vars", "include"), ("plugin_roots",))
+_PATH_SCALARS: tuple[KeyPath, ...] = (("state", "path"),)
+# Loader directives that describe files, not the running gateway.
+_DIRECTIVES = ("include", "environment_vars")
+
+
+@dataclass(frozen=True)
+class Origin:
+    file: Path
+    line: int | None
+
+
+@dataclass
+class MergedConfig:
+    config_dir: Path
+    data: dict[str, Any]
+    origins: dict[KeyPath, Origin]
+    files: list[Path]
+    env_files: list[Path]
+    warnings: list[ConfigProblem] = field(default_factory=list)
+
+    def origin_of(self, path: KeyPath) -> Origin | None:
+        while path:
+            if path in self.origins:
+                return self.origins[path]
+            path = path[:-1]
+        return None
+
+    def problem(self, path: KeyPath, message: str) -> ConfigProblem:
+        origin = self.origin_of(path)
+        return ConfigProblem(
+            message,
+            file=origin.file if origin else self.config_dir / ROOT_FILE,
+            line=origin.line if origin else None,
+            key=dotted(path) or None,
+        )
+
+
+def resolve_config_dir(explicit: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Path:
+    """`--config-dir`, else `DUCTILE_CONFIG_DIR`, else `~/.config/ductile`."""
+    chosen = explicit or environ.get("DUCTILE_CONFIG_DIR") or "~/.config/ductile"
+    return Path(os.path.expanduser(str(chosen))).resolve()
+
+
+def load_config_tree(config_dir: Path, environ: Mapping[str, str]) -> MergedConfig:
+    reader = _TreeReader(config_dir)
+    reader.read(config_dir / ROOT_FILE, chain=())
+    if reader.problems:
+        raise ConfigError(reader.problems)
+    env = _environment(reader, environ)
+    merged = MergedConfig(config_dir, {}, {}, [d.file for d in reader.docs], reader.env_files, reader.warnings)
+    problems: list[ConfigProblem] = []
+    for doc in reader.docs:
+        _interpolate(doc, doc.data, (), env, problems)
+    if problems:
+        raise ConfigError(problems)
+    for doc in reader.docs:
+        body = {k: v for k, v in doc.data.items() if k not in _DIRECTIVES and not str(k).startswith("x-")}
+        _merge(merged, merged.data, body, doc, (), ())
+    return merged
+
+
+class _TreeReader:
+    def __init__(self, config_dir: Path):
+        self.config_dir = config_dir
+        self.docs: list[YamlDocument] = []
+        self.env_files: list[Path] = []
+        self.problems: list[ConfigProblem] = []
+        self.warnings: list[ConfigProblem] = []
+        self._seen: set[Path] = set()
+
+    def read(self, path: Path, chain: tuple[Path, ...]) -> None:
+        if not path.is_file():
+            if not chain:
+                self.problems.append(ConfigProblem(f"{ROOT_FILE} not found in config directory {path.parent}"))
+            return
+        try:
+            doc = load_yaml_file(path)
+        except ConfigError as exc:
+            self.problems.extend(exc.problems)
+            return
+        if doc.data is None:
+            doc.data = {}
+        if not isinstance(doc.data, dict):
+            self.problems.append(ConfigProblem("the top level must be a mapping of keys", file=path, line=1))
+            return
+        self._seen.add(path)
+        self._resolve_paths(doc)
+        self.docs.append(doc)
+        for index, include in enumerate(doc.data.get("include") or []):
+            self._include(doc, index, Path(include), (*chain, path))
+        for index, env_file in enumerate(_dig(doc.data, ("environment_vars", "include")) or []):
+            if not Path(env_file).is_file():
+                self.problems.append(
+                    ConfigProblem(
+                        f"environment file {env_file} does not exist",
+                        file=path,
+                        line=doc.line_of(("environment_vars", "include", index)),
+                        key=f"environment_vars.include[{index}]",
+                    )
+                )
+            else:
+                self.env_files.append(Path(env_file))
+
+    def _include(self, doc: YamlDocument, index: int, target: Path, chain: tuple[Path, ...]) -> None:
+        where = {"file": doc.file, "line": doc.line_of(("include", index)), "key": f"include[{index}]"}
+        if target.is_dir():
+            files = sorted(p for p in target.glob("*.yaml") if p.is_file())
+        elif target.is_file():
+            files = [target]
+        else:
+            self.problems.append(ConfigProblem(f"included path {target} does not exist", **where))  # type: ignore[arg-type]
+            return
+        for file in files:
+            if file in chain or file == doc.file:
+                cycle = " -> ".join(str(p) for p in (*chain, file))
+                self.problems.append(ConfigProblem(f"include cycle: {cycle}", **where))  # type: ignore[arg-type]
+            elif file in self._seen:
+                self.warnings.append(
+                    ConfigProblem(f"{file} is included more than once; later includes are ignored", **where)  # type: ignore[arg-type]
+                )
+            else:
+                self.read(file, chain)
+
+    def _resolve_paths(self, doc: YamlDocument) -> None:
+        base = doc.file.parent
+        for path in _PATH_LISTS:
+            value = _dig(doc.data, path)
+            if value is None:
+                continue
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                self._bad_path(doc, path, "expected a list of paths")
+                continue
+            resolved = []
+            for index, item in enumerate(value):
+                if self._check_path(doc, (*path, index), item):
+                    resolved.append(_resolve(base, item))
+            _set(doc.data, path, resolved)
+        for path in _PATH_SCALARS:
+            value = _dig(doc.data, path)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                self._bad_path(doc, path, "expected a path")
+            elif self._check_path(doc, path, value):
+                _set(doc.data, path, _resolve(base, value))
+
+    def _check_path(self, doc: YamlDocument, path: KeyPath, value: str) -> bool:
+        if "${" in value:
+            self._bad_path(doc, path, f"${{VAR}} interpolation is not allowed in paths (got {value!r})")
+            return False
+        return True
+
+    def _bad_path(self, doc: YamlDocument, path: KeyPath, message: str) -> None:
+        self.problems.append(ConfigProblem(message, file=doc.file, line=doc.line_of(path), key=dotted(path)))
+
+
+def _environment(reader: _TreeReader, environ: Mapping[str, str]) -> dict[str, str]:
+    """`.env` values (later files win among themselves) under the process environment, which always wins."""
+    env: dict[str, str] = {}
+    for env_file in reader.env_files:
+        env.update({k: v for k, v in dotenv_values(env_file, interpolate=False).items() if v is not None})
+    env.update(environ)
+    return env
+
+
+def _interpolate(doc: YamlDocument, node: Any, path: KeyPath, env: Mapping[str, str], problems: list[ConfigProblem]) -> Any:
+    if path and path[0] in _DIRECTIVES:
+        return node
+    if isinstance(node, dict):
+        for key in list(node):
+            node[key] = _interpolate(doc, node[key], (*path, key), env, problems)
+        return node
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            node[index] = _interpolate(doc, item, (*path, index), env, problems)
+        return node
+    if isinstance(node, str) and "${" in node:
+
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if not _VAR_NAME.fullmatch(name):
+                problems.append(
+                    ConfigProblem(f"invalid variable reference ${{{name}}}", doc.file, doc.line_of(path), dotted(path))
+                )
+                return match.group(0)
+            if name not in env:
+                problems.append(
+                    ConfigProblem(
+                        f"environment variable {name} is not set (referenced as ${{{name}}})",
+                        doc.file,
+                        doc.line_of(path),
+                        dotted(path),
+                    )
+                )
+                return match.group(0)
+            return env[name]
+
+        return _VAR.sub(replace, node)
+    return node
+
+
+def _merge(
+    merged: MergedConfig, target: dict[str, Any], source: dict[str, Any], doc: YamlDocument,
+    target_path: KeyPath, source_path: KeyPath,
+) -> None:
+    """Maps merge, arrays append, scalars: later wins (spec §3.1)."""
+    for key, value in source.items():
+        tpath, spath = (*target_path, key), (*source_path, key)
+        existing = target.get(key)
+        if isinstance(existing, dict) and isinstance(value, dict):
+            merged.origins.setdefault(tpath, Origin(doc.file, doc.line_of(spath)))
+            _merge(merged, existing, value, doc, tpath, spath)
+        elif isinstance(existing, list) and isinstance(value, list):
+            offset = len(existing)
+            existing.extend(copy.deepcopy(value))
+            for index in range(len(value)):
+                _record(merged, doc, (*tpath, offset + index), (*spath, index))
+        else:
+            target[key] = copy.deepcopy(value)
+            _record(merged, doc, tpath, spath)
+
+
+def _record(merged: MergedConfig, doc: YamlDocument, tpath: KeyPath, spath: KeyPath) -> None:
+    for path in [p for p in merged.origins if p[: len(tpath)] == tpath]:
+        del merged.origins[path]
+    merged.origins[tpath] = Origin(doc.file, doc.line_of(spath))
+    for path, line in doc.lines.items():
+        if len(path) > len(spath) and path[: len(spath)] == spath:
+            merged.origins[(*tpath, *path[len(spath):])] = Origin(doc.file, line)
+
+
+def _resolve(base: Path, value: str) -> str:
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() else (base / path).resolve())
+
+
+def _dig(data: Any, path: KeyPath) -> Any:
+    for part in path:
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def _set(data: dict[str, Any], path: KeyPath, value: Any) -> None:
+    for part in path[:-1]:
+        data = data[part]  # type: ignore[index]
+    data[path[-1]] = value  # type: ignore[index]

@@ -1,0 +1,290 @@
+"""The typed, immutable gateway config, with the spec's defaults.
+
+Built once from a validated merged document (`load_gateway_config`); every consumer reads these
+objects, never YAML. Spec 000: "Configuration Specification" §4, §5.6 timeouts, §5.7 retry,
+§3.5 dispatch, §3.6 dedupe.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from .durations import parse_duration
+from .errors import ConfigError, ConfigProblem
+from .frozen import freeze
+from .loader import MergedConfig, load_config_tree
+from .yamlsrc import KeyPath
+
+DEFAULT_TIMEOUTS: Mapping[str, float] = {"poll": 60.0, "handle": 120.0, "health": 10.0, "init": 30.0}
+OTHER_COMMAND_TIMEOUT = 60.0
+DEFAULT_DB_NAME = "ductile.db"
+
+
+def default_max_workers() -> int:
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 4
+    backoff_base: float = 30.0
+
+
+@dataclass(frozen=True)
+class CircuitBreakerPolicy:
+    threshold: int = 3
+    reset_after: float = 1800.0
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    name: str = "ductile"
+    tick_interval: float = 60.0
+    log_level: str = "info"
+    log_format: str = "json"
+    dedupe_ttl: float = 86400.0
+    job_log_retention: float = 30 * 86400.0
+    job_queue_retention: float = 86400.0
+    max_workers: int = field(default_factory=default_max_workers)
+    strict_mode: bool = False
+    allow_symlinks: bool = False
+    plugin_env_passthrough: tuple[str, ...] = ()
+    hook_max_depth: int = 4
+    # How long a claimed job stays ours without a heartbeat; past it any process may recover it.
+    lease_ttl: float = 60.0
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """One configured plugin instance: a plugin name, or an alias with `uses:`."""
+
+    name: str
+    uses: str
+    enabled: bool
+    config: Mapping[str, Any]
+    parallelism: int | None
+    timeouts: Mapping[str, float]
+    retry: RetryPolicy
+    notify_on_complete: bool
+    schedules: tuple[Mapping[str, Any], ...]
+    max_outstanding_polls: int
+    circuit_breaker: CircuitBreakerPolicy
+    source: Path | None = None
+
+    def timeout_for(self, command: str) -> float:
+        if command in self.timeouts:
+            return self.timeouts[command]
+        return self.timeouts.get("*", DEFAULT_TIMEOUTS.get(command, OTHER_COMMAND_TIMEOUT))
+
+
+@dataclass(frozen=True)
+class Route:
+    source: str
+    event_type: str
+    target: str
+    command: str = "handle"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    config_dir: Path
+    state_path: Path
+    service: ServiceConfig
+    plugin_roots: tuple[Path, ...]
+    plugins: Mapping[str, PluginConfig]
+    routes: tuple[Route, ...]
+    pipelines: tuple[Mapping[str, Any], ...]
+    api: Mapping[str, Any]
+    webhooks: Any
+    document: Mapping[str, Any]
+    files: tuple[Path, ...]
+    env_files: tuple[Path, ...]
+    warnings: tuple[ConfigProblem, ...] = ()
+
+
+@cache
+def config_schema() -> dict[str, Any]:
+    return json.loads((Path(__file__).with_name("config.schema.json")).read_text(encoding="utf-8"))
+
+
+def load_gateway_config(config_dir: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Read, merge, validate and type a config directory. Raises ConfigError with every problem."""
+    merged = load_config_tree(config_dir, os.environ if environ is None else environ)
+    problems = _schema_problems(merged)
+    if problems:
+        raise ConfigError(problems)
+    return _Builder(merged).build()
+
+
+def _schema_problems(merged: MergedConfig) -> list[ConfigProblem]:
+    validator = Draft202012Validator(config_schema())
+    problems = []
+    for error in sorted(validator.iter_errors(merged.data), key=lambda e: list(map(str, e.absolute_path))):
+        path: KeyPath = tuple(error.absolute_path)
+        message = error.message
+        if error.validator == "anyOf" and "description" in error.schema:
+            message = f"expected {error.schema['description']}, got {error.instance!r}"
+        elif error.validator == "additionalProperties" or error.validator == "propertyNames":
+            message = f"invalid name: {error.message}"
+        problems.append(merged.problem(path, message))
+    _warn_unknown(merged, config_schema(), merged.data, ())
+    return problems
+
+
+def _warn_unknown(merged: MergedConfig, schema: Mapping[str, Any], data: Any, path: KeyPath) -> None:
+    """Unknown keys are warned by name, never refused: configs written for newer gateways still load."""
+    schema = _deref(schema)
+    if isinstance(data, dict):
+        props = schema.get("properties", {})
+        if schema.get("x-warn-unknown"):
+            for key in data:
+                if key not in props:
+                    merged.warnings.append(merged.problem((*path, key), f"unknown key {key!r} is ignored"))
+        for key, value in data.items():
+            if key in props:
+                _warn_unknown(merged, props[key], value, (*path, key))
+            elif isinstance(schema.get("additionalProperties"), dict):
+                _warn_unknown(merged, schema["additionalProperties"], value, (*path, key))
+    elif isinstance(data, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(data):
+            _warn_unknown(merged, schema["items"], item, (*path, index))
+
+
+def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return config_schema()["$defs"][ref.removeprefix("#/$defs/")]  # type: ignore[no-any-return]
+    return schema
+
+
+class _Builder:
+    def __init__(self, merged: MergedConfig):
+        self.merged = merged
+        self.data = merged.data
+        self.problems: list[ConfigProblem] = []
+
+    def build(self) -> GatewayConfig:
+        service = self._service()
+        plugins = {name: self._plugin(name, raw, service) for name, raw in (self.data.get("plugins") or {}).items()}
+        routes = tuple(
+            Route(r["from"], r["event_type"], r["to"], r.get("command", "handle")) for r in self.data.get("routes") or []
+        )
+        state_path = (self.data.get("state") or {}).get("path") or str(self.merged.config_dir / DEFAULT_DB_NAME)
+        roots: list[Path] = []
+        for root in self.data.get("plugin_roots") or []:
+            if Path(root) not in roots:
+                roots.append(Path(root))
+        if self.problems:
+            raise ConfigError(self.problems)
+        return GatewayConfig(
+            config_dir=self.merged.config_dir,
+            state_path=Path(state_path),
+            service=service,
+            plugin_roots=tuple(roots),
+            plugins=MappingProxyType(plugins),
+            routes=routes,
+            pipelines=freeze(self.data.get("pipelines") or []),
+            api=freeze(self.data.get("api") or {}),
+            webhooks=freeze(self.data.get("webhooks")),
+            document=freeze(self.data),
+            files=tuple(self.merged.files),
+            env_files=tuple(self.merged.env_files),
+            warnings=tuple(self.merged.warnings),
+        )
+
+    def _duration(self, path: KeyPath, raw: Any, default: float) -> float:
+        if raw is None:
+            return default
+        try:
+            return parse_duration(raw)
+        except ValueError as exc:
+            self.problems.append(self.merged.problem(path, str(exc)))
+            return default
+
+    def _service(self) -> ServiceConfig:
+        raw = self.data.get("service") or {}
+        base = ServiceConfig()
+        p = ("service",)
+        service = ServiceConfig(
+            name=raw.get("name", base.name),
+            tick_interval=self._duration((*p, "tick_interval"), raw.get("tick_interval"), base.tick_interval),
+            log_level=str(raw.get("log_level", base.log_level)).lower(),
+            log_format=raw.get("log_format", base.log_format),
+            dedupe_ttl=self._duration((*p, "dedupe_ttl"), raw.get("dedupe_ttl"), base.dedupe_ttl),
+            job_log_retention=self._duration(
+                (*p, "job_log_retention"), raw.get("job_log_retention"), base.job_log_retention
+            ),
+            job_queue_retention=self._duration(
+                (*p, "job_queue_retention"), raw.get("job_queue_retention"), base.job_queue_retention
+            ),
+            max_workers=raw.get("max_workers", base.max_workers),
+            strict_mode=raw.get("strict_mode", False),
+            allow_symlinks=raw.get("allow_symlinks", False),
+            plugin_env_passthrough=tuple(raw.get("plugin_env_passthrough") or ()),
+            hook_max_depth=raw.get("hook_max_depth", base.hook_max_depth),
+            lease_ttl=self._duration((*p, "lease_ttl"), raw.get("lease_ttl"), base.lease_ttl),
+        )
+        if service.job_queue_retention < service.dedupe_ttl:
+            self.problems.append(
+                self.merged.problem(
+                    (*p, "job_queue_retention"),
+                    "job_queue_retention must be at least dedupe_ttl (dedupe reads recent terminal job_queue rows)",
+                )
+            )
+        if service.lease_ttl < 5:
+            self.problems.append(self.merged.problem((*p, "lease_ttl"), "lease_ttl must be at least 5s"))
+        return service
+
+    def _plugin(self, name: str, raw: Mapping[str, Any], service: ServiceConfig) -> PluginConfig:
+        p: KeyPath = ("plugins", name)
+        timeouts: dict[str, float] = {}
+        if raw.get("timeout") is not None:
+            single = self._duration((*p, "timeout"), raw["timeout"], 0.0)
+            timeouts = {cmd: single for cmd in ("poll", "handle", "health", "init")}
+            timeouts["*"] = single
+        for command, value in (raw.get("timeouts") or {}).items():
+            timeouts[command] = self._duration((*p, "timeouts", command), value, 0.0)
+        for command, value in timeouts.items():
+            if value <= 0:
+                self.problems.append(self.merged.problem((*p, "timeouts", command), "timeout must be positive"))
+        retry_raw = raw.get("retry") or {}
+        retry = RetryPolicy(
+            max_attempts=retry_raw.get("max_attempts", raw.get("max_attempts", RetryPolicy.max_attempts)),
+            backoff_base=self._duration((*p, "retry", "backoff_base"), retry_raw.get("backoff_base"), 30.0),
+        )
+        parallelism = raw.get("parallelism")
+        if parallelism is not None and parallelism > service.max_workers:
+            self.problems.append(
+                self.merged.problem(
+                    (*p, "parallelism"),
+                    f"parallelism {parallelism} exceeds service.max_workers {service.max_workers}"
+                    " (must be between 1 and max_workers)",
+                )
+            )
+        cb_raw = raw.get("circuit_breaker") or {}
+        origin = self.merged.origin_of(p)
+        return PluginConfig(
+            name=name,
+            uses=raw.get("uses") or name,
+            enabled=raw.get("enabled", True),
+            config=freeze(raw.get("config") or {}),
+            parallelism=parallelism,
+            timeouts=freeze(timeouts),
+            retry=retry,
+            notify_on_complete=raw.get("notify_on_complete", False),
+            schedules=freeze(raw.get("schedules") or []),
+            max_outstanding_polls=raw.get("max_outstanding_polls", 1),
+            circuit_breaker=CircuitBreakerPolicy(
+                threshold=cb_raw.get("threshold", 3),
+                reset_after=self._duration((*p, "circuit_breaker", "reset_after"), cb_raw.get("reset_after"), 1800.0),
+            ),
+            source=origin.file if origin else None,
+        )

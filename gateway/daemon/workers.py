@@ -1,0 +1,231 @@
+"""The `runworkers` daemon: a pool of threads claiming jobs, plus a main loop that heartbeats,
+recovers lost jobs and reloads config. Spec 000 §3.5, §11.2, §11.3; ARCHITECTURE "Processes"."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Collection
+from types import FrameType
+
+from django.db import close_old_connections, connections
+from django.utils import timezone
+
+from gateway.config.errors import ConfigError
+from gateway.database import describe_database, ensure_schema
+from gateway.dispatch import Executor
+from gateway.logs import logger
+from gateway.plugins.lifecycle import schedule_inits
+from gateway.runner import kill_live_groups
+from gateway.runtime import Runtime, RuntimeHolder
+from gateway.wakeup import WakeListener
+from ledger import wakeups
+from ledger.models import Job, WorkerInstance
+
+log = logger("workers")
+
+
+class WorkerDaemon:
+    def __init__(
+        self, holder: RuntimeHolder, *, threads: int | None = None, plugins: Collection[str] | None = None,
+        once: bool = False, max_jobs: int | None = None, recheck: float = 0.5, install_signals: bool = True,
+    ):
+        self.holder = holder
+        runtime = holder.get()
+        self.threads = threads or runtime.config.service.max_workers
+        self.plugins = frozenset(plugins) if plugins else None
+        self.once = once
+        self.max_jobs = max_jobs
+        self.recheck = recheck
+        self.install_signals = install_signals
+        self.hostname = socket.gethostname()
+        self.worker_id = f"{self.hostname}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.executor = Executor(holder, self.worker_id)
+        self.stopping = threading.Event()
+        self._reload = threading.Event()
+        self._signals = 0
+        self._wake = threading.Condition()
+        self._wake_seq = 0
+        self._count_lock = threading.Lock()
+        self.claimed = 0
+        self._busy = 0
+        self._idle_threads = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        ensure_schema()
+        runtime = self.holder.get()
+        instance = WorkerInstance.objects.create(
+            id=self.worker_id, hostname=self.hostname, pid=os.getpid(), threads=self.threads,
+            plugins=",".join(sorted(self.plugins or ())),
+        )
+        if self.install_signals:
+            self._install_signal_handlers()
+        self._recover()
+        schedule_inits(runtime)
+        listener = WakeListener(self.wake)
+        listener.start()
+        wakeups.add_listener(self.wake)
+        log.info(
+            "runworkers started: %d threads, plugins %s, database %s", self.threads,
+            ",".join(sorted(self._caps(runtime))) or "(none loaded)", describe_database(),
+            extra={"worker": self.worker_id},
+        )
+        pool = [threading.Thread(target=self._work, name=f"ductile-worker-{n}") for n in range(self.threads)]
+        for thread in pool:
+            thread.start()
+        try:
+            self._main_loop(pool, instance, runtime.config.service.lease_ttl)
+        finally:
+            self.stopping.set()
+            self.wake()
+            for thread in pool:
+                thread.join()
+            wakeups.remove_listener(self.wake)
+            listener.stop()
+            instance.stop(timezone.now())
+            log.info("runworkers stopped after %d jobs", self.claimed, extra={"worker": self.worker_id})
+            connections.close_all()
+        return 0
+
+    def _main_loop(self, pool: list[threading.Thread], instance: WorkerInstance, lease_ttl: float) -> None:
+        beat_every, recover_every = max(lease_ttl / 4, 1.0), min(5.0, lease_ttl / 2)
+        last_beat = last_recover = time.monotonic()
+        while any(t.is_alive() for t in pool):
+            for thread in pool:
+                thread.join(timeout=0.25 / len(pool))
+            if self._reload.is_set():
+                self._reload.clear()
+                self.reload()
+            now = time.monotonic()
+            if now - last_beat >= beat_every:
+                last_beat = now
+                Job.objects.heartbeat(self.worker_id, lease_ttl)
+                instance.beat(timezone.now())
+            if now - last_recover >= recover_every:
+                last_recover = now
+                self._recover()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake()
+
+    def wake(self) -> None:
+        with self._wake:
+            self._wake_seq += 1
+            self._wake.notify_all()
+
+    # -- workers -------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                if self.max_jobs is not None and self.claimed >= self.max_jobs:
+                    break
+                seen = self._wake_seq
+                job = self._claim()
+                if job is not None:
+                    try:
+                        self.executor.execute(job)
+                    except Exception:
+                        log.exception("unexpected error running job; its lease will expire and it will be retried",
+                                      extra={"job_id": job.id, "plugin": job.plugin})
+                    finally:
+                        with self._count_lock:
+                            self._busy -= 1
+                        self.wake()  # a finished job may have routed children or freed a cap
+                    continue
+                if self.once and self._pass_done():
+                    break
+                with self._wake:
+                    if self._wake_seq == seen and not self.stopping.is_set():
+                        self._wake.wait(timeout=self.recheck)
+        finally:
+            self.wake()
+            connections.close_all()
+
+    def _pass_done(self) -> bool:
+        with self._count_lock:
+            return self._busy == 0
+
+    def _claim(self) -> Job | None:
+        close_old_connections()
+        runtime = self.holder.get()
+        caps = self._caps(runtime)
+        if not caps:
+            return None
+        now = timezone.now()
+        # A read-only look first, so an idle daemon never takes SQLite's write lock.
+        if not Job.objects.due(now).filter(plugin__in=list(caps)).exists():
+            return None
+        with self._count_lock:
+            if self.max_jobs is not None and self.claimed >= self.max_jobs:
+                return None
+            self._busy += 1
+        job = Job.objects.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl,
+                                     now=now)
+        with self._count_lock:
+            if job is None:
+                self._busy -= 1
+            else:
+                self.claimed += 1
+        return job
+
+    def _caps(self, runtime: Runtime) -> dict[str, int]:
+        caps = runtime.registry.parallelism_caps()
+        if self.plugins is not None:
+            caps = {name: cap for name, cap in caps.items() if name in self.plugins}
+        return caps
+
+    # -- housekeeping --------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        now = timezone.now()
+        dead = WorkerInstance.objects.dead_on_host(self.hostname, exclude=self.worker_id)
+        if dead:
+            WorkerInstance.objects.mark_lost(dead, now)
+            log.warning("workers %s on this host are gone; recovering their jobs", ", ".join(dead))
+        for job in Job.objects.recover_lost(now=now, dead_workers=dead):
+            log.warning("recovered lost job: now %s (attempt %d/%d)", job.status, job.attempt, job.max_attempts,
+                        extra={"job_id": job.id, "plugin": job.plugin})
+        if dead:
+            self.wake()
+
+    def reload(self) -> bool:
+        """SIGHUP: a new config snapshot, or the old one kept when the new one is invalid."""
+        try:
+            new, old = self.holder.reload()
+        except ConfigError as exc:
+            log.error("config reload failed; keeping the running config: %s", exc)
+            return False
+        removed = set(old.registry.instances) - set(new.registry.instances) if old else set()
+        if removed:
+            cancelled = Job.objects.cancel_queued(removed, "plugin removed or disabled by config reload")
+            log.warning("plugins %s removed or disabled: %d queued jobs now dead", ", ".join(sorted(removed)),
+                        len(cancelled))
+        schedule_inits(new)
+        log.info("config reloaded: %d plugins loaded", len(new.registry.instances))
+        self.wake()
+        return True
+
+    def _install_signal_handlers(self) -> None:
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            self._signals += 1
+            if self._signals == 1:
+                log.info("signal %s: no new claims; waiting for in-flight jobs (send again to force)", signum)
+                self.stop()
+            else:
+                log.warning("second signal: killing in-flight plugins; their jobs will be recovered on restart")
+                kill_live_groups()
+                os._exit(130)
+
+        def on_hup(signum: int, frame: FrameType | None) -> None:
+            self._reload.set()
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)

@@ -1,0 +1,32 @@
+"""JSON log lines on stdout: timestamp, level, component, plugin, job_id, message (spec §11.4)."""
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+_EXTRA_KEYS = ("plugin", "job_id", "worker", "command", "dedupe_key", "existing_job_id", "detail")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace(
+                "+00:00", "Z"
+            ),
+            "level": record.levelname,
+            "component": getattr(record, "component", record.name.removeprefix("ductile.")),
+            "message": record.getMessage(),
+        }
+        for key in _EXTRA_KEYS:
+            value = getattr(record, key, None)
+            if value is not None:
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def logger(component: str) -> logging.Logger:
+    return logging.getLogger(f"ductile.{component}")

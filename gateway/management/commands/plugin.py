@@ -1,0 +1,181 @@
+"""`plugin list` and `plugin run NAME`."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandParser
+from django.utils import timezone
+
+from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.dispatch import Executor
+from gateway.reports import latest_result, ts
+from gateway.runtime import RUNTIME, Runtime
+from ledger.models import Job, JobSpec, PluginInstanceRecord, WorkerInstance
+
+
+class Command(DuctileCommand):
+    help = "Plugins: `plugin list`, `plugin run NAME`."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        listing = actions.add_parser("list", help="discovered and configured plugins")
+        self.add_json(listing)
+        run = actions.add_parser("run", help="enqueue one command and run it here (or leave it to the daemon)")
+        run.add_argument("name", help="plugin or alias name")
+        run.add_argument("--command", default="poll", help="command to run (default: poll)")
+        payload = run.add_mutually_exclusive_group()
+        payload.add_argument("--payload", help="JSON object passed as event.payload")
+        payload.add_argument("--payload-file", help="file holding the JSON payload")
+        run.add_argument("--dedupe-key", help="dedupe key for this enqueue")
+        run.add_argument("--no-wait", action="store_true", help="enqueue only; a running daemon picks it up")
+        self.add_json(run)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["action"] == "list":
+            self.list_plugins(options)
+        else:
+            self.run_plugin(options)
+
+    # -- plugin list ---------------------------------------------------------------------------
+
+    def list_plugins(self, options: dict[str, Any]) -> None:
+        runtime = self.runtime()
+        registry = runtime.registry
+        health: dict[str, str] = {}
+        try:
+            self.open_ledger()
+            health = dict(PluginInstanceRecord.objects.values_list("name", "health"))
+        except Exception:  # plugin list is useful before the database exists or when it is down
+            pass
+        rows = []
+        for state, group in (("enabled", registry.instances), ("disabled", registry.disabled)):
+            for name, inst in group.items():
+                rows.append({
+                    "name": name, "uses": inst.manifest.name, "state": state, "version": inst.manifest.version,
+                    "description": inst.manifest.description, "commands": list(inst.manifest.commands),
+                    "parallelism": inst.parallelism, "health": health.get(name, "unknown"),
+                    "directory": str(inst.manifest.directory),
+                })
+        configured_bases = {p.uses for p in runtime.config.plugins.values()}
+        data = {
+            "plugins": sorted(rows, key=lambda r: r["name"]),
+            "skipped": [{"name": n, "reason": r} for n, r in sorted(registry.skipped.items())],
+            "discovered_unconfigured": sorted(n for n in registry.discovery.manifests if n not in configured_bases),
+            "invalid_manifests": [
+                {"directory": str(d), "problems": [str(p) for p in problems]}
+                for d, problems in sorted(registry.discovery.invalid.items())
+            ],
+            "warnings": [str(w) for w in registry.warnings],
+        }
+
+        def text() -> str:
+            lines = [f"{'NAME':24} {'STATE':9} {'VERSION':9} {'PAR':>3} {'HEALTH':9} COMMANDS"]
+            for r in data["plugins"]:
+                lines.append(f"{r['name']:24} {r['state']:9} {r['version']:9} {r['parallelism']:>3} {r['health']:9} "
+                             f"{', '.join(r['commands'])}")
+            for s in data["skipped"]:
+                lines.append(f"skipped {s['name']}: {s['reason']}")
+            for d in data["invalid_manifests"]:
+                lines.append(f"invalid manifest in {d['directory']}: {'; '.join(d['problems'])}")
+            if data["discovered_unconfigured"]:
+                lines.append("discovered but not configured: " + ", ".join(data["discovered_unconfigured"]))
+            return "\n".join(lines)
+
+        self.emit(data, text)
+
+    # -- plugin run ----------------------------------------------------------------------------
+
+    def run_plugin(self, options: dict[str, Any]) -> None:
+        runtime = self.open_ledger()
+        name, command = options["name"], options["command"]
+        instance = runtime.registry.instances.get(name)
+        if instance is None:
+            reason = runtime.registry.skipped.get(name) or (
+                "it is disabled (enabled: false)" if name in runtime.registry.disabled else "it is not configured"
+            )
+            raise Exit(EXIT_USAGE, f"plugin {name!r} cannot run: {reason}")
+        if command not in instance.manifest.commands:
+            raise Exit(EXIT_USAGE, f"plugin {name!r} has no command {command!r}; it declares "
+                                   f"{', '.join(instance.manifest.commands)}")
+        payload = self._payload(options)
+        result = Job.objects.enqueue(
+            JobSpec(plugin=name, command=command, submitted_by="cli", payload=payload,
+                    dedupe_key=options["dedupe_key"], max_attempts=instance.config.retry.max_attempts),
+            default_dedupe_ttl=runtime.config.service.dedupe_ttl,
+        )
+        if result.deduplicated or options["no_wait"]:
+            job = Job.objects.get(pk=result.job_id)
+            self._report(job, deduplicated=result.deduplicated)
+            return
+        job = self._run_here(result.job_id, runtime)
+        self._report(job, deduplicated=False)
+        if job.status != "succeeded":
+            raise SystemExit(EXIT_FAILED)
+
+    def _payload(self, options: dict[str, Any]) -> dict[str, Any] | None:
+        raw = options["payload"]
+        source = "--payload"
+        if options["payload_file"]:
+            source = options["payload_file"]
+            try:
+                raw = Path(options["payload_file"]).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise Exit(EXIT_USAGE, f"cannot read {source}: {exc.strerror}") from exc
+        if raw is None:
+            return None
+        try:
+            payload = json.loads(raw)
+        except ValueError as exc:
+            raise Exit(EXIT_USAGE, f"{source} is not valid JSON: {exc}") from exc
+        if not isinstance(payload, dict):
+            raise Exit(EXIT_USAGE, f"{source} must be a JSON object")
+        return payload
+
+    def _run_here(self, job_id: str, runtime: Runtime) -> Job:
+        """Run our job through the normal claim path; if a daemon took it first, wait for it."""
+        worker = WorkerInstance.objects.create(
+            id=f"{socket.gethostname()}:{os.getpid()}:cli", hostname=socket.gethostname(), pid=os.getpid(),
+            plugins="cli",
+        )
+        try:
+            while True:
+                job = Job.objects.claim_next(
+                    worker_id=worker.id, caps=runtime.registry.parallelism_caps(),
+                    lease_ttl=runtime.config.service.lease_ttl, only=job_id,
+                )
+                if job is not None:
+                    Executor(RUNTIME, worker.id).execute(job)
+                    return Job.objects.get(pk=job_id)
+                job = Job.objects.get(pk=job_id)
+                if job.is_terminal or (job.status == "queued" and job.attempt > 1):
+                    return job
+                time.sleep(0.05)
+        finally:
+            worker.stop(timezone.now())
+
+    def _report(self, job: Job, *, deduplicated: bool) -> None:
+        data = {
+            "job_id": job.id, "plugin": job.plugin, "command": job.command, "status": job.status,
+            "attempt": job.attempt, "deduplicated": deduplicated, "error": job.last_error,
+            "next_retry_at": ts(job.next_retry_at), "result": latest_result(job),
+        }
+
+        def text() -> str:
+            lines = [f"job {job.id}: {job.status}" + (" (deduplicated: an earlier job already did this)"
+                                                        if deduplicated else "")]
+            if job.status == "queued" and job.next_retry_at:
+                lines.append(f"attempt {job.attempt - 1} failed; retry {job.attempt}/{job.max_attempts} "
+                             f"at {ts(job.next_retry_at)}")
+            if job.last_error:
+                lines.append(f"error: {job.last_error}")
+            result = data["result"]
+            if isinstance(result, dict) and "result" in result:
+                lines.append(f"result: {result['result']}")
+            return "\n".join(lines)
+
+        self.emit(data, text)

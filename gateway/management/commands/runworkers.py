@@ -1,0 +1,36 @@
+"""`runworkers`: the daemon that claims and runs jobs. Only parses flags; WorkerDaemon does the rest."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from gateway.cli.base import EXIT_USAGE, DuctileCommand, Exit
+from gateway.daemon.workers import WorkerDaemon
+from gateway.runtime import RUNTIME
+
+
+class Command(DuctileCommand):
+    help = "Run the worker pool: claim queued jobs and run their plugins (SIGTERM drains, SIGHUP reloads)."
+    logs_to_stdout = True
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--threads", type=int, help="worker threads (default: service.max_workers)")
+        parser.add_argument("--plugins", help="comma-separated plugin names: run only these (a worker group)")
+        parser.add_argument("--once", action="store_true", help="run what is runnable now, then exit")
+        parser.add_argument("--max-jobs", type=int, help="exit after claiming this many jobs")
+        parser.add_argument("--interval", type=float, default=0.5,
+                            help="bounded re-check of the database when idle, in seconds (default 0.5)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        runtime = self.open_ledger()
+        for warning in (*runtime.config.warnings, *runtime.registry.warnings):
+            self.stderr.write(f"warning: {warning}")
+        if options["threads"] is not None and options["threads"] < 1:
+            raise Exit(EXIT_USAGE, "--threads must be at least 1")
+        plugins = [p for p in (options["plugins"] or "").split(",") if p] or None
+        daemon = WorkerDaemon(
+            RUNTIME, threads=options["threads"], plugins=plugins, once=options["once"],
+            max_jobs=options["max_jobs"], recheck=options["interval"],
+        )
+        daemon.run()

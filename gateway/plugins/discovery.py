@@ -1,0 +1,53 @@
+"""Plugin discovery over `plugin_roots`, in order; the first plugin with a name wins."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.config.errors import ConfigProblem
+
+from .manifest import MANIFEST_FILE, Manifest, ManifestInvalid, load_manifest
+
+
+@dataclass
+class Discovery:
+    manifests: dict[str, Manifest] = field(default_factory=dict)
+    # Directories that hold a manifest we refused, with every reason.
+    invalid: dict[Path, list[ConfigProblem]] = field(default_factory=dict)
+    warnings: list[ConfigProblem] = field(default_factory=list)
+
+
+def discover_plugins(roots: tuple[Path, ...], *, allow_symlinks: bool = False) -> Discovery:
+    found = Discovery()
+    for root in roots:
+        if not root.is_dir():
+            found.warnings.append(ConfigProblem(f"plugin root {root} does not exist or is not a directory"))
+            continue
+        for directory in sorted(root.iterdir()):
+            # `_lib`, `_template` and dot-directories hold helpers, not plugins.
+            if directory.name.startswith(("_", ".")) or not (directory / MANIFEST_FILE).is_file():
+                continue
+            if directory.is_symlink():
+                found.warnings.append(ConfigProblem(f"plugin directory {directory} is a symlink", file=directory))
+                if not allow_symlinks:
+                    found.invalid[directory] = [
+                        ConfigProblem("symlinked plugin directories need service.allow_symlinks: true", file=directory)
+                    ]
+                    continue
+            try:
+                manifest = load_manifest(directory, root, found.warnings)
+            except ManifestInvalid as exc:
+                found.invalid[directory] = exc.problems
+                continue
+            except OSError as exc:
+                found.invalid[directory] = [ConfigProblem(f"cannot read manifest: {exc}", file=directory)]
+                continue
+            if manifest.name in found.manifests:
+                first = found.manifests[manifest.name].directory
+                found.warnings.append(
+                    ConfigProblem(f"plugin {manifest.name!r} in {directory} is ignored: {first} was found first",
+                                  file=manifest.file)
+                )
+                continue
+            found.manifests[manifest.name] = manifest
+    return found

@@ -1,0 +1,221 @@
+"""Plugin manifests: parsed, validated (spec 000 §5.4, §5.5 and "The Manifest"), typed.
+
+Strict where the spec is (spec/version/protocol, entrypoint trust, fact_outputs naming declared
+commands, stopwatch.max_subs 1-256) and tolerant where real plugins are (unknown keys warn,
+hyphenated names, custom command names, placeholder event names in `values.emit`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import blake3
+from jsonschema import Draft202012Validator
+
+from gateway.config.errors import ConfigError, ConfigProblem
+from gateway.config.frozen import freeze
+from gateway.config.yamlsrc import YamlDocument, dotted, parse_yaml
+
+SUPPORTED_PROTOCOLS = frozenset({2})
+DEFAULT_MAX_SUBS = 32
+MANIFEST_FILE = "manifest.yaml"
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    name: str
+    type: str  # read | write; write when the manifest leaves it out (the spec's paranoid default)
+    description: str = ""
+    idempotent: bool | None = None
+    retry_safe: bool | None = None
+    input_schema: Mapping[str, Any] | None = None
+    output_schema: Mapping[str, Any] | None = None
+    values: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class FactOutput:
+    command: str
+    source: str
+    fact_type: str
+    compatibility_view: str = "mirror_object"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    name: str
+    version: str
+    protocol: int
+    entrypoint: Path
+    directory: Path
+    root: Path
+    file: Path
+    description: str
+    concurrency_safe: bool
+    commands: Mapping[str, CommandSpec]
+    fact_outputs: tuple[FactOutput, ...]
+    required_config: tuple[str, ...]
+    optional_config: tuple[str, ...]
+    max_subs: int
+    fingerprint: str
+
+    def fact_rule(self, command: str) -> FactOutput | None:
+        return next((rule for rule in self.fact_outputs if rule.command == command), None)
+
+
+class ManifestInvalid(Exception):
+    def __init__(self, problems: list[ConfigProblem]):
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+@cache
+def manifest_schema() -> dict[str, Any]:
+    return json.loads(Path(__file__).with_name("manifest.schema.json").read_text(encoding="utf-8"))
+
+
+def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) -> Manifest:
+    """Read `directory/manifest.yaml`. Raises ManifestInvalid naming every reason; appends warnings."""
+    file = directory / MANIFEST_FILE
+    raw = file.read_bytes()
+    try:
+        doc = parse_yaml(raw.decode("utf-8"), file)
+    except (ConfigError, UnicodeDecodeError) as exc:
+        problems = list(exc.problems) if isinstance(exc, ConfigError) else [ConfigProblem(str(exc), file=file)]
+        raise ManifestInvalid(problems) from exc
+    data = doc.data
+    if not isinstance(data, dict):
+        raise ManifestInvalid([ConfigProblem("manifest must be a mapping", file=file, line=1)])
+    problems = _schema_problems(doc)
+    _warn_unknown(doc, manifest_schema(), data, (), warnings)
+    if problems:
+        raise ManifestInvalid(problems)
+    commands = _commands(data["commands"])
+    if data["protocol"] not in SUPPORTED_PROTOCOLS:
+        problems.append(_at(doc, ("protocol",), f"protocol {data['protocol']} is not supported (this core speaks 2)"))
+    fact_outputs = []
+    for index, rule in enumerate(data.get("fact_outputs") or []):
+        command = rule["when"]["command"]
+        if command not in commands:
+            problems.append(
+                _at(doc, ("fact_outputs", index, "when", "command"), f"fact_outputs names undeclared command {command!r}")
+            )
+        fact_outputs.append(
+            FactOutput(command, rule["from"], rule["fact_type"], rule.get("compatibility_view", "mirror_object"))
+        )
+    max_subs = (data.get("stopwatch") or {}).get("max_subs") or DEFAULT_MAX_SUBS
+    entrypoint = _trusted_entrypoint(doc, directory, root, str(data["entrypoint"]), problems)
+    if problems:
+        raise ManifestInvalid(problems)
+    config_keys = data.get("config_keys") or {}
+    return Manifest(
+        name=data["name"],
+        version=str(data["version"]),
+        protocol=data["protocol"],
+        entrypoint=entrypoint,
+        directory=directory,
+        root=root,
+        file=file,
+        description=data.get("description") or "",
+        concurrency_safe=data.get("concurrency_safe", True),
+        commands=MappingProxyType(commands),
+        fact_outputs=tuple(fact_outputs),
+        required_config=tuple(config_keys.get("required") or ()),
+        optional_config=tuple(config_keys.get("optional") or ()),
+        max_subs=max_subs,
+        fingerprint=blake3.blake3(raw).hexdigest(),
+    )
+
+
+def _commands(raw: Any) -> dict[str, CommandSpec]:
+    items = raw if isinstance(raw, list) else [{"name": name, **(spec or {})} for name, spec in raw.items()]
+    return {
+        item["name"]: CommandSpec(
+            name=item["name"],
+            type=item.get("type", "write"),
+            description=item.get("description") or "",
+            idempotent=item.get("idempotent"),
+            retry_safe=item.get("retry_safe"),
+            input_schema=freeze(item.get("input_schema")),
+            output_schema=freeze(item.get("output_schema")),
+            values=freeze(item.get("values")),
+        )
+        for item in items
+    }
+
+
+def _trusted_entrypoint(
+    doc: YamlDocument, directory: Path, root: Path, entrypoint: str, problems: list[ConfigProblem]
+) -> Path:
+    """Spec §5.5: inside an approved root, no `..`, executable, no world-writable plugin dir."""
+    path = Path(entrypoint)
+    if path.is_absolute() or ".." in path.parts:
+        problems.append(_at(doc, ("entrypoint",), f"entrypoint {entrypoint!r} must be a relative path without '..'"))
+        return directory / path.name
+    resolved = (directory / path).resolve()
+    real_root = root.resolve()
+    if not resolved.is_relative_to(real_root):
+        problems.append(_at(doc, ("entrypoint",), f"entrypoint resolves to {resolved}, outside plugin root {real_root}"))
+    elif not resolved.is_file():
+        problems.append(_at(doc, ("entrypoint",), f"entrypoint {entrypoint!r} does not exist in {directory}"))
+    elif not os.access(resolved, os.X_OK):
+        problems.append(_at(doc, ("entrypoint",), f"entrypoint {entrypoint!r} is not executable (chmod +x it)"))
+    mode = directory.stat().st_mode
+    if mode & stat.S_IWOTH:
+        problems.append(ConfigProblem(f"plugin directory {directory} is world-writable; refusing to load it", file=doc.file))
+    return resolved
+
+
+def _schema_problems(doc: YamlDocument) -> list[ConfigProblem]:
+    validator = Draft202012Validator(manifest_schema())
+    problems = []
+    for error in validator.iter_errors(doc.data):
+        path = tuple(error.absolute_path)
+        message = error.message
+        if error.validator == "oneOf" and path == ("commands",):
+            message = "commands must be a non-empty list of {name, type, ...} or a mapping of name to command"
+            best = min(error.context or [], key=lambda e: len(list(e.absolute_path)) * -1, default=None)
+            if best is not None and len(best.absolute_path) > 1:
+                path, message = tuple(best.absolute_path), best.message
+        elif error.validator == "const":
+            message = f"must be {error.validator_value!r}, got {error.instance!r}"
+        problems.append(_at(doc, path, message))
+    return problems
+
+
+def _warn_unknown(doc: YamlDocument, schema: Mapping[str, Any], data: Any, path: tuple[Any, ...],
+                  warnings: list[ConfigProblem]) -> None:
+    if "$ref" in schema:
+        schema = manifest_schema()["$defs"][schema["$ref"].rsplit("/", 1)[1]]
+    if "allOf" in schema:
+        schema = schema["allOf"][0]
+        return _warn_unknown(doc, schema, data, path, warnings)
+    if "oneOf" in schema:
+        for option in schema["oneOf"]:
+            if (option.get("type") == "array") == isinstance(data, list):
+                return _warn_unknown(doc, option, data, path, warnings)
+        return None
+    if isinstance(data, dict):
+        props = schema.get("properties", {})
+        for key, value in data.items():
+            if key in props:
+                _warn_unknown(doc, props[key], value, (*path, key), warnings)
+            elif isinstance(schema.get("additionalProperties"), dict):
+                _warn_unknown(doc, schema["additionalProperties"], value, (*path, key), warnings)
+            elif schema.get("x-warn-unknown"):
+                warnings.append(_at(doc, (*path, key), f"unknown manifest key {key!r} is ignored"))
+    elif isinstance(data, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(data):
+            _warn_unknown(doc, schema["items"], item, (*path, index), warnings)
+    return None
+
+
+def _at(doc: YamlDocument, path: tuple[Any, ...], message: str) -> ConfigProblem:
+    return ConfigProblem(message, file=doc.file, line=doc.line_of(path), key=dotted(path) or None)

@@ -1,0 +1,83 @@
+"""Configured plugin instances (names and `uses:` aliases) joined with discovered manifests.
+
+An instance that cannot load is skipped with a reason; it never stops the others.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from gateway.config.errors import ConfigProblem
+from gateway.config.model import GatewayConfig, PluginConfig
+
+from .discovery import Discovery
+from .manifest import CommandSpec, Manifest
+
+
+@dataclass(frozen=True)
+class PluginInstance:
+    name: str
+    config: PluginConfig
+    manifest: Manifest
+    parallelism: int
+
+    def command(self, name: str) -> CommandSpec | None:
+        return self.manifest.commands.get(name)
+
+
+@dataclass(frozen=True)
+class Registry:
+    instances: Mapping[str, PluginInstance]  # enabled and loadable: these run jobs
+    disabled: Mapping[str, PluginInstance]  # `enabled: false`
+    skipped: Mapping[str, str]  # configured but refused, with the reason
+    discovery: Discovery
+    warnings: tuple[ConfigProblem, ...]
+
+    def parallelism_caps(self) -> dict[str, int]:
+        return {name: inst.parallelism for name, inst in self.instances.items()}
+
+
+def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
+    instances: dict[str, PluginInstance] = {}
+    disabled: dict[str, PluginInstance] = {}
+    skipped: dict[str, str] = {}
+    warnings = list(discovery.warnings)
+    invalid_by_name = {d.name: problems for d, problems in discovery.invalid.items()}
+    for name, plugin in config.plugins.items():
+        manifest = discovery.manifests.get(plugin.uses)
+        if manifest is None:
+            if plugin.uses in invalid_by_name:
+                reasons = "; ".join(str(p) for p in invalid_by_name[plugin.uses])
+                skipped[name] = f"manifest of {plugin.uses!r} is invalid: {reasons}"
+            else:
+                roots = ", ".join(str(r) for r in config.plugin_roots) or "(no plugin_roots configured)"
+                skipped[name] = f"no plugin named {plugin.uses!r} found in plugin roots {roots}"
+            continue
+        missing = [key for key in manifest.required_config if key not in plugin.config]
+        if missing:
+            skipped[name] = f"missing required config keys {', '.join(missing)} (manifest config_keys.required)"
+            continue
+        declared = set(manifest.required_config) | set(manifest.optional_config)
+        if declared:
+            for key in plugin.config:
+                if key not in declared:
+                    warnings.append(
+                        ConfigProblem(
+                            f"config key {key!r} is not declared by plugin {manifest.name!r} and may be ignored",
+                            file=plugin.source,
+                            key=f"plugins.{name}.config.{key}",
+                        )
+                    )
+        cap = plugin.parallelism or (config.service.max_workers if manifest.concurrency_safe else 1)
+        instance = PluginInstance(name=name, config=plugin, manifest=manifest, parallelism=cap)
+        (instances if plugin.enabled else disabled)[name] = instance
+    for name, reason in skipped.items():
+        warnings.append(ConfigProblem(f"plugin {name!r} skipped: {reason}", key=f"plugins.{name}"))
+    return Registry(
+        instances=MappingProxyType(instances),
+        disabled=MappingProxyType(disabled),
+        skipped=MappingProxyType(skipped),
+        discovery=discovery,
+        warnings=tuple(warnings),
+    )

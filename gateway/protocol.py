@@ -1,0 +1,145 @@
+"""Protocol v2 (spec 000 §6): building the request envelope and judging what came back.
+
+Strict about meaning, lenient about form: stdout is one JSON document in any layout; unknown
+top-level keys are ignored; `ok` needs `result` and `error` needs `error`; anything else is a
+protocol error that fails the job with stdout and stderr kept.
+"""
+from __future__ import annotations
+
+import errno
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.runner import STDERR_CAP, STDOUT_CAP, RunResult
+from ledger.models.facts import STATE_SIZE_LIMIT
+from pipelines.routing import valid_event
+
+EX_CONFIG = 78
+PROTOCOL_VERSION = 2
+_PERMANENT_SPAWN_ERRORS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.ENOTDIR}
+
+
+@dataclass
+class Verdict:
+    status: str  # succeeded | failed | timed_out
+    error: str | None = None
+    retryable: bool = True
+    response_text: str | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    state_updates: dict[str, Any] | None = None
+    subs: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def stopwatch_status(self) -> str:
+        return {"succeeded": "ok", "timed_out": "timeout"}.get(self.status, "err")
+
+
+def build_request(*, job_id: str, command: str, config: dict[str, Any], state: dict[str, Any],
+                  context: dict[str, Any], event: dict[str, Any], deadline_at: str, instance: str) -> bytes:
+    """`config`, `state` and `context` are always objects, never null: real plugins crash on null."""
+    return json.dumps(
+        {
+            "protocol": PROTOCOL_VERSION,
+            "job_id": job_id,
+            "command": command,
+            "config": config or {},
+            "state": state or {},
+            "context": context or {},
+            "event": event or {},
+            "deadline_at": deadline_at,
+            "instance": instance,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
+    stdout_text = run.stdout.decode("utf-8", errors="replace")
+    kept = stdout_text or None
+    if run.spawn_error:
+        return Verdict("failed", run.spawn_error, retryable=run.spawn_errno not in _PERMANENT_SPAWN_ERRORS)
+    warnings = []
+    if run.stderr_truncated:
+        warnings.append(f"stderr exceeded {STDERR_CAP // 1024} KiB and was truncated")
+    if run.timed_out:
+        return Verdict(
+            "timed_out", f"timed out after {timeout:g}s: SIGTERM to the process group, SIGKILL after the grace period",
+            response_text=kept, warnings=warnings,
+        )
+    if run.stdout_overflow:
+        return Verdict(
+            "failed", f"stdout exceeded the {STDOUT_CAP // (1024 * 1024)} MiB cap; the plugin was stopped and the "
+            "first 10 MiB are kept", response_text=kept, warnings=warnings,
+        )
+    permanent = run.exit_code == EX_CONFIG
+    exit_note = f" (exit code {run.exit_code})"
+    response, problem = _parse(stdout_text)
+    if problem is not None:
+        return Verdict(
+            "failed", f"protocol error: {problem}{exit_note}", retryable=not permanent, response_text=kept,
+            warnings=warnings,
+        )
+    assert response is not None
+    if response["status"] == "error":
+        retry_flag = response.get("retry", True) is not False
+        return Verdict(
+            "failed", str(response["error"]), retryable=retry_flag and not permanent, response_text=kept,
+            warnings=warnings, subs=_subs(response, max_subs, warnings),
+        )
+    if permanent:
+        return Verdict("failed", f"plugin exited {EX_CONFIG} (EX_CONFIG): permanent configuration failure",
+                       retryable=False, response_text=kept, warnings=warnings)
+    if run.exit_code:
+        warnings.append(f"plugin answered ok but exited {run.exit_code}")
+    events = []
+    for index, raw in enumerate(response.get("events") or []):
+        reason = valid_event(raw)
+        if reason:
+            warnings.append(f"events[{index}] dropped: {reason}")
+        else:
+            events.append(raw)
+    state_updates = response.get("state_updates")
+    if state_updates is not None and not isinstance(state_updates, dict):
+        warnings.append("state_updates is not an object and was ignored")
+        state_updates = None
+    if state_updates is not None and len(json.dumps(state_updates)) > STATE_SIZE_LIMIT:
+        return Verdict("failed", "state_updates snapshot exceeds the 1 MB limit; the update was rejected",
+                       retryable=False, response_text=kept, warnings=warnings)
+    return Verdict(
+        "succeeded", response_text=kept, events=events, state_updates=state_updates,
+        subs=_subs(response, max_subs, warnings), warnings=warnings,
+    )
+
+
+def _parse(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    if not text.strip():
+        return None, "plugin wrote nothing to stdout"
+    try:
+        response = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"stdout is not one JSON document: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    if not isinstance(response, dict):
+        return None, f"response must be a JSON object, got {type(response).__name__}"
+    status = response.get("status")
+    if status == "ok":
+        if "result" not in response:
+            return None, "status ok needs a `result`"
+    elif status == "error":
+        if "error" not in response:
+            return None, "status error needs an `error`"
+    else:
+        return None, f"unknown status {status!r} (expected ok or error)"
+    return response, None
+
+
+def _subs(response: dict[str, Any], max_subs: int, warnings: list[str]) -> list[dict[str, Any]]:
+    """Plugin sub-spans: malformed entries dropped silently, the head kept up to the cap."""
+    raw = response.get("ductile_stopwatch_subs")
+    if not isinstance(raw, list):
+        return []
+    subs = [s for s in raw if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("dur_ns"), int)]
+    if len(subs) > max_subs:
+        warnings.append(f"{len(subs)} stopwatch sub-spans; kept the first {max_subs}")
+    return subs[:max_subs]

@@ -1,0 +1,126 @@
+"""Read models for the CLI and the API: jobs, attempts, trees and queue status as plain dicts."""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from ledger.models import EventContext, Job, JobLog, JobStopwatch, JobTransition, WorkerInstance
+from ledger.states import STATUS_ALIASES, JobStatus
+
+
+def ts(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def parse_response(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def normalise_status(value: str) -> str:
+    status = STATUS_ALIASES.get(value, value)
+    if status not in JobStatus.values:
+        raise ValueError(
+            f"unknown status {value!r}; use one of {', '.join(JobStatus.values)} or pending, ok, error"
+        )
+    return str(status)
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "plugin": job.plugin,
+        "command": job.command,
+        "status": job.status,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "submitted_by": job.submitted_by,
+        "dedupe_key": job.dedupe_key,
+        "parent_job_id": job.parent_job_id,
+        "created_at": ts(job.created_at),
+        "started_at": ts(job.started_at),
+        "completed_at": ts(job.completed_at),
+        "next_retry_at": ts(job.next_retry_at),
+        "last_error": job.last_error,
+    }
+
+
+def latest_result(job: Job) -> Any:
+    text = JobLog.objects.filter(job_id=job.id).order_by("-completed_at").values_list("result", flat=True).first()
+    return parse_response(text)
+
+
+def log_entry(row: JobLog, *, include_result: bool = True) -> dict[str, Any]:
+    entry = {
+        "log_id": row.id,
+        "job_id": row.job_id,
+        "plugin": row.plugin,
+        "command": row.command,
+        "status": row.status,
+        "attempt": row.attempt,
+        "submitted_by": row.submitted_by,
+        "created_at": ts(row.created_at),
+        "completed_at": ts(row.completed_at),
+        "last_error": row.last_error,
+        "stderr": row.stderr,
+        "parent_job_id": row.parent_job_id,
+        "source_event_id": row.source_event_id,
+    }
+    if include_result:
+        entry["result"] = parse_response(row.result)
+    return entry
+
+
+def job_detail(job: Job) -> dict[str, Any]:
+    """`job inspect`: the job, every transition and attempt, its timing, context, parent and children."""
+    parent = Job.objects.filter(pk=job.parent_job_id).first() if job.parent_job_id else None
+    context = EventContext.objects.filter(pk=job.event_context_id).first() if job.event_context_id else None
+    return {
+        **job_summary(job),
+        "payload": job.payload,
+        "event": job.event,
+        "source_event_id": job.source_event_id,
+        "claimed_by": job.claimed_by,
+        "lease_until": ts(job.lease_until),
+        "result": latest_result(job),
+        "transitions": [
+            {"from": t.from_status, "to": t.to_status, "reason": t.reason, "worker": t.worker, "attempt": t.attempt,
+             "at": ts(t.created_at)}
+            for t in JobTransition.objects.filter(job_id=job.id).order_by("id")
+        ],
+        "attempts": [log_entry(row) for row in JobLog.objects.filter(job_id=job.id).order_by("completed_at")],
+        "stopwatch": [
+            {"attempt": s.attempt, "dur_ns": s.dur_ns, "runtime_pre_ns": s.runtime_pre_ns,
+             "runtime_post_ns": s.runtime_post_ns, "status": s.status, "subs": s.subs_json}
+            for s in JobStopwatch.objects.filter(job_id=job.id).order_by("id")
+        ],
+        "context": {"id": context.id, "pipeline": context.pipeline_name, "step": context.step_id,
+                    "baggage": context.accumulated_json} if context else None,
+        "parent": job_summary(parent) if parent else None,
+        "children": [job_summary(c) for c in Job.objects.filter(parent_job_id=job.id).order_by("created_at")],
+    }
+
+
+def queue_status(now: datetime | None = None, lease_ttl: float = 60.0) -> dict[str, Any]:
+    now = now or timezone.now()
+    counts = dict(Job.objects.values_list("status").annotate(n=Count("id")).order_by())
+    fresh = now - timezone.timedelta(seconds=lease_ttl)
+    workers = WorkerInstance.objects.alive().filter(heartbeat_at__gte=fresh).order_by("started_at")
+    return {
+        "queue": {status: counts.get(status, 0) for status in JobStatus.values},
+        "queue_depth": counts.get(JobStatus.QUEUED, 0),
+        "retry_waiting": Job.objects.queued().filter(Q(next_retry_at__gt=now)).count(),
+        "workers": [
+            {"id": w.id, "hostname": w.hostname, "pid": w.pid, "threads": w.threads, "plugins": w.plugins or "*",
+             "started_at": ts(w.started_at), "heartbeat_at": ts(w.heartbeat_at)}
+            for w in workers
+        ],
+    }

@@ -1,0 +1,75 @@
+"""The gateway's loaded state: config, plugin registry and routing table, as one immutable
+snapshot. A reload builds a new snapshot and swaps it in whole, or keeps the old one."""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from django.utils import timezone
+
+from gateway.config.errors import ConfigError
+from gateway.config.model import GatewayConfig, load_gateway_config
+from gateway.plugins.discovery import discover_plugins
+from gateway.plugins.registry import Registry, build_registry
+from pipelines.routing import RouteRule, RoutingTable
+
+
+@dataclass(frozen=True)
+class Runtime:
+    config: GatewayConfig
+    registry: Registry
+    routing: RoutingTable
+    loaded_at: datetime = field(default_factory=timezone.now)
+
+
+def build_runtime(config_dir: Path, environ: Mapping[str, str] | None = None) -> Runtime:
+    config = load_gateway_config(config_dir, os.environ if environ is None else environ)
+    discovery = discover_plugins(config.plugin_roots, allow_symlinks=config.service.allow_symlinks)
+    registry = build_registry(config, discovery)
+    routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
+    return Runtime(config=config, registry=registry, routing=routing)
+
+
+class RuntimeHolder:
+    """Process-wide current runtime. Set at bootstrap; readers take one snapshot per job."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.config_dir: Path | None = None
+        self._current: Runtime | None = None
+        self.error: ConfigError | None = None
+
+    def load(self, config_dir: Path, environ: Mapping[str, str] | None = None) -> None:
+        self.config_dir = config_dir
+        try:
+            runtime = build_runtime(config_dir, environ)
+        except ConfigError as exc:
+            self.error = exc
+            return
+        with self._lock:
+            self._current, self.error = runtime, None
+
+    def get(self) -> Runtime:
+        current = self._current
+        if current is None:
+            raise self.error or ConfigError([])
+        return current
+
+    def install(self, runtime: Runtime) -> None:
+        with self._lock:
+            self._current, self.error = runtime, None
+
+    def reload(self) -> tuple[Runtime, Runtime | None]:
+        """Build a fresh runtime; on ConfigError the old one stays (the error propagates)."""
+        assert self.config_dir is not None
+        new = build_runtime(self.config_dir)
+        with self._lock:
+            old, self._current = self._current, new
+        return new, old
+
+
+RUNTIME = RuntimeHolder()

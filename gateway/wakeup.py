@@ -1,0 +1,131 @@
+"""Cross-process wake-ups so an idle worker starts a new job within milliseconds.
+
+Same host: each `runworkers` binds a UNIX datagram socket in a directory beside the database;
+an enqueuing process sends one byte to each after commit. PostgreSQL (any node): LISTEN on the
+channel the enqueuing transaction NOTIFYs. Both are advice; workers still re-check the database.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from gateway.logs import logger
+from ledger import wakeups
+
+log = logger("wakeup")
+
+
+def wake_directory() -> Path | None:
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        return Path(f"{db['NAME']}.wake")
+    return None
+
+
+def poke_local_workers() -> None:
+    directory = wake_directory()
+    if directory is None:
+        return
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)
+        for entry in entries:
+            if not entry.name.endswith(".sock"):
+                continue
+            try:
+                sock.sendto(b"!", entry.path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                _unlink(entry.path)  # a worker that died without cleaning up
+            except (BlockingIOError, OSError):
+                pass  # its buffer is full of pokes already: it is awake
+
+
+def install_producer_wakeups() -> None:
+    """Every process that enqueues pokes local workers after commit."""
+    wakeups.add_listener(poke_local_workers)
+
+
+class WakeListener:
+    """Receives wake-ups for one worker process and calls `on_wake` for each."""
+
+    def __init__(self, on_wake: Callable[[], None]):
+        self.on_wake = on_wake
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._sock: socket.socket | None = None
+        self._path: str | None = None
+
+    def start(self) -> None:
+        directory = wake_directory()
+        if directory is not None:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._path = str(directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.sock")
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._sock.bind(self._path)
+            self._sock.settimeout(0.5)
+            self._spawn(self._socket_loop)
+        elif settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+            self._spawn(self._listen_loop)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=2)
+        if self._sock is not None:
+            self._sock.close()
+        if self._path:
+            _unlink(self._path)
+
+    def _spawn(self, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name="ductile-wake", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _socket_loop(self) -> None:
+        assert self._sock is not None
+        while not self._stop.is_set():
+            try:
+                self._sock.recv(64)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.on_wake()
+
+    def _listen_loop(self) -> None:
+        import psycopg
+
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(**_pg_params(), autocommit=True) as conn:
+                    conn.execute(f"LISTEN {wakeups.CHANNEL}")
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=0.5, stop_after=1):
+                            self.on_wake()
+            except Exception as exc:  # the bounded re-check covers us while we reconnect
+                log.warning("LISTEN connection lost (%s); reconnecting", exc)
+                self._stop.wait(1.0)
+
+
+def _pg_params() -> dict[str, Any]:
+    db = settings.DATABASES["default"]
+    params = {"dbname": db["NAME"], "user": db.get("USER") or None, "password": db.get("PASSWORD") or None,
+              "host": db.get("HOST") or None, "port": db.get("PORT") or None}
+    return {k: v for k, v in params.items() if v}
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

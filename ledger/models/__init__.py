@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from ledger.models.context import EventContext
+from ledger.models.facts import PluginFact, PluginState, StorageSequence
+from ledger.models.jobs import AttemptOutcome, EnqueueResult, Job, JobLog, JobSpec, JobTransition, LostJob
+from ledger.models.telemetry import JobStopwatch
+from ledger.models.workers import PluginInstanceRecord, WorkerInstance
+
+__all__ = [
+    "AttemptOutcome",
+    "EnqueueResult",
+    "EventContext",
+    "Job",
+    "JobLog",
+    "JobSpec",
+    "JobStopwatch",
+    "JobTransition",
+    "LostJob",
+    "PluginFact",
+    "PluginInstanceRecord",
+    "PluginState",
+    "StorageSequence",
+    "WorkerInstance",
+]

@@ -1,0 +1,85 @@
+"""`plugin_facts` (append-only durable record), `plugin_state` (its compatibility view) and the
+`storage_sequences` allocator behind the facts' Ductile-owned monotonic `seq`.
+
+Spec 000 §5.9 and "Plugin Facts".
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.db.models import F
+from django.utils import timezone
+
+STATE_SIZE_LIMIT = 1024 * 1024  # spec §5.9: 1 MB per plugin_state row, and per emitted snapshot
+
+
+class StorageSequence(models.Model):
+    name = models.CharField(primary_key=True, max_length=64)
+    value = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "storage_sequences"
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}"
+
+    @classmethod
+    def next_value(cls, name: str) -> int:
+        """Call inside a transaction: the UPDATE row-locks the counter until commit."""
+        cls.objects.get_or_create(name=name)
+        cls.objects.filter(name=name).update(value=F("value") + 1)
+        return cls.objects.values_list("value", flat=True).get(name=name)
+
+
+class PluginFact(models.Model):
+    seq = models.BigIntegerField(null=True)
+    plugin_name = models.CharField(max_length=200)
+    fact_type = models.CharField(max_length=200)
+    job_id = models.CharField(max_length=36, null=True, blank=True)
+    command = models.CharField(max_length=200, null=True, blank=True)
+    fact_json = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "plugin_facts"
+        ordering = ["-seq"]
+        # Read by the operator query in "Database Reference" and by the latest-fact view rebuild.
+        indexes = [models.Index(fields=["plugin_name", "seq"], name="plugin_facts_plugin_seq_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.plugin_name} #{self.seq} {self.fact_type}"
+
+
+class PluginState(models.Model):
+    plugin_name = models.CharField(primary_key=True, max_length=200)
+    state = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "plugin_state"
+
+    def __str__(self) -> str:
+        return self.plugin_name
+
+    @classmethod
+    def current(cls, plugin_name: str) -> dict[str, Any]:
+        row = cls.objects.filter(plugin_name=plugin_name).values_list("state", flat=True).first()
+        return row if isinstance(row, dict) else {}
+
+
+def write_state(plugin_name: str, fact_type: str | None, snapshot: dict[str, Any], *, job_id: str, command: str,
+                now: datetime) -> None:
+    """A declared fact appends a `plugin_facts` row and mirrors it into `plugin_state`
+    (`compatibility_view: mirror_object`); without a rule, a shallow write-through. Call inside
+    the completing transaction."""
+    if fact_type is not None:
+        PluginFact.objects.create(
+            seq=StorageSequence.next_value("plugin_facts"), plugin_name=plugin_name, fact_type=fact_type,
+            job_id=job_id, command=command, fact_json=snapshot, created_at=now,
+        )
+        state = snapshot
+    else:
+        state = {**PluginState.current(plugin_name), **snapshot}
+    PluginState.objects.update_or_create(plugin_name=plugin_name, defaults={"state": state, "updated_at": now})

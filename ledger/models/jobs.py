@@ -1,0 +1,428 @@
+"""`job_queue`, `job_transitions` and `job_log`: every unit of work and every state change.
+
+Spec 000 §3 (Work Queue), §12 (schema), "Database Reference". Table and column names are the
+spec's so the operator queries there run unchanged in `sqlite3`. Every state change is a
+compare-and-set UPDATE checked by its row count, then an appended transition row.
+"""
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, models, transaction
+from django.db.models import Count, Exists, OuterRef, Q
+from django.utils import timezone
+
+from ledger.states import TERMINAL, JobStatus, check_transition
+from ledger.wakeups import notify_enqueued
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class LostJob(Exception):
+    """A state change lost its compare-and-set: someone else moved the job first."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a producer asks the queue for."""
+
+    plugin: str
+    command: str
+    submitted_by: str
+    payload: Mapping[str, Any] | None = None
+    event: Mapping[str, Any] | None = None
+    dedupe_key: str | None = None
+    dedupe_ttl: float | None = None  # per-enqueue override (spec §3.6); also guards in-flight duplicates
+    max_attempts: int = 4
+    parent_job_id: str | None = None
+    source_event_id: str | None = None
+    event_context_id: str | None = None
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    job_id: str
+    deduplicated: bool = False
+
+
+@dataclass
+class AttemptOutcome:
+    """What one run of a plugin came to, ready to be recorded in one transaction."""
+
+    status: str  # succeeded | failed | timed_out
+    error: str | None = None
+    retryable: bool = True
+    response_text: str | None = None
+    stderr: str = ""
+    backoff_base: float = 30.0
+    children: list[JobSpec] = field(default_factory=list)
+    # (plugin_name, fact_type or None for write-through, snapshot)
+    state_write: tuple[str, str | None, dict[str, Any]] | None = None
+    stopwatch: dict[str, Any] | None = None
+
+
+def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
+    """Spec §5.7: base * 2^(attempt-1) + random(0, base), `attempt` being the one that failed."""
+    return base * 2 ** (attempt - 1) + (rng or random).uniform(0, base)
+
+
+def trigger_event(spec: JobSpec, job_id: str, now: datetime) -> dict[str, Any]:
+    """Every job carries an event so a plugin always reads its input from `event.payload`."""
+    if spec.event is not None:
+        return dict(spec.event)
+    event: dict[str, Any] = {
+        "type": f"{spec.submitted_by}.trigger" if spec.submitted_by != "api" else "api.trigger",
+        "payload": dict(spec.payload or {}),
+        "source": spec.submitted_by,
+        "timestamp": now.isoformat().replace("+00:00", "Z"),
+        "event_id": new_id(),
+    }
+    if spec.dedupe_key:
+        event["dedupe_key"] = spec.dedupe_key
+    return event
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def queued(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.QUEUED)
+
+    def running(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.RUNNING)
+
+    def terminal(self) -> JobQuerySet:
+        return self.filter(status__in=TERMINAL)
+
+    def for_target(self, plugin: str, command: str) -> JobQuerySet:
+        return self.filter(plugin=plugin, command=command)
+
+    def due(self, now: datetime) -> JobQuerySet:
+        return self.queued().filter(Q(next_retry_at__isnull=True) | Q(next_retry_at__lte=now))
+
+    # -- producers ---------------------------------------------------------------------------
+
+    def enqueue(self, spec: JobSpec, *, default_dedupe_ttl: float, now: datetime | None = None) -> EnqueueResult:
+        """The one way work enters the queue (idiom 1). Dedupe is per target (plugin + command)."""
+        now = now or timezone.now()
+        with transaction.atomic():
+            if spec.dedupe_key:
+                existing = self._duplicate_of(spec, default_dedupe_ttl, now)
+                if existing is not None:
+                    return EnqueueResult(existing, deduplicated=True)
+            job_id = new_id()
+            job = self.create(
+                id=job_id,
+                plugin=spec.plugin,
+                command=spec.command,
+                payload=dict(spec.payload) if spec.payload is not None else None,
+                event=trigger_event(spec, job_id, now),
+                status=JobStatus.QUEUED,
+                attempt=1,
+                max_attempts=spec.max_attempts,
+                submitted_by=spec.submitted_by,
+                dedupe_key=spec.dedupe_key,
+                created_at=now,
+                parent_job_id=spec.parent_job_id,
+                source_event_id=spec.source_event_id,
+                event_context_id=spec.event_context_id,
+            )
+            JobTransition.record(job, None, JobStatus.QUEUED, f"enqueued by {spec.submitted_by}", now=now)
+            notify_enqueued()
+        return EnqueueResult(job.id)
+
+    def _duplicate_of(self, spec: JobSpec, default_ttl: float, now: datetime) -> str | None:
+        same = self.for_target(spec.plugin, spec.command).filter(dedupe_key=spec.dedupe_key)
+        if spec.dedupe_ttl is not None:
+            in_flight = same.filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING)).values_list("id", flat=True)
+            if (found := in_flight.first()) is not None:
+                return found
+        ttl = spec.dedupe_ttl if spec.dedupe_ttl is not None else default_ttl
+        recent = same.filter(status=JobStatus.SUCCEEDED, completed_at__gte=now - timedelta(seconds=ttl))
+        return recent.order_by("-completed_at").values_list("id", flat=True).first()
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def claim_next(
+        self, *, worker_id: str, caps: Mapping[str, int], lease_ttl: float, now: datetime | None = None,
+        only: str | None = None,
+    ) -> Job | None:
+        """Take the oldest runnable job for one of `caps`' plugins (FIFO with smart dequeue).
+
+        Skipped, never starved behind: jobs waiting for `next_retry_at`, jobs of a plugin at its
+        parallelism cap, and jobs whose same-key same-target twin is running (spec §3.5, §3.6).
+        """
+        now = now or timezone.now()
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                # Why: the cap and the same-key rule are decided from counts of running rows, which
+                # SKIP LOCKED alone cannot protect across nodes. One transaction-scoped advisory
+                # lock serialises claim decisions (each a few hundred microseconds) on every node.
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(7242031)")
+            running = dict(self.running().values_list("plugin").annotate(n=Count("id")).order_by())
+            open_plugins = [p for p, cap in caps.items() if running.get(p, 0) < cap]
+            if not open_plugins:
+                return None
+            twin_running = self.running().filter(
+                dedupe_key=OuterRef("dedupe_key"), plugin=OuterRef("plugin"), command=OuterRef("command")
+            )
+            candidates = (
+                self.due(now)
+                .filter(plugin__in=open_plugins)
+                .filter(Q(dedupe_key__isnull=True) | ~Exists(twin_running))
+                .order_by("created_at", "id")
+            )
+            if only is not None:
+                candidates = candidates.filter(pk=only)
+            if connection.vendor == "postgresql":
+                candidates = candidates.select_for_update(skip_locked=True)
+            job = candidates.first()
+            if job is None:
+                return None
+            job.start(worker_id=worker_id, lease_until=now + timedelta(seconds=lease_ttl), now=now)
+            return job
+
+    def heartbeat(self, worker_id: str, lease_ttl: float, now: datetime | None = None) -> int:
+        """Extend the leases of every job `worker_id` holds; the count tells the caller it still owns them."""
+        now = now or timezone.now()
+        return self.running().filter(claimed_by=worker_id).update(lease_until=now + timedelta(seconds=lease_ttl))
+
+    def lost(self, *, now: datetime, dead_workers: Collection[str] = ()) -> JobQuerySet:
+        """Running jobs whose owner is gone: lease expired, or owner known dead (its PID is gone)."""
+        return self.running().filter(Q(lease_until__lt=now) | Q(claimed_by__in=list(dead_workers)))
+
+    def recover_lost(self, *, now: datetime | None = None, dead_workers: Collection[str] = ()) -> list[Job]:
+        """At-least-once: give every lost job its next attempt, or end it `dead` (spec §11.2)."""
+        now = now or timezone.now()
+        recovered = []
+        for job in list(self.lost(now=now, dead_workers=dead_workers)):
+            reason = (
+                f"worker {job.claimed_by} is gone (process exited)"
+                if job.claimed_by in dead_workers
+                else f"lease of worker {job.claimed_by} expired at {job.lease_until:%Y-%m-%dT%H:%M:%S}Z"
+            )
+            try:
+                with transaction.atomic():
+                    job.abandon(reason, now=now, dead_owner=job.claimed_by in dead_workers)
+            except LostJob:
+                continue  # its owner finished it after all, or another process recovered it first
+            recovered.append(job)
+        return recovered
+
+    def cancel_queued(self, plugins: Iterable[str], reason: str, now: datetime | None = None) -> list[str]:
+        """Queued jobs of removed or disabled plugins go `dead` with the reason (spec §11.3)."""
+        now = now or timezone.now()
+        cancelled = []
+        for job in list(self.queued().filter(plugin__in=list(plugins))):
+            try:
+                with transaction.atomic():
+                    job.move(JobStatus.DEAD, reason, now=now, completed_at=now, last_error=reason)
+            except LostJob:
+                continue
+            cancelled.append(job.id)
+        return cancelled
+
+
+class Job(models.Model):
+    id = models.CharField(primary_key=True, max_length=36, default=new_id, editable=False)
+    plugin = models.CharField(max_length=200)
+    command = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    attempt = models.IntegerField(default=1)
+    max_attempts = models.IntegerField(default=4)
+    submitted_by = models.CharField(max_length=64)
+    dedupe_key = models.CharField(max_length=512, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    next_retry_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    # Plain ids, not foreign keys: retention prunes parents and children independently.
+    parent_job_id = models.CharField(max_length=36, null=True, blank=True)
+    source_event_id = models.CharField(max_length=36, null=True, blank=True)
+    event_context_id = models.CharField(max_length=36, null=True, blank=True)
+    # The triggering event envelope delivered as the request's `event`.
+    event = models.JSONField(null=True, blank=True)
+    # Lease-based claims (ARCHITECTURE "Claims, leases and recovery").
+    claimed_by = models.CharField(max_length=200, null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        db_table = "job_queue"
+        ordering = ["-created_at"]
+        indexes = [
+            # Read by JobQuerySet.claim_next: the FIFO scan over waiting jobs.
+            models.Index(fields=["created_at", "id"], name="job_queue_claim_idx", condition=Q(status="queued")),
+            # Read by claim_next (per-plugin running counts, same-key exclusion) and lost().
+            models.Index(
+                fields=["plugin", "command", "dedupe_key"], name="job_queue_running_idx", condition=Q(status="running")
+            ),
+            # Read by JobQuerySet._duplicate_of at every keyed enqueue.
+            models.Index(
+                fields=["dedupe_key", "plugin", "command", "status"],
+                name="job_queue_dedupe_idx",
+                condition=Q(dedupe_key__isnull=False),
+            ),
+            # Read by `job inspect` (children) and tree walks.
+            models.Index(fields=["parent_job_id"], name="job_queue_parent_idx", condition=Q(parent_job_id__isnull=False)),
+            # Read by retention pruning and `GET /jobs` ordering.
+            models.Index(fields=["status", "completed_at"], name="job_queue_status_done_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.plugin}.{self.command} {self.id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        # A retried failure is re-queued in the same transaction, so a resting failed row is final.
+        return self.status in TERMINAL
+
+    # -- state changes: one method each, compare-and-set, then a transition row ---------------
+
+    def move(self, to_status: str, reason: str, *, now: datetime, worker: str | None = None,
+             where: Mapping[str, Any] | None = None, **changes: Any) -> None:
+        """Compare-and-set this job from its current status to `to_status`. Call inside a transaction."""
+        check_transition(self.id, self.status, to_status)
+        guard = Job.objects.filter(pk=self.pk, status=self.status, **(where or {}))
+        if worker is not None:
+            guard = guard.filter(claimed_by=worker)
+        changes["status"] = to_status
+        if guard.update(**changes) != 1:
+            raise LostJob(f"job {self.id} is no longer {self.status}" + (f" for {worker}" if worker else ""))
+        from_status = self.status
+        for name, value in changes.items():
+            setattr(self, name, value)
+        JobTransition.record(self, from_status, to_status, reason, now=now, worker=worker or self.claimed_by)
+
+    def start(self, *, worker_id: str, lease_until: datetime, now: datetime) -> None:
+        self.move(
+            JobStatus.RUNNING, f"claimed by {worker_id}", now=now,
+            claimed_by=worker_id, lease_until=lease_until, started_at=now, next_retry_at=None,
+        )
+
+    def record_outcome(self, outcome: AttemptOutcome, *, worker: str, default_dedupe_ttl: float,
+                       now: datetime | None = None, rng: random.Random | None = None) -> None:
+        """Completion in one transaction: status, log, stopwatch, facts and routed children."""
+        from ledger.models.facts import write_state
+        from ledger.models.telemetry import JobStopwatch
+
+        now = now or timezone.now()
+        with transaction.atomic():
+            # Successors first, so "the tree is complete" is exact the moment this job is terminal.
+            for child in outcome.children:
+                Job.objects.enqueue(child, default_dedupe_ttl=default_dedupe_ttl, now=now)
+            self.move(
+                outcome.status, outcome.error or "plugin returned ok", now=now, worker=worker,
+                completed_at=now, last_error=outcome.error, lease_until=None,
+            )
+            JobLog.record(self, outcome, now=now)
+            if outcome.stopwatch is not None:
+                JobStopwatch.objects.create(job_id=self.id, plugin=self.plugin, attempt=self.attempt, **outcome.stopwatch)
+            if outcome.state_write is not None:
+                write_state(*outcome.state_write, job_id=self.id, command=self.command, now=now)
+            if outcome.status != JobStatus.SUCCEEDED and outcome.retryable:
+                self._retry_or_bury(outcome.backoff_base, now=now, rng=rng)
+
+    def _retry_or_bury(self, backoff_base: float, *, now: datetime, rng: random.Random | None) -> None:
+        if self.attempt >= self.max_attempts:
+            self.move(JobStatus.DEAD, f"max attempts ({self.max_attempts}) exhausted", now=now)
+            return
+        delay = backoff_seconds(self.attempt, backoff_base, rng)
+        self.move(
+            JobStatus.QUEUED, f"retry {self.attempt + 1}/{self.max_attempts} in {delay:.1f}s", now=now,
+            attempt=self.attempt + 1, next_retry_at=now + timedelta(seconds=delay), completed_at=None,
+            claimed_by=None,
+        )
+
+    def abandon(self, reason: str, *, now: datetime, dead_owner: bool) -> None:
+        """A lost job (its worker died): this attempt failed, the next one is queued at once."""
+        owner = self.claimed_by
+        # Why the lease guard: the owner may have heartbeated since we read the row; then it lives.
+        where = {} if dead_owner else {"lease_until__lt": now}
+        self.move(JobStatus.FAILED, reason, now=now, worker=owner, where=where,
+                  completed_at=now, last_error=reason, lease_until=None)
+        JobLog.record(self, AttemptOutcome(status=JobStatus.FAILED, error=reason), now=now)
+        if self.attempt >= self.max_attempts:
+            self.move(JobStatus.DEAD, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
+        else:
+            self.move(
+                JobStatus.QUEUED, f"recovered: attempt {self.attempt + 1}/{self.max_attempts}", now=now,
+                attempt=self.attempt + 1, completed_at=None, claimed_by=None, next_retry_at=None,
+            )
+
+
+class JobTransition(models.Model):
+    """Append-only: every status change of every job, with why and by whom."""
+
+    job_id = models.CharField(max_length=36)
+    from_status = models.CharField(max_length=16, null=True, blank=True)
+    to_status = models.CharField(max_length=16)
+    reason = models.TextField(blank=True, default="")
+    worker = models.CharField(max_length=200, null=True, blank=True)
+    attempt = models.IntegerField(default=1)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "job_transitions"
+        ordering = ["id"]
+        indexes = [models.Index(fields=["job_id", "id"], name="job_transitions_job_idx")]  # read by job inspect
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_status} -> {self.to_status}"
+
+    @classmethod
+    def record(cls, job: Job, from_status: str | None, to_status: str, reason: str, *, now: datetime,
+               worker: str | None = None) -> None:
+        cls.objects.create(
+            job_id=job.id, from_status=from_status, to_status=to_status, reason=reason[:4000],
+            worker=worker, attempt=job.attempt, created_at=now,
+        )
+
+
+class JobLog(models.Model):
+    """One row per finished attempt: the plugin's response verbatim, its stderr, the error."""
+
+    id = models.CharField(primary_key=True, max_length=36, default=new_id, editable=False)
+    job_id = models.CharField(max_length=36)
+    plugin = models.CharField(max_length=200)
+    command = models.CharField(max_length=200)
+    status = models.CharField(max_length=16)
+    result = models.TextField(null=True, blank=True)
+    attempt = models.IntegerField()
+    submitted_by = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    completed_at = models.DateTimeField()
+    last_error = models.TextField(null=True, blank=True)
+    stderr = models.TextField(null=True, blank=True)
+    parent_job_id = models.CharField(max_length=36, null=True, blank=True)
+    source_event_id = models.CharField(max_length=36, null=True, blank=True)
+
+    class Meta:
+        db_table = "job_log"
+        ordering = ["-completed_at"]
+        indexes = [
+            models.Index(fields=["job_id"], name="job_log_job_idx"),  # read by job inspect, GET /job
+            models.Index(fields=["completed_at"], name="job_log_completed_idx"),  # retention, job logs --from
+            models.Index(fields=["plugin", "completed_at"], name="job_log_plugin_idx"),  # job logs --plugin
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.plugin}.{self.command} {self.job_id} #{self.attempt} {self.status}"
+
+    @classmethod
+    def record(cls, job: Job, outcome: AttemptOutcome, *, now: datetime) -> JobLog:
+        return cls.objects.create(
+            job_id=job.id, plugin=job.plugin, command=job.command, status=outcome.status,
+            result=outcome.response_text, attempt=job.attempt, submitted_by=job.submitted_by,
+            created_at=job.created_at, completed_at=now, last_error=outcome.error, stderr=outcome.stderr or None,
+            parent_job_id=job.parent_job_id, source_event_id=job.source_event_id,
+        )

@@ -1,0 +1,97 @@
+"""`worker_instances` (who holds which claims) and `plugin_instances` (init and health per
+configured plugin)."""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from django.db import models
+from django.utils import timezone
+
+
+class WorkerState(models.TextChoices):
+    RUNNING = "running"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+
+class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
+    def alive(self) -> WorkerInstanceQuerySet:
+        return self.filter(state=WorkerState.RUNNING)
+
+    def dead_on_host(self, hostname: str, *, exclude: str) -> list[str]:
+        """Ids of workers on this host whose process is gone: their claims need no lease wait."""
+        dead = []
+        for worker_id, pid in self.alive().filter(hostname=hostname).exclude(id=exclude).values_list("id", "pid"):
+            if not _pid_alive(pid):
+                dead.append(worker_id)
+        return dead
+
+    def mark_lost(self, worker_ids: list[str], now: datetime) -> int:
+        return self.filter(id__in=worker_ids, state=WorkerState.RUNNING).update(state=WorkerState.LOST, stopped_at=now)
+
+
+class WorkerInstance(models.Model):
+    id = models.CharField(primary_key=True, max_length=200)
+    hostname = models.CharField(max_length=200)
+    pid = models.IntegerField()
+    plugins = models.TextField(blank=True, default="")  # worker-group filter; empty: every plugin
+    threads = models.IntegerField(default=1)
+    state = models.CharField(max_length=16, choices=WorkerState.choices, default=WorkerState.RUNNING)
+    started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkerInstanceQuerySet.as_manager()
+
+    class Meta:
+        db_table = "worker_instances"
+        # Read by dead_on_host at every recovery pass.
+        indexes = [models.Index(fields=["hostname"], name="worker_instances_live_idx", condition=models.Q(state="running"))]
+
+    def __str__(self) -> str:
+        return self.id
+
+    def beat(self, now: datetime) -> None:
+        self.heartbeat_at = now
+        WorkerInstance.objects.filter(pk=self.pk).update(heartbeat_at=now)
+
+    def stop(self, now: datetime) -> None:
+        self.state, self.stopped_at = WorkerState.STOPPED, now
+        self.save(update_fields=["state", "stopped_at"])
+
+    def is_stale(self, now: datetime, ttl: float) -> bool:
+        return self.heartbeat_at < now - timedelta(seconds=ttl)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class PluginHealth(models.TextChoices):
+    UNKNOWN = "unknown"
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+
+
+class PluginInstanceRecord(models.Model):
+    """Per configured plugin: the fingerprint `init` last ran for, and what it said."""
+
+    name = models.CharField(primary_key=True, max_length=200)
+    fingerprint = models.CharField(max_length=64, blank=True, default="")
+    health = models.CharField(max_length=16, choices=PluginHealth.choices, default=PluginHealth.UNKNOWN)
+    init_job_id = models.CharField(max_length=36, null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "plugin_instances"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.health})"

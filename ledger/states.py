@@ -1,0 +1,40 @@
+"""Job states and the transitions the spec allows (000 §3.3). Anything else is refused."""
+from __future__ import annotations
+
+from django.db import models
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    DEAD = "dead"
+
+
+ALLOWED_TRANSITIONS: dict[str | None, frozenset[str]] = {
+    None: frozenset({JobStatus.QUEUED}),
+    # queued -> dead: a job whose plugin was removed or disabled on reload is cancelled.
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.DEAD}),
+    JobStatus.RUNNING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.DEAD}),
+    JobStatus.FAILED: frozenset({JobStatus.QUEUED, JobStatus.DEAD}),
+    JobStatus.TIMED_OUT: frozenset({JobStatus.QUEUED, JobStatus.DEAD}),
+    JobStatus.SUCCEEDED: frozenset(),
+    JobStatus.DEAD: frozenset(),
+}
+
+# Statuses a job can rest in for good. `failed`/`timed_out` rest only when not retried.
+TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.DEAD})
+
+STATUS_ALIASES = {"pending": JobStatus.QUEUED, "ok": JobStatus.SUCCEEDED, "error": JobStatus.FAILED}
+
+
+class IllegalTransition(Exception):
+    def __init__(self, job_id: str, from_status: str | None, to_status: str):
+        super().__init__(f"job {job_id}: transition {from_status} -> {to_status} is not allowed")
+
+
+def check_transition(job_id: str, from_status: str | None, to_status: str) -> None:
+    if to_status not in ALLOWED_TRANSITIONS.get(from_status, frozenset()):
+        raise IllegalTransition(job_id, from_status, to_status)
