@@ -6,10 +6,8 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-
-from django.utils import timezone
 
 from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig, load_gateway_config
@@ -23,7 +21,8 @@ class Runtime:
     config: GatewayConfig
     registry: Registry
     routing: RoutingTable
-    loaded_at: datetime = field(default_factory=timezone.now)
+    # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
+    loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 def build_runtime(config_dir: Path, environ: Mapping[str, str] | None = None) -> Runtime:
