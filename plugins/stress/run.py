@@ -91,10 +91,19 @@ def main():
     n = int(knob(request, "emit", 0) or 0)
     event_type = knob(request, "event_type", "stress.event")
     events = [{"type": event_type, "payload": {"index": i, "of": n}} for i in range(n)]
+    event_key = knob(request, "event_dedupe_key")
+    if event_key:
+        for i, event in enumerate(events):
+            event["dedupe_key"] = f"{event_key}:{i}"
     size = int(knob(request, "result_bytes", 0) or 0)
     result = "x" * size if size else f"ok after {knob(request, 'sleep', 0)}s"
     exit_code = int(knob(request, "exit_code", 0) or 0)
-    emit({"status": "ok", "result": result, "events": events})
+    response = {"status": "ok", "result": result, "events": events}
+    subs = int(knob(request, "subs", 0) or 0)
+    if subs:  # sub-spans plus junk entries the gateway must drop silently
+        response["ductile_stopwatch_subs"] = [{"name": f"stress.s{i}", "dur_ns": i} for i in range(subs)] + [
+            "junk", {"name": "no-duration"}]
+    emit(response)
     if exit_code:
         os._exit(exit_code)
     return None
