@@ -6,8 +6,10 @@ channel the enqueuing transaction NOTIFYs. Both are advice; workers still re-che
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable
@@ -23,10 +25,13 @@ log = logger("wakeup")
 
 
 def wake_directory() -> Path | None:
+    """A short per-database directory: AF_UNIX socket paths are limited to 108 bytes, so it cannot
+    live beside a deeply nested database file."""
     db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
-        return Path(f"{db['NAME']}.wake")
-    return None
+    if not db["ENGINE"].endswith("sqlite3"):
+        return None
+    digest = hashlib.blake2b(str(Path(str(db["NAME"])).resolve()).encode(), digest_size=8).hexdigest()
+    return Path(tempfile.gettempdir()) / f"ductile-{os.getuid()}-{digest}"
 
 
 def poke_local_workers() -> None:
@@ -66,6 +71,12 @@ class WakeListener:
         self._path: str | None = None
 
     def start(self) -> None:
+        try:
+            self._start()
+        except OSError as exc:  # wake-ups are advice: without them the bounded re-check still works
+            log.warning("wake-up listener unavailable (%s); relying on the database re-check", exc)
+
+    def _start(self) -> None:
         directory = wake_directory()
         if directory is not None:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -39,3 +39,25 @@ def runtime(config_dir: ConfigDir):
         raise RUNTIME.error
     yield RUNTIME
     RUNTIME._current, RUNTIME.error, RUNTIME.config_dir = previous
+
+
+@pytest.fixture
+def process_db(config_dir: ConfigDir):
+    """The database gateway subprocesses use: the config's SQLite file, or on the PostgreSQL run
+    a fresh database of its own on the same server."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        yield config_dir
+        return
+    import uuid
+
+    import psycopg
+
+    name = f"ductile_p_{uuid.uuid4().hex[:10]}"
+    base, _, _ = url.rpartition("/")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    config_dir.database_url = f"{base}/{name}"
+    yield config_dir
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -30,6 +30,8 @@ class ConfigDir:
         }
         self.routes: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}
+        # Set by the `process_db` fixture on the PostgreSQL run: subprocesses use this database.
+        self.database_url: str | None = None
 
     @property
     def db_path(self) -> Path:
@@ -55,9 +57,10 @@ class ConfigDir:
 
 
 def cli_env(config: ConfigDir, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DUCTILE_DB_PATH")}
-    if os.environ.get("DUCTILE_PROCESS_DATABASE_URL"):
-        env["DATABASE_URL"] = os.environ["DUCTILE_PROCESS_DATABASE_URL"]
+    drop = ("DATABASE_URL", "DUCTILE_DB_PATH", "DUCTILE_CONFIG_DIR", "DUCTILE_TEST_SQLITE_PATH")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    if config.database_url:
+        env["DATABASE_URL"] = config.database_url
     env.update(extra)
     env["PYTHONPATH"] = str(REPO)
     return env
@@ -94,3 +97,39 @@ def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05, what
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+_SNIPPET = """
+import json, sys
+from gateway.bootstrap import prepare_process
+prepare_process(sys.argv[1])
+import django
+django.setup()
+from gateway.database import ensure_schema
+ensure_schema()
+from ledger.models import Job, JobSpec, JobTransition
+action = sys.argv[2]
+if action == "enqueue":
+    specs = json.loads(sys.stdin.read())
+    ids = [Job.objects.enqueue(JobSpec(**spec), default_dedupe_ttl=86400).job_id for spec in specs]
+    print(json.dumps(ids))
+else:
+    rows = list(Job.objects.order_by("created_at").values("id", "plugin", "command", "status", "attempt",
+                                                           "claimed_by", "last_error", "max_attempts"))
+    for row in rows:
+        row["transitions"] = list(JobTransition.objects.filter(job_id=row["id"]).order_by("id").values_list(
+            "to_status", "reason"))
+    print(json.dumps(rows))
+"""
+
+
+def ledger(config: ConfigDir, action: str = "jobs", specs: list[dict[str, Any]] | None = None) -> Any:
+    """Enqueue into, or read, the database a config's gateway processes use (in a subprocess)."""
+    # The database named directly, so this works even while the config itself is broken.
+    database = config.database_url or f"sqlite:///{config.db_path}"
+    proc = subprocess.run(
+        [sys.executable, "-c", _SNIPPET, str(config.path), action], input=json.dumps(specs or []),
+        capture_output=True, text=True, timeout=60, env=cli_env(config, DATABASE_URL=database), cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
