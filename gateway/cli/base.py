@@ -65,7 +65,7 @@ class DuctileCommand(BaseCommand):
         except ConfigError as exc:
             self._fail(EXIT_CONFIG, f"configuration is invalid:\n{exc}", {"problems": [p.as_dict() for p in exc.problems]})
         except SchemaBehind as exc:
-            self._fail(EXIT_CONFIG, str(exc))
+            self._fail(EXIT_CONFIG, str(exc), None)
         return None
 
     def _fail(self, code: int, message: str, data: dict[str, Any] | None) -> None:

@@ -7,6 +7,10 @@ from collections.abc import Sequence
 from gateway.bootstrap import config_dir_from_argv, prepare_process
 
 
+# Django answers `version` itself with its own version; ours reports the gateway and protocol.
+ALIASES = {"version": "ductile_version"}
+
+
 def strip_config_dir(argv: Sequence[str]) -> list[str]:
     """`--config-dir` is applied before Django starts; Django's own commands never see it."""
     out: list[str] = []
@@ -29,7 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     prepare_process(config_dir_from_argv(argv[1:]))
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(strip_config_dir(argv))
+    args = strip_config_dir(argv)
+    if len(args) > 1 and args[1] in ALIASES:
+        args[1] = ALIASES[args[1]]
+    execute_from_command_line(args)
     return 0
 
 

@@ -1,0 +1,210 @@
+"""Shared helpers for the on-demand benchmarks in tests/bench/ (not a pytest module).
+
+Each benchmark builds a throw-away config directory (its own plugin root, its own SQLite file),
+runs the real `manage.py runworkers` as a subprocess, and cleans everything up afterwards.
+Nothing here touches the network: SQLite files, pipes and UNIX datagram sockets only.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = Path(__file__).resolve().parent
+PYTHON = sys.executable
+
+# The minimal POSIX-sh plugin of benchmark 1: reads its request, answers ok.
+NOP_SCRIPT = "#!/bin/sh\ncat >/dev/null; printf '{\"status\":\"ok\",\"result\":\"x\"}'\n"
+
+
+def manifest(name: str, entrypoint: str = "run.sh") -> dict[str, Any]:
+    return {
+        "manifest_spec": "ductile.plugin",
+        "manifest_version": 1,
+        "name": name,
+        "version": "1.0.0",
+        "protocol": 2,
+        "entrypoint": entrypoint,
+        "commands": [{"name": "poll", "type": "read"}],
+    }
+
+
+def write_plugin(root: Path, name: str, script: str) -> Path:
+    directory = root / name
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "manifest.yaml").write_text(yaml.safe_dump(manifest(name), sort_keys=False))
+    entry = directory / "run.sh"
+    entry.write_text(script)
+    entry.chmod(0o755)
+    return entry
+
+
+class BenchConfig:
+    """A config directory with one plugin root and one SQLite ledger, under a temp dir."""
+
+    def __init__(self, base: Path, plugins: dict[str, str], *, max_workers: int = 2, parallelism: int = 2):
+        self.base = base
+        self.path = base / "config"
+        self.path.mkdir(parents=True)
+        self.plugin_root = base / "plugins"
+        self.entrypoints = {name: write_plugin(self.plugin_root, name, script) for name, script in plugins.items()}
+        doc = {
+            "service": {"max_workers": max_workers, "lease_ttl": "60s"},
+            "plugin_roots": [str(self.plugin_root)],
+            "state": {"path": str(self.db_path)},
+            "plugins": {
+                name: {"config": {}, "parallelism": parallelism, "retry": {"max_attempts": 1}} for name in plugins
+            },
+            "routes": [],
+        }
+        (self.path / "config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    @property
+    def db_path(self) -> Path:
+        return self.base / "state" / "ductile.db"
+
+
+@contextlib.contextmanager
+def temp_dir(prefix: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=f"ductile-bench-{prefix}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment for gateway subprocesses: no inherited database or config location."""
+    drop = ("DATABASE_URL", "DUCTILE_DB_PATH", "DUCTILE_CONFIG_DIR", "DUCTILE_TEST_SQLITE_PATH",
+            "DJANGO_SETTINGS_MODULE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(BENCH)])
+    env.update(extra)
+    return env
+
+
+def manage(config: BenchConfig, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, str(REPO / "manage.py"), *args, "--config-dir", str(config.path)],
+        capture_output=True, text=True, timeout=timeout, env=clean_env(), cwd=REPO, check=True,
+    )
+
+
+def helper(config: BenchConfig, *args: str, timeout: float = 300, stdin: str | None = None) -> Any:
+    """Run tests/bench/_ledger_helper.py (Django set up on the config's database); its last stdout line is JSON."""
+    proc = subprocess.run(
+        [PYTHON, str(BENCH / "_ledger_helper.py"), str(config.path), *args], input=stdin,
+        capture_output=True, text=True, timeout=timeout, env=clean_env(), cwd=REPO,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"helper {args} failed ({proc.returncode}):\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def start_workers(config: BenchConfig, log_path: Path, *args: str, prefix: list[str] | None = None) -> subprocess.Popen[bytes]:
+    """`manage.py runworkers` as a subprocess; its JSON log lines go to a file (a pipe nobody reads would block)."""
+    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process by stop_process
+    proc = subprocess.Popen(
+        [*(prefix or [PYTHON]), str(REPO / "manage.py"), "runworkers", "--config-dir", str(config.path), *args],
+        stdout=log, stderr=subprocess.STDOUT, env=clean_env(), cwd=REPO, start_new_session=True,
+    )
+    proc._bench_log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 20) -> int:
+    """SIGTERM (the daemon drains), then SIGKILL of the process group if it does not exit."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = getattr(proc, "_bench_log", None)
+    if log is not None:
+        log.close()
+    return proc.returncode
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def sqlite_query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """A short read-only look at a ledger (WAL: never blocks the daemon's writer)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def parse_ts(text: str) -> float:
+    """A Django DateTimeField value as stored by SQLite (UTC, naive text) -> epoch seconds."""
+    value = dt.datetime.fromisoformat(text)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value.timestamp()
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile (no interpolation): p99 of 200 samples is the 198th smallest."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, -(-len(ordered) * pct // 100))  # ceil
+    return ordered[int(rank) - 1]
+
+
+def machine() -> dict[str, Any]:
+    cpu_model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    mem_kb = 0
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    sqlite_version = sqlite3.sqlite_version
+    return {
+        "cpu_model": cpu_model,
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kb / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "sqlite": sqlite_version,
+        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"),
+    }
+
+
+def emit(result: dict[str, Any], out: str | None) -> None:
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")

@@ -1,0 +1,63 @@
+"""Producer side of the benchmarks: Django set up on a config's ledger, as any enqueuing process is.
+
+    python tests/bench/_ledger_helper.py CONFIG_DIR enqueue N PLUGIN
+    python tests/bench/_ledger_helper.py CONFIG_DIR trickle N INTERVAL_MS PLUGIN
+
+Prints one JSON line. `trickle` records, per job, the wall-clock time (time.time_ns) of the
+enqueuing transaction's commit: the first on_commit callback of the outermost transaction runs
+right after COMMIT returns and before the gateway's own callback that pokes the idle workers.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from gateway.bootstrap import prepare_process
+
+prepare_process(sys.argv[1])
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import transaction  # noqa: E402
+
+from gateway.database import ensure_schema  # noqa: E402
+from ledger.models import Job, JobSpec  # noqa: E402
+
+
+def enqueue(count: int, plugin: str) -> dict[str, object]:
+    started = time.perf_counter()
+    for _ in range(count):
+        Job.objects.enqueue(JobSpec(plugin=plugin, command="poll", submitted_by="bench"), default_dedupe_ttl=86400)
+    return {"enqueued": count, "seconds": time.perf_counter() - started}
+
+
+def trickle(count: int, interval_ms: float, plugin: str) -> dict[str, object]:
+    rows = []
+    next_at = time.monotonic()
+    for _ in range(count):
+        stamp: list[int] = []
+        with transaction.atomic():
+            # Registered before enqueue's own on_commit (the wake-up poke), so it runs first.
+            transaction.on_commit(lambda: stamp.append(time.time_ns()))
+            result = Job.objects.enqueue(
+                JobSpec(plugin=plugin, command="poll", submitted_by="bench"), default_dedupe_ttl=86400
+            )
+        rows.append([result.job_id, stamp[0]])
+        next_at += interval_ms / 1000
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    return {"jobs": rows}
+
+
+if __name__ == "__main__":
+    ensure_schema()
+    action = sys.argv[2]
+    if action == "enqueue":
+        out = enqueue(int(sys.argv[3]), sys.argv[4])
+    elif action == "trickle":
+        out = trickle(int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])
+    else:
+        raise SystemExit(f"unknown action {action!r}")
+    print(json.dumps(out))

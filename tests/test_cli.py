@@ -1,0 +1,160 @@
+"""The NOUN ACTION CLI as an agent drives it: `--json`, exit codes that mean something, errors that
+say where. Each test runs the real command in a subprocess against its own config directory."""
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from tests.support import ductile, ductile_json, ledger
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cfg(config_dir):
+    config_dir.write()
+    return config_dir
+
+
+def test_first_command_creates_and_migrates_a_fresh_database(cfg):
+    assert not cfg.db_path.exists()
+    code, status = ductile_json(cfg, "system", "status")
+    assert code == 0 and status["status"] == "ok" and cfg.db_path.exists()
+    assert status["plugins_loaded"] == 4 and status["queue_depth"] == 0
+    with sqlite3.connect(cfg.db_path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        # The spec's operator queries run unchanged.
+        db.execute("SELECT status, COUNT(*) FROM job_queue GROUP BY status").fetchall()
+        db.execute("SELECT plugin, command, started_at FROM job_queue WHERE status = 'running' "
+                   "AND started_at < datetime('now', '-1 hour')").fetchall()
+        db.execute("SELECT seq, created_at, fact_type, job_id, command, fact_json FROM plugin_facts "
+                   "WHERE plugin_name = 'file_watch' ORDER BY CASE WHEN seq IS NULL THEN 1 ELSE 0 END ASC, "
+                   "seq DESC, created_at DESC LIMIT 20").fetchall()
+        db.execute("SELECT job_id, plugin, attempt, dur_ns, status FROM job_stopwatch ORDER BY id DESC LIMIT 20")
+
+
+def test_database_behind_the_code_is_refused_with_the_command_that_migrates_it(cfg):
+    assert ductile(cfg, "system", "status").returncode == 0
+    with sqlite3.connect(cfg.db_path) as db:
+        db.execute("DELETE FROM django_migrations WHERE app = 'ledger'")
+    proc = ductile(cfg, "system", "status")
+    assert proc.returncode == 78
+    assert "behind this version" in proc.stderr and "ductile migrate --config-dir" in proc.stderr
+
+
+def test_config_dir_from_environment(cfg):
+    proc = ductile(cfg, "plugin", "list", "--json")
+    assert proc.returncode == 0
+    import subprocess
+    import sys
+
+    from tests.support import REPO, cli_env
+
+    env = cli_env(cfg, DUCTILE_CONFIG_DIR=str(cfg.path))
+    out = subprocess.run([sys.executable, str(REPO / "manage.py"), "plugin", "list", "--json"], capture_output=True,
+                         text=True, env=env, cwd=REPO, timeout=60)
+    assert out.returncode == 0 and json.loads(out.stdout)["plugins"]
+
+
+def test_invalid_config_exits_78_naming_file_line_and_key(cfg):
+    (cfg.path / "config.yaml").write_text(
+        (cfg.path / "config.yaml").read_text().replace("max_workers: 2", "max_workers: two")
+    )
+    proc = ductile(cfg, "plugin", "list")
+    assert proc.returncode == 78
+    assert "config.yaml:2" in proc.stderr and "service.max_workers" in proc.stderr
+    code, body = ductile_json(cfg, "plugin", "list")
+    assert code == 78 and body["problems"][0]["key"] == "service.max_workers"
+
+
+def test_plugin_list_json_shows_loaded_skipped_and_unconfigured(cfg):
+    cfg.plugins["broken"] = {"uses": "sys_exec", "config": {}}  # missing required `command`
+    cfg.write()
+    code, body = ductile_json(cfg, "plugin", "list")
+    assert code == 0
+    assert {p["name"] for p in body["plugins"]} == {"echo", "stress", "probe", "py-greet"}
+    assert body["skipped"][0]["name"] == "broken" and "command" in body["skipped"][0]["reason"]
+    echo = next(p for p in body["plugins"] if p["name"] == "echo")
+    assert echo["commands"] == ["poll", "handle", "health"] and echo["state"] == "enabled"
+
+
+def test_plugin_run_prints_result_and_exit_code_follows_the_job(cfg):
+    code, body = ductile_json(cfg, "plugin", "run", "echo", "--payload", '{"message": "agent"}')
+    assert code == 0 and body["status"] == "succeeded" and body["result"]["result"] == "Echoed: agent"
+    code, body = ductile_json(cfg, "plugin", "run", "stress", "--payload", '{"mode": "retry_false"}')
+    assert code == 1 and body["status"] == "failed" and body["error"] == "permanent input error"
+
+
+def test_plugin_run_usage_errors_exit_2(cfg):
+    assert ductile(cfg, "plugin", "run", "nope").returncode == 2
+    assert ductile(cfg, "plugin", "run", "echo", "--command", "nope").returncode == 2
+    proc = ductile(cfg, "plugin", "run", "echo", "--payload", "{not json")
+    assert proc.returncode == 2 and "--payload is not valid JSON" in proc.stderr
+    assert ductile(cfg, "plugin", "frobnicate").returncode == 2
+
+
+def test_plugin_run_payload_file_and_dedupe(cfg, tmp_path):
+    payload = tmp_path / "p.json"
+    payload.write_text('{"message": "from file"}')
+    code, first = ductile_json(cfg, "plugin", "run", "echo", "--payload-file", str(payload), "--dedupe-key", "d1")
+    assert code == 0 and first["result"]["result"] == "Echoed: from file"
+    code, again = ductile_json(cfg, "plugin", "run", "echo", "--dedupe-key", "d1")
+    assert code == 0 and again["deduplicated"] is True and again["job_id"] == first["job_id"]
+
+
+def test_plugin_run_no_wait_leaves_the_job_queued(cfg):
+    code, body = ductile_json(cfg, "plugin", "run", "echo", "--no-wait")
+    assert code == 0 and body["status"] == "queued"
+    assert [j["status"] for j in ledger(cfg)] == ["queued"]
+
+
+def test_job_inspect_shows_transitions_attempts_and_children(cfg):
+    cfg.routes = [{"from": "echo", "event_type": "echo.poll", "to": "probe"}]
+    cfg.write()
+    _, run = ductile_json(cfg, "plugin", "run", "echo")
+    code, job = ductile_json(cfg, "job", "inspect", run["job_id"])
+    assert code == 0
+    assert [t["to"] for t in job["transitions"]] == ["queued", "running", "succeeded"]
+    assert job["attempts"][0]["result"]["result"] == "Echoed: hi"
+    assert job["children"][0]["plugin"] == "probe" and job["children"][0]["status"] == "queued"
+    assert job["stopwatch"][0]["status"] == "ok"
+    code, child = ductile_json(cfg, "job", "inspect", job["children"][0]["job_id"])
+    assert child["parent"]["job_id"] == run["job_id"]
+    text = ductile(cfg, "job", "inspect", run["job_id"]).stdout
+    assert "queued -> running" in text and "child:" in text
+    assert ductile(cfg, "job", "inspect", "no-such-id").returncode == 1
+
+
+def test_job_logs_filters(cfg):
+    ductile(cfg, "plugin", "run", "echo")
+    ductile(cfg, "plugin", "run", "stress", "--payload", '{"mode": "retry_false"}')
+    code, body = ductile_json(cfg, "job", "logs", "--status", "error")
+    assert code == 0 and body["total"] == 1 and body["logs"][0]["plugin"] == "stress"
+    assert "result" not in body["logs"][0]
+    _, found = ductile_json(cfg, "job", "logs", "--query", "permanent input", "--include-result")
+    assert found["total"] == 1 and found["logs"][0]["result"]["error"] == "permanent input error"
+    _, by_plugin = ductile_json(cfg, "job", "logs", "--plugin", "echo", "--from", "2000-01-01T00:00:00Z")
+    assert by_plugin["total"] == 1
+    assert ductile(cfg, "job", "logs", "--from", "yesterday").returncode == 2
+    assert ductile(cfg, "job", "logs", "--limit", "500").returncode == 2
+    assert ductile(cfg, "job", "logs", "--status", "weird").returncode == 2
+
+
+def test_version_json(cfg):
+    code, body = ductile_json(cfg, "version")
+    assert code == 0 and body["protocol"] == 2
+
+
+def test_ductile_console_script_runs_the_same_commands(cfg):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.support import cli_env
+
+    exe = Path(sys.executable).parent / "ductile"  # installed by `pip install -e .` (scripts/test)
+    out = subprocess.run([str(exe), "version", "--json", "--config-dir", str(cfg.path)], capture_output=True, text=True,
+                         env=cli_env(cfg), timeout=60)
+    assert out.returncode == 0 and json.loads(out.stdout)["protocol"] == 2
