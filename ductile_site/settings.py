@@ -4,6 +4,7 @@ The gateway's own config directory is loaded by `gateway.bootstrap` before Djang
 exports the database location as `DUCTILE_DB_PATH` (from the config's `state.path`) unless the
 operator set `DATABASE_URL`, which always wins.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,7 +76,7 @@ def _database() -> dict[str, Any]:
     if not url:
         path = os.environ.get("DUCTILE_DB_PATH") or str(Path("~/.config/ductile/ductile.db").expanduser())
         url = f"sqlite:///{path}"
-    db: dict[str, Any] = dj_database_url.parse(url, conn_max_age=None)
+    db: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=None))
     if db["ENGINE"] == "django.db.backends.sqlite3":
         db.setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
         db["TEST"] = {"NAME": os.environ.get("DUCTILE_TEST_SQLITE_PATH") or None}

@@ -1,4 +1,5 @@
 """WSGI entry point: loads the gateway config (and so the database location) before Django."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Process start-up, before Django: find the config directory, load it once, and tell the
 settings where the database is (the config's `state.path`, unless DATABASE_URL is set)."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ def config_dir_from_argv(argv: Sequence[str]) -> str | None:
             return argv[index + 1]
         for flag in ("--config-dir=", "--config="):
             if arg.startswith(flag):
-                return arg[len(flag):]
+                return arg[len(flag) :]
     return None
 
 

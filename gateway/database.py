@@ -1,5 +1,6 @@
 """Opening the ledger: a fresh database is migrated on first start; one behind the code is
 refused with the command that migrates it (spec "Plugin Facts" §8, "Migrations & schema")."""
+
 from __future__ import annotations
 
 import os

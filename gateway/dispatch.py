@@ -1,4 +1,5 @@
 """Running one claimed job: preflight, spawn, judge, and record the outcome in one transaction."""
+
 from __future__ import annotations
 
 import time
@@ -43,9 +44,14 @@ class Executor:
         timeout = instance.config.timeout_for(job.command)
         now = timezone.now()
         request = build_request(
-            job_id=job.id, command=job.command, config=thaw(instance.config.config),
-            state=PluginState.current(instance.name), context=self._context(job, instance),
-            event=dict(job.event or {}), deadline_at=iso(now + timedelta(seconds=timeout)), instance=instance.name,
+            job_id=job.id,
+            command=job.command,
+            config=thaw(instance.config.config),
+            state=PluginState.current(instance.name),
+            context=self._context(job, instance),
+            event=dict(job.event or {}),
+            deadline_at=iso(now + timedelta(seconds=timeout)),
+            instance=instance.name,
         )
         env = plugin_environment(runtime.config.service.plugin_env_passthrough)
         runtime_pre_ns = time.perf_counter_ns() - pre_started
@@ -55,11 +61,17 @@ class Executor:
         for warning in verdict.warnings:
             log.warning(warning, extra={"plugin": job.plugin, "job_id": job.id})
         if run.stderr:
-            log.warning("plugin stderr: %s", run.stderr[:2000].decode("utf-8", "replace").rstrip(),
-                        extra={"plugin": job.plugin, "job_id": job.id})
+            log.warning(
+                "plugin stderr: %s",
+                run.stderr[:2000].decode("utf-8", "replace").rstrip(),
+                extra={"plugin": job.plugin, "job_id": job.id},
+            )
         outcome = AttemptOutcome(
-            status=verdict.status, error=verdict.error, retryable=verdict.retryable,
-            response_text=verdict.response_text, stderr=run.stderr.decode("utf-8", "replace"),
+            status=verdict.status,
+            error=verdict.error,
+            retryable=verdict.retryable,
+            response_text=verdict.response_text,
+            stderr=run.stderr.decode("utf-8", "replace"),
             backoff_base=instance.config.retry.backoff_base,
         )
         if verdict.status == JobStatus.SUCCEEDED:
@@ -68,9 +80,14 @@ class Executor:
                 rule = instance.manifest.fact_rule(job.command)
                 outcome.state_write = (instance.name, rule.fact_type if rule else None, verdict.state_updates)
         outcome.stopwatch = {
-            "command": job.command, "enter_wall_ns": run.enter_wall_ns, "exit_wall_ns": run.exit_wall_ns,
-            "dur_ns": run.dur_ns, "runtime_pre_ns": runtime_pre_ns, "status": verdict.stopwatch_status,
-            "subs_json": verdict.subs, "runtime_post_ns": time.perf_counter_ns() - post_started,
+            "command": job.command,
+            "enter_wall_ns": run.enter_wall_ns,
+            "exit_wall_ns": run.exit_wall_ns,
+            "dur_ns": run.dur_ns,
+            "runtime_pre_ns": runtime_pre_ns,
+            "status": verdict.stopwatch_status,
+            "subs_json": verdict.subs,
+            "runtime_post_ns": time.perf_counter_ns() - post_started,
         }
         self._record(job, outcome, runtime)
 
@@ -88,7 +105,9 @@ class Executor:
     def _context(self, job: Job, instance: PluginInstance) -> dict[str, Any]:
         context: dict[str, Any] = {}
         if job.event_context_id:
-            row = EventContext.objects.filter(pk=job.event_context_id).values_list("accumulated_json", flat=True).first()
+            row = (
+                EventContext.objects.filter(pk=job.event_context_id).values_list("accumulated_json", flat=True).first()
+            )
             if isinstance(row, dict):
                 context.update(row)
         context["ductile_plugin"] = instance.name
@@ -105,15 +124,22 @@ class Executor:
             target = runtime.registry.instances.get(dispatch.plugin)
             children.append(
                 JobSpec(
-                    plugin=dispatch.plugin, command=dispatch.command, submitted_by="route",
-                    payload=dispatch.event["payload"], event=dispatch.event, dedupe_key=dispatch.dedupe_key,
+                    plugin=dispatch.plugin,
+                    command=dispatch.command,
+                    submitted_by="route",
+                    payload=dispatch.event["payload"],
+                    event=dispatch.event,
+                    dedupe_key=dispatch.dedupe_key,
                     max_attempts=target.config.retry.max_attempts if target else 1,
-                    parent_job_id=job.id, source_event_id=dispatch.event["event_id"],
+                    parent_job_id=job.id,
+                    source_event_id=dispatch.event["event_id"],
                     event_context_id=job.event_context_id,
                 )
             )
         if not dispatches and verdict.events:
-            log.debug("no route matched %d event(s)", len(verdict.events), extra={"plugin": job.plugin, "job_id": job.id})
+            log.debug(
+                "no route matched %d event(s)", len(verdict.events), extra={"plugin": job.plugin, "job_id": job.id}
+            )
         return children
 
     def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
@@ -126,15 +152,24 @@ class Executor:
             return
         level = "info" if job.status == JobStatus.SUCCEEDED else "warning"
         getattr(log, level)(
-            "job %s: %s%s", job.status, job.command, f" ({outcome.error})" if outcome.error else "",
+            "job %s: %s%s",
+            job.status,
+            job.command,
+            f" ({outcome.error})" if outcome.error else "",
             extra={"plugin": job.plugin, "job_id": job.id},
         )
         for child in outcome.children:
-            log.info("routed %s to %s.%s", child.event and child.event.get("type"), child.plugin, child.command,
-                     extra={"plugin": job.plugin, "job_id": job.id})
+            log.info(
+                "routed %s to %s.%s",
+                child.event and child.event.get("type"),
+                child.plugin,
+                child.command,
+                extra={"plugin": job.plugin, "job_id": job.id},
+            )
         if job.command == "init" and job.submitted_by == "system":
             healthy = outcome.status == JobStatus.SUCCEEDED
             PluginInstanceRecord.objects.filter(name=job.plugin).update(
                 health=PluginHealth.HEALTHY if healthy else PluginHealth.UNHEALTHY,
-                last_error=None if healthy else outcome.error, updated_at=timezone.now(),
+                last_error=None if healthy else outcome.error,
+                updated_at=timezone.now(),
             )

@@ -1,4 +1,5 @@
 """JSON log lines on stdout: timestamp, level, component, plugin, job_id, message (spec §11.4)."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ _EXTRA_KEYS = ("plugin", "job_id", "worker", "command", "dedupe_key", "existing_
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace(
-                "+00:00", "Z"
-            ),
+            "timestamp": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "component": getattr(record, "component", record.name.removeprefix("ductile.")),
             "message": record.getMessage(),

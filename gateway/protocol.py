@@ -4,6 +4,7 @@ Strict about meaning, lenient about form: stdout is one JSON document in any lay
 top-level keys are ignored; `ok` needs `result` and `error` needs `error`; anything else is a
 protocol error that fails the job with stdout and stderr kept.
 """
+
 from __future__ import annotations
 
 import errno
@@ -36,8 +37,17 @@ class Verdict:
         return {"succeeded": "ok", "timed_out": "timeout"}.get(self.status, "err")
 
 
-def build_request(*, job_id: str, command: str, config: dict[str, Any], state: dict[str, Any],
-                  context: dict[str, Any], event: dict[str, Any], deadline_at: str, instance: str) -> bytes:
+def build_request(
+    *,
+    job_id: str,
+    command: str,
+    config: dict[str, Any],
+    state: dict[str, Any],
+    context: dict[str, Any],
+    event: dict[str, Any],
+    deadline_at: str,
+    instance: str,
+) -> bytes:
     """`config`, `state` and `context` are always objects, never null: real plugins crash on null."""
     return json.dumps(
         {
@@ -65,32 +75,49 @@ def judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
         warnings.append(f"stderr exceeded {STDERR_CAP // 1024} KiB and was truncated")
     if run.timed_out:
         return Verdict(
-            "timed_out", f"timed out after {timeout:g}s: SIGTERM to the process group, SIGKILL after the grace period",
-            response_text=kept, warnings=warnings,
+            "timed_out",
+            f"timed out after {timeout:g}s: SIGTERM to the process group, SIGKILL after the grace period",
+            response_text=kept,
+            warnings=warnings,
         )
     if run.stdout_overflow:
         return Verdict(
-            "failed", f"stdout exceeded the {STDOUT_CAP // (1024 * 1024)} MiB cap; the plugin was stopped and the "
-            "first 10 MiB are kept", response_text=kept, warnings=warnings,
+            "failed",
+            f"stdout exceeded the {STDOUT_CAP // (1024 * 1024)} MiB cap; the plugin was stopped and the "
+            "first 10 MiB are kept",
+            response_text=kept,
+            warnings=warnings,
         )
     permanent = run.exit_code == EX_CONFIG
     exit_note = f" (exit code {run.exit_code})"
     response, problem = _parse(stdout_text)
     if problem is not None:
         return Verdict(
-            "failed", f"protocol error: {problem}{exit_note}", retryable=not permanent, response_text=kept,
+            "failed",
+            f"protocol error: {problem}{exit_note}",
+            retryable=not permanent,
+            response_text=kept,
             warnings=warnings,
         )
     assert response is not None
     if response["status"] == "error":
         retry_flag = response.get("retry", True) is not False
         return Verdict(
-            "failed", str(response["error"]), retryable=retry_flag and not permanent, response_text=kept,
-            warnings=warnings, subs=_subs(response, max_subs, warnings),
+            "failed",
+            str(response["error"]),
+            retryable=retry_flag and not permanent,
+            response_text=kept,
+            warnings=warnings,
+            subs=_subs(response, max_subs, warnings),
         )
     if permanent:
-        return Verdict("failed", f"plugin exited {EX_CONFIG} (EX_CONFIG): permanent configuration failure",
-                       retryable=False, response_text=kept, warnings=warnings)
+        return Verdict(
+            "failed",
+            f"plugin exited {EX_CONFIG} (EX_CONFIG): permanent configuration failure",
+            retryable=False,
+            response_text=kept,
+            warnings=warnings,
+        )
     if run.exit_code:
         warnings.append(f"plugin answered ok but exited {run.exit_code}")
     events = []
@@ -105,11 +132,20 @@ def judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
         warnings.append("state_updates is not an object and was ignored")
         state_updates = None
     if state_updates is not None and len(json.dumps(state_updates)) > STATE_SIZE_LIMIT:
-        return Verdict("failed", "state_updates snapshot exceeds the 1 MB limit; the update was rejected",
-                       retryable=False, response_text=kept, warnings=warnings)
+        return Verdict(
+            "failed",
+            "state_updates snapshot exceeds the 1 MB limit; the update was rejected",
+            retryable=False,
+            response_text=kept,
+            warnings=warnings,
+        )
     return Verdict(
-        "succeeded", response_text=kept, events=events, state_updates=state_updates,
-        subs=_subs(response, max_subs, warnings), warnings=warnings,
+        "succeeded",
+        response_text=kept,
+        events=events,
+        state_updates=state_updates,
+        subs=_subs(response, max_subs, warnings),
+        warnings=warnings,
     )
 
 
@@ -139,7 +175,9 @@ def _subs(response: dict[str, Any], max_subs: int, warnings: list[str]) -> list[
     raw = response.get("ductile_stopwatch_subs")
     if not isinstance(raw, list):
         return []
-    subs = [s for s in raw if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("dur_ns"), int)]
+    subs = [
+        s for s in raw if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("dur_ns"), int)
+    ]
     if len(subs) > max_subs:
         warnings.append(f"{len(subs)} stopwatch sub-spans; kept the first {max_subs}")
     return subs[:max_subs]

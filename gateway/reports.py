@@ -1,8 +1,9 @@
 """Read models for the CLI and the API: jobs, attempts, trees and queue status as plain dicts."""
+
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, Q
@@ -28,9 +29,7 @@ def parse_response(text: str | None) -> Any:
 def normalise_status(value: str) -> str:
     status = STATUS_ALIASES.get(value, value)
     if status not in JobStatus.values:
-        raise ValueError(
-            f"unknown status {value!r}; use one of {', '.join(JobStatus.values)} or pending, ok, error"
-        )
+        raise ValueError(f"unknown status {value!r}; use one of {', '.join(JobStatus.values)} or pending, ok, error")
     return str(status)
 
 
@@ -92,18 +91,36 @@ def job_detail(job: Job) -> dict[str, Any]:
         "lease_until": ts(job.lease_until),
         "result": latest_result(job),
         "transitions": [
-            {"from": t.from_status, "to": t.to_status, "reason": t.reason, "worker": t.worker, "attempt": t.attempt,
-             "at": ts(t.created_at)}
+            {
+                "from": t.from_status,
+                "to": t.to_status,
+                "reason": t.reason,
+                "worker": t.worker,
+                "attempt": t.attempt,
+                "at": ts(t.created_at),
+            }
             for t in JobTransition.objects.filter(job_id=job.id).order_by("id")
         ],
         "attempts": [log_entry(row) for row in JobLog.objects.filter(job_id=job.id).order_by("completed_at")],
         "stopwatch": [
-            {"attempt": s.attempt, "dur_ns": s.dur_ns, "runtime_pre_ns": s.runtime_pre_ns,
-             "runtime_post_ns": s.runtime_post_ns, "status": s.status, "subs": s.subs_json}
+            {
+                "attempt": s.attempt,
+                "dur_ns": s.dur_ns,
+                "runtime_pre_ns": s.runtime_pre_ns,
+                "runtime_post_ns": s.runtime_post_ns,
+                "status": s.status,
+                "subs": s.subs_json,
+            }
             for s in JobStopwatch.objects.filter(job_id=job.id).order_by("id")
         ],
-        "context": {"id": context.id, "pipeline": context.pipeline_name, "step": context.step_id,
-                    "baggage": context.accumulated_json} if context else None,
+        "context": {
+            "id": context.id,
+            "pipeline": context.pipeline_name,
+            "step": context.step_id,
+            "baggage": context.accumulated_json,
+        }
+        if context
+        else None,
         "parent": job_summary(parent) if parent else None,
         "children": [job_summary(c) for c in Job.objects.filter(parent_job_id=job.id).order_by("created_at")],
     }
@@ -112,15 +129,22 @@ def job_detail(job: Job) -> dict[str, Any]:
 def queue_status(now: datetime | None = None, lease_ttl: float = 60.0) -> dict[str, Any]:
     now = now or timezone.now()
     counts = dict(Job.objects.values_list("status").annotate(n=Count("id")).order_by())
-    fresh = now - timezone.timedelta(seconds=lease_ttl)
+    fresh = now - timedelta(seconds=lease_ttl)
     workers = WorkerInstance.objects.alive().filter(heartbeat_at__gte=fresh).order_by("started_at")
     return {
         "queue": {status: counts.get(status, 0) for status in JobStatus.values},
         "queue_depth": counts.get(JobStatus.QUEUED, 0),
         "retry_waiting": Job.objects.queued().filter(Q(next_retry_at__gt=now)).count(),
         "workers": [
-            {"id": w.id, "hostname": w.hostname, "pid": w.pid, "threads": w.threads, "plugins": w.plugins or "*",
-             "started_at": ts(w.started_at), "heartbeat_at": ts(w.heartbeat_at)}
+            {
+                "id": w.id,
+                "hostname": w.hostname,
+                "pid": w.pid,
+                "threads": w.threads,
+                "plugins": w.plugins or "*",
+                "started_at": ts(w.started_at),
+                "heartbeat_at": ts(w.heartbeat_at),
+            }
             for w in workers
         ],
     }

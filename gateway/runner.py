@@ -4,6 +4,7 @@ The plugin gets its own process group and a clean environment; a timeout sends S
 whole group, waits out the grace period, then SIGKILLs the group, so grandchildren that trap
 TERM die too. stdout is capped at 10 MiB (the prefix is kept), stderr at 64 KiB.
 """
+
 from __future__ import annotations
 
 import errno
@@ -59,15 +60,26 @@ def plugin_environment(passthrough: Iterable[str] = (), source: Mapping[str, str
 
 
 def run_plugin(
-    entrypoint: Path, request: bytes, *, timeout: float, env: Mapping[str, str], cwd: Path | None = None,
+    entrypoint: Path,
+    request: bytes,
+    *,
+    timeout: float,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
     grace: float = KILL_GRACE,
 ) -> RunResult:
     result = RunResult(enter_wall_ns=time.time_ns())
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
-            [str(entrypoint)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=dict(env), cwd=cwd, start_new_session=True, close_fds=True,
+            [str(entrypoint)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
         )
     except OSError as exc:
         result.spawn_error = f"cannot start {entrypoint}: {exc.strerror or exc}"
@@ -87,8 +99,9 @@ def run_plugin(
 class _Exchange:
     """Feeds stdin and drains stdout/stderr without deadlock, enforcing the caps and the deadline."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], request: bytes, result: RunResult, *, deadline: float,
-                 grace: float):
+    def __init__(
+        self, proc: subprocess.Popen[bytes], request: bytes, result: RunResult, *, deadline: float, grace: float
+    ):
         self.proc, self.result, self.deadline, self.grace = proc, result, deadline, grace
         self.request = memoryview(request)
         self.out = bytearray()

@@ -1,5 +1,6 @@
 """The gateway's loaded state: config, plugin registry and routing table, as one immutable
 snapshot. A reload builds a new snapshot and swaps it in whole, or keeps the old one."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ Same host: each `runworkers` binds a UNIX datagram socket in a directory beside 
 an enqueuing process sends one byte to each after commit. PostgreSQL (any node): LISTEN on the
 channel the enqueuing transaction NOTIFYs. Both are advice; workers still re-check the database.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -130,8 +131,13 @@ class WakeListener:
 
 def _pg_params() -> dict[str, Any]:
     db = settings.DATABASES["default"]
-    params = {"dbname": db["NAME"], "user": db.get("USER") or None, "password": db.get("PASSWORD") or None,
-              "host": db.get("HOST") or None, "port": db.get("PORT") or None}
+    params = {
+        "dbname": db["NAME"],
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+        "host": db.get("HOST") or None,
+        "port": db.get("PORT") or None,
+    }
     return {k: v for k, v in params.items() if v}
 
 

@@ -1,4 +1,5 @@
 """A read-only audit console over every ledger table."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Job states and the transitions the spec allows (000 §3.3). Anything else is refused."""
+
 from __future__ import annotations
 
 from django.db import models

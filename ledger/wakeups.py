@@ -4,6 +4,7 @@ Correctness never depends on them: workers re-check the database on a short boun
 PostgreSQL gets a NOTIFY inside the enqueuing transaction (delivered at commit, to every node);
 in-process and same-host listeners are called after commit.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -4,6 +4,7 @@ Spec 000 §7 (routes: fan-out, exact match on event type, no match is not an err
 (the core injects `source`, `timestamp` and `event_id` into each event). Pipelines compile into
 the same table in their own issue; this module is the seam.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,8 +70,9 @@ def stamp_event(raw: Mapping[str, Any], *, source: str, timestamp: str, event_id
     return event
 
 
-def route(table: RoutingTable, source: str, events: Iterable[Mapping[str, Any]],
-          new_id: Callable[[], str], timestamp: str) -> tuple[list[dict[str, Any]], list[Dispatch]]:
+def route(
+    table: RoutingTable, source: str, events: Iterable[Mapping[str, Any]], new_id: Callable[[], str], timestamp: str
+) -> tuple[list[dict[str, Any]], list[Dispatch]]:
     """Stamp `events` emitted by plugin `source` and fan each out to every matching route."""
     stamped: list[dict[str, Any]] = []
     dispatches: list[Dispatch] = []

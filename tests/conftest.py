@@ -3,6 +3,7 @@
 The database is chosen before Django starts: DATABASE_URL (PostgreSQL in CI's second run), else
 a SQLite file under a temporary directory so threads and subprocesses share it.
 """
+
 from __future__ import annotations
 
 import os

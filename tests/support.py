@@ -1,4 +1,5 @@
 """Test helpers: config directories, CLI subprocesses and waiting on the ledger."""
+
 from __future__ import annotations
 
 import json
@@ -70,7 +71,11 @@ def ductile(config: ConfigDir, *args: str, timeout: float = 60, **env: str) -> s
     """Run the `ductile` CLI in a subprocess, as a user would."""
     return subprocess.run(
         [sys.executable, str(REPO / "manage.py"), *args, "--config-dir", str(config.path)],
-        capture_output=True, text=True, timeout=timeout, env=cli_env(config, **env), cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(config, **env),
+        cwd=REPO,
     )
 
 
@@ -85,7 +90,11 @@ def ductile_json(config: ConfigDir, *args: str, **kw: Any) -> tuple[int, Any]:
 def start_workers(config: ConfigDir, *args: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(REPO / "manage.py"), "runworkers", "--config-dir", str(config.path), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(config, **env), cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_env(config, **env),
+        cwd=REPO,
     )
 
 
@@ -128,8 +137,13 @@ def ledger(config: ConfigDir, action: str = "jobs", specs: list[dict[str, Any]] 
     # The database named directly, so this works even while the config itself is broken.
     database = config.database_url or f"sqlite:///{config.db_path}"
     proc = subprocess.run(
-        [sys.executable, "-c", _SNIPPET, str(config.path), action], input=json.dumps(specs or []),
-        capture_output=True, text=True, timeout=60, env=cli_env(config, DATABASE_URL=database), cwd=REPO,
+        [sys.executable, "-c", _SNIPPET, str(config.path), action],
+        input=json.dumps(specs or []),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(config, DATABASE_URL=database),
+        cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,5 +1,6 @@
 """The NOUN ACTION CLI as an agent drives it: `--json`, exit codes that mean something, errors that
 say where. Each test runs the real command in a subprocess against its own config directory."""
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,15 @@ def test_first_command_creates_and_migrates_a_fresh_database(cfg):
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         # The spec's operator queries run unchanged.
         db.execute("SELECT status, COUNT(*) FROM job_queue GROUP BY status").fetchall()
-        db.execute("SELECT plugin, command, started_at FROM job_queue WHERE status = 'running' "
-                   "AND started_at < datetime('now', '-1 hour')").fetchall()
-        db.execute("SELECT seq, created_at, fact_type, job_id, command, fact_json FROM plugin_facts "
-                   "WHERE plugin_name = 'file_watch' ORDER BY CASE WHEN seq IS NULL THEN 1 ELSE 0 END ASC, "
-                   "seq DESC, created_at DESC LIMIT 20").fetchall()
+        db.execute(
+            "SELECT plugin, command, started_at FROM job_queue WHERE status = 'running' "
+            "AND started_at < datetime('now', '-1 hour')"
+        ).fetchall()
+        db.execute(
+            "SELECT seq, created_at, fact_type, job_id, command, fact_json FROM plugin_facts "
+            "WHERE plugin_name = 'file_watch' ORDER BY CASE WHEN seq IS NULL THEN 1 ELSE 0 END ASC, "
+            "seq DESC, created_at DESC LIMIT 20"
+        ).fetchall()
         db.execute("SELECT job_id, plugin, attempt, dur_ns, status FROM job_stopwatch ORDER BY id DESC LIMIT 20")
 
 
@@ -53,8 +58,14 @@ def test_config_dir_from_environment(cfg):
     from tests.support import REPO, cli_env
 
     env = cli_env(cfg, DUCTILE_CONFIG_DIR=str(cfg.path))
-    out = subprocess.run([sys.executable, str(REPO / "manage.py"), "plugin", "list", "--json"], capture_output=True,
-                         text=True, env=env, cwd=REPO, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "plugin", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert out.returncode == 0 and json.loads(out.stdout)["plugins"]
 
 
@@ -155,6 +166,11 @@ def test_ductile_console_script_runs_the_same_commands(cfg):
     from tests.support import cli_env
 
     exe = Path(sys.executable).parent / "ductile"  # installed by `pip install -e .` (scripts/test)
-    out = subprocess.run([str(exe), "version", "--json", "--config-dir", str(cfg.path)], capture_output=True, text=True,
-                         env=cli_env(cfg), timeout=60)
+    out = subprocess.run(
+        [str(exe), "version", "--json", "--config-dir", str(cfg.path)],
+        capture_output=True,
+        text=True,
+        env=cli_env(cfg),
+        timeout=60,
+    )
     assert out.returncode == 0 and json.loads(out.stdout)["protocol"] == 2

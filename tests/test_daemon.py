@@ -1,5 +1,6 @@
 """The `runworkers` daemon as a real process: crash recovery, sharing one database, draining,
 reload. Spec 000 §3.4 (never lose a job), §11.2, §11.3; ARCHITECTURE "Claims, leases and recovery"."""
+
 from __future__ import annotations
 
 import collections
@@ -17,8 +18,13 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 def stress_jobs(n: int, marker: Path, **payload) -> list[dict]:
     return [
-        {"plugin": "stress", "command": "poll", "submitted_by": "cli", "max_attempts": 3,
-         "payload": {"marker_dir": str(marker), **payload}}
+        {
+            "plugin": "stress",
+            "command": "poll",
+            "submitted_by": "cli",
+            "max_attempts": 3,
+            "payload": {"marker_dir": str(marker), **payload},
+        }
         for _ in range(n)
     ]
 
@@ -73,8 +79,11 @@ def test_two_daemons_on_one_database_never_run_a_job_twice(cfg, tmp_path):
     second = start_workers(cfg, "--threads", "2")
     try:
         wait_for(lambda: sum(starts_per_job(marker).values()) >= 60, timeout=120, what="every job to start")
-        wait_for(lambda: all(j["status"] == "succeeded" for j in ledger(cfg) if j["command"] == "poll"),
-                 timeout=60, what="all succeeded")
+        wait_for(
+            lambda: all(j["status"] == "succeeded" for j in ledger(cfg) if j["command"] == "poll"),
+            timeout=60,
+            what="all succeeded",
+        )
     finally:
         stop(first)
         stop(second)
@@ -108,8 +117,10 @@ def test_sighup_reload_cancels_removed_plugins_and_keeps_old_config_when_invalid
         del doc["plugins"]["stress"]
         (cfg.path / "config.yaml").write_text(yaml.safe_dump(doc))
         daemon.send_signal(signal.SIGHUP)
-        wait_for(lambda: all(j["status"] == "dead" for j in ledger(cfg) if j["id"] in stress_ids),
-                 what="removed plugin's jobs to go dead")
+        wait_for(
+            lambda: all(j["status"] == "dead" for j in ledger(cfg) if j["id"] in stress_ids),
+            what="removed plugin's jobs to go dead",
+        )
         assert all("removed or disabled" in j["last_error"] for j in ledger(cfg) if j["id"] in stress_ids)
 
         (cfg.path / "config.yaml").write_text("service: [unclosed\n")
@@ -117,8 +128,10 @@ def test_sighup_reload_cancels_removed_plugins_and_keeps_old_config_when_invalid
         time.sleep(1.0)
         assert daemon.poll() is None, "an invalid config must not take the daemon down"
         echo_id = ledger(cfg, "enqueue", [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}])[0]
-        wait_for(lambda: any(j["id"] == echo_id and j["status"] == "succeeded" for j in ledger(cfg)),
-                 what="the old config to keep running jobs")
+        wait_for(
+            lambda: any(j["id"] == echo_id and j["status"] == "succeeded" for j in ledger(cfg)),
+            what="the old config to keep running jobs",
+        )
     finally:
         out = stop(daemon)
     assert "config reload failed; keeping the running config" in out

@@ -1,10 +1,10 @@
 """Running real plugin processes through the executor: the request envelope, the response
 rules, the misbehaving-plugin matrix, facts and routing (spec 000 §5, §6, §7)."""
+
 from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -22,8 +22,9 @@ def run_job(holder, plugin, command="poll", payload=None, **spec):
     job_id = Job.objects.enqueue(
         JobSpec(plugin=plugin, command=command, submitted_by="cli", payload=payload, **spec), default_dedupe_ttl=86400
     ).job_id
-    job = Job.objects.claim_next(worker_id="w1", caps=holder.get().registry.parallelism_caps(), lease_ttl=60,
-                                 only=job_id)
+    job = Job.objects.claim_next(
+        worker_id="w1", caps=holder.get().registry.parallelism_caps(), lease_ttl=60, only=job_id
+    )
     assert job is not None
     Executor(holder, "w1").execute(job)
     job.refresh_from_db()
@@ -35,6 +36,7 @@ def last_log(job):
 
 
 # -- the request envelope ------------------------------------------------------------------
+
 
 def test_request_envelope_is_protocol_v2_with_objects_never_null(runtime):
     job = run_job(runtime, "probe", payload={"x": 1})
@@ -71,6 +73,7 @@ def test_plugin_environment_is_clean_plus_passthrough(config_dir, monkeypatch):
 
 
 # -- responses -------------------------------------------------------------------------------
+
 
 def test_ok_response_succeeds_and_is_logged_verbatim(runtime):
     job = run_job(runtime, "echo", payload={"message": "hey"})
@@ -177,8 +180,9 @@ def test_term_trapping_grandchild_is_killed_with_the_group(config_dir, tmp_path)
     config_dir.write()
     RUNTIME.load(config_dir.path, os.environ)
     started = time.monotonic()
-    job = run_job(RUNTIME, "stress", payload={"mode": "term_trap_grandchild", "marker_dir": str(tmp_path)},
-                  max_attempts=1)
+    job = run_job(
+        RUNTIME, "stress", payload={"mode": "term_trap_grandchild", "marker_dir": str(tmp_path)}, max_attempts=1
+    )
     elapsed = time.monotonic() - started
     assert last_log(job).status == JobStatus.TIMED_OUT
     assert 5.5 < elapsed < 10  # SIGTERM ignored, SIGKILL after the 5 s grace
@@ -197,6 +201,7 @@ def _alive(pid: int) -> bool:
 
 
 # -- facts, state, stopwatch -------------------------------------------------------------------
+
 
 def test_declared_fact_appends_with_monotonic_seq_and_mirrors_state(runtime):
     run_job(runtime, "py-greet")
@@ -223,8 +228,9 @@ def test_without_a_fact_rule_state_updates_write_through_shallowly(runtime):
 
 
 def test_state_over_1_mb_fails_the_job(runtime):
-    job = run_job(runtime, "probe", command="remember", payload={"state": {"blob": "x" * (1024 * 1024 + 10)}},
-                  max_attempts=1)
+    job = run_job(
+        runtime, "probe", command="remember", payload={"state": {"blob": "x" * (1024 * 1024 + 10)}}, max_attempts=1
+    )
     assert job.status == JobStatus.FAILED and "1 MB" in job.last_error
     assert PluginState.current("probe") == {}
 
@@ -244,6 +250,7 @@ def test_stopwatch_subs_are_capped_at_32_head_kept_and_junk_dropped(runtime):
 
 # -- routing ---------------------------------------------------------------------------------
 
+
 def test_routes_fan_out_with_traceability(config_dir):
     from gateway.runtime import RUNTIME
 
@@ -257,7 +264,10 @@ def test_routes_fan_out_with_traceability(config_dir):
     parent = run_job(RUNTIME, "stress", payload={"emit": 2})
     children = list(Job.objects.filter(parent_job_id=parent.id).order_by("plugin"))
     assert [(c.plugin, c.command, c.submitted_by) for c in children] == [
-        ("echo", "handle", "route"), ("echo", "handle", "route"), ("probe", "handle", "route"), ("probe", "handle", "route"),
+        ("echo", "handle", "route"),
+        ("echo", "handle", "route"),
+        ("probe", "handle", "route"),
+        ("probe", "handle", "route"),
     ]
     event_ids = {c.source_event_id for c in children}
     assert len(event_ids) == 2  # one core-assigned event_id per emitted event, shared by its fan-out

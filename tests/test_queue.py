@@ -2,6 +2,7 @@
 
 Runs on SQLite and, in CI's second pass, on PostgreSQL.
 """
+
 from __future__ import annotations
 
 import random
@@ -61,7 +62,7 @@ def test_dedupe_is_per_target():
 
 def test_dedupe_window_expires():
     past = timezone.now() - timedelta(hours=25)
-    enqueue(dedupe_key="k1", ).job_id
+    enqueue(dedupe_key="k1")
     job = claim()
     job.record_outcome(AttemptOutcome(status="succeeded"), worker="w1", default_dedupe_ttl=TTL, now=past)
     assert not enqueue(dedupe_key="k1").deduplicated
@@ -175,8 +176,14 @@ def test_exhausted_attempts_end_dead():
 def test_completion_enqueues_children_in_the_same_transaction():
     enqueue()
     parent = claim()
-    child = JobSpec(plugin="stress", command="handle", submitted_by="route", parent_job_id=parent.id,
-                    source_event_id="e1", dedupe_key="dk")
+    child = JobSpec(
+        plugin="stress",
+        command="handle",
+        submitted_by="route",
+        parent_job_id=parent.id,
+        source_event_id="e1",
+        dedupe_key="dk",
+    )
     finish(parent, children=[child])
     kid = Job.objects.get(parent_job_id=parent.id)
     assert (kid.plugin, kid.command, kid.source_event_id, kid.dedupe_key) == ("stress", "handle", "e1", "dk")
@@ -187,8 +194,11 @@ def test_lost_owner_result_is_discarded_and_children_not_written():
     job = claim(worker="w1")
     Job.objects.filter(pk=job.pk).update(claimed_by="w2")
     with pytest.raises(LostJob):
-        job.record_outcome(AttemptOutcome("succeeded", children=[JobSpec("echo", "handle", "route")]),
-                           worker="w1", default_dedupe_ttl=TTL)
+        job.record_outcome(
+            AttemptOutcome("succeeded", children=[JobSpec("echo", "handle", "route")]),
+            worker="w1",
+            default_dedupe_ttl=TTL,
+        )
     assert Job.objects.count() == 1
 
 

@@ -2,6 +2,7 @@
 
 Exit codes: 0 ok, 1 a failed check or job, 2 usage, 78 configuration (EX_CONFIG).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,11 @@ class DuctileCommand(BaseCommand):
         # The spec's `-v/--verbose` replaces Django's `-v/--verbosity {0..3}`.
         if "--verbosity" in args:
             parser.add_argument(
-                "-v", "--verbose", dest="verbosity", action="count", default=0,
+                "-v",
+                "--verbose",
+                dest="verbosity",
+                action="count",
+                default=0,
                 help="explain: show internal logic, path resolution, decisions",
             )
             return
@@ -44,7 +49,9 @@ class DuctileCommand(BaseCommand):
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         parser.add_argument(
-            "--config-dir", "--config", metavar="DIR",
+            "--config-dir",
+            "--config",
+            metavar="DIR",
             help="config directory (default: $DUCTILE_CONFIG_DIR, else ~/.config/ductile)",
         )
         return parser
@@ -63,7 +70,9 @@ class DuctileCommand(BaseCommand):
         except Exit as exc:
             self._fail(exc.code, exc.message, exc.data)
         except ConfigError as exc:
-            self._fail(EXIT_CONFIG, f"configuration is invalid:\n{exc}", {"problems": [p.as_dict() for p in exc.problems]})
+            self._fail(
+                EXIT_CONFIG, f"configuration is invalid:\n{exc}", {"problems": [p.as_dict() for p in exc.problems]}
+            )
         except SchemaBehind as exc:
             self._fail(EXIT_CONFIG, str(exc), None)
         return None

@@ -1,11 +1,11 @@
 """The `ductile` console script: the same NOUN ACTION management commands as `manage.py`."""
+
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
 from gateway.bootstrap import config_dir_from_argv, prepare_process
-
 
 # Django answers `version` itself with its own version; ours reports the gateway and protocol.
 ALIASES = {"version": "ductile_version"}

@@ -1,5 +1,6 @@
 """The `runworkers` daemon: a pool of threads claiming jobs, plus a main loop that heartbeats,
 recovers lost jobs and reloads config. Spec 000 §3.5, §11.2, §11.3; ARCHITECTURE "Processes"."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,15 @@ log = logger("workers")
 
 class WorkerDaemon:
     def __init__(
-        self, holder: RuntimeHolder, *, threads: int | None = None, plugins: Collection[str] | None = None,
-        once: bool = False, max_jobs: int | None = None, recheck: float = 0.5, install_signals: bool = True,
+        self,
+        holder: RuntimeHolder,
+        *,
+        threads: int | None = None,
+        plugins: Collection[str] | None = None,
+        once: bool = False,
+        max_jobs: int | None = None,
+        recheck: float = 0.5,
+        install_signals: bool = True,
     ):
         self.holder = holder
         runtime = holder.get()
@@ -60,7 +68,10 @@ class WorkerDaemon:
         ensure_schema()
         runtime = self.holder.get()
         instance = WorkerInstance.objects.create(
-            id=self.worker_id, hostname=self.hostname, pid=os.getpid(), threads=self.threads,
+            id=self.worker_id,
+            hostname=self.hostname,
+            pid=os.getpid(),
+            threads=self.threads,
             plugins=",".join(sorted(self.plugins or ())),
         )
         if self.install_signals:
@@ -71,8 +82,10 @@ class WorkerDaemon:
         listener.start()
         wakeups.add_listener(self.wake)
         log.info(
-            "runworkers started: %d threads, plugins %s, database %s", self.threads,
-            ",".join(sorted(self._caps(runtime))) or "(none loaded)", describe_database(),
+            "runworkers started: %d threads, plugins %s, database %s",
+            self.threads,
+            ",".join(sorted(self._caps(runtime))) or "(none loaded)",
+            describe_database(),
             extra={"worker": self.worker_id},
         )
         pool = [threading.Thread(target=self._work, name=f"ductile-worker-{n}") for n in range(self.threads)]
@@ -132,8 +145,10 @@ class WorkerDaemon:
                     try:
                         self.executor.execute(job)
                     except Exception:
-                        log.exception("unexpected error running job; its lease will expire and it will be retried",
-                                      extra={"job_id": job.id, "plugin": job.plugin})
+                        log.exception(
+                            "unexpected error running job; its lease will expire and it will be retried",
+                            extra={"job_id": job.id, "plugin": job.plugin},
+                        )
                     finally:
                         with self._count_lock:
                             self._busy -= 1
@@ -166,8 +181,9 @@ class WorkerDaemon:
             if self.max_jobs is not None and self.claimed >= self.max_jobs:
                 return None
             self._busy += 1
-        job = Job.objects.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl,
-                                     now=now)
+        job = Job.objects.claim_next(
+            worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
+        )
         with self._count_lock:
             if job is None:
                 self._busy -= 1
@@ -190,8 +206,13 @@ class WorkerDaemon:
             WorkerInstance.objects.mark_lost(dead, now)
             log.warning("workers %s on this host are gone; recovering their jobs", ", ".join(dead))
         for job in Job.objects.recover_lost(now=now, dead_workers=dead):
-            log.warning("recovered lost job: now %s (attempt %d/%d)", job.status, job.attempt, job.max_attempts,
-                        extra={"job_id": job.id, "plugin": job.plugin})
+            log.warning(
+                "recovered lost job: now %s (attempt %d/%d)",
+                job.status,
+                job.attempt,
+                job.max_attempts,
+                extra={"job_id": job.id, "plugin": job.plugin},
+            )
         if dead:
             self.wake()
 
@@ -205,8 +226,9 @@ class WorkerDaemon:
         removed = set(old.registry.instances) - set(new.registry.instances) if old else set()
         if removed:
             cancelled = Job.objects.cancel_queued(removed, "plugin removed or disabled by config reload")
-            log.warning("plugins %s removed or disabled: %d queued jobs now dead", ", ".join(sorted(removed)),
-                        len(cancelled))
+            log.warning(
+                "plugins %s removed or disabled: %d queued jobs now dead", ", ".join(sorted(removed)), len(cancelled)
+            )
         schedule_inits(new)
         log.info("config reloaded: %d plugins loaded", len(new.registry.instances))
         self.wake()

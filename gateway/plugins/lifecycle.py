@@ -1,5 +1,6 @@
 """`init` runs through the queue on first discovery and whenever the plugin or its config changes
 (spec §5.2: not retried; a failure marks the plugin unhealthy)."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,12 @@ def schedule_inits(runtime: Runtime) -> list[str]:
             continue
         result = Job.objects.enqueue(
             JobSpec(
-                plugin=instance.name, command="init", submitted_by="system", max_attempts=1,
-                dedupe_key=f"init:{instance.name}:{fingerprint}", dedupe_ttl=INIT_DEDUPE_TTL,
+                plugin=instance.name,
+                command="init",
+                submitted_by="system",
+                max_attempts=1,
+                dedupe_key=f"init:{instance.name}:{fingerprint}",
+                dedupe_ttl=INIT_DEDUPE_TTL,
             ),
             default_dedupe_ttl=runtime.config.service.dedupe_ttl,
         )

@@ -1,4 +1,5 @@
 """`event_context`: the control-plane ledger of baggage across hops (spec 001 §3.1)."""
+
 from __future__ import annotations
 
 from django.db import models

@@ -3,6 +3,7 @@
 
 Spec 000 §5.9 and "Plugin Facts".
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -69,15 +70,21 @@ class PluginState(models.Model):
         return row if isinstance(row, dict) else {}
 
 
-def write_state(plugin_name: str, fact_type: str | None, snapshot: dict[str, Any], *, job_id: str, command: str,
-                now: datetime) -> None:
+def write_state(
+    plugin_name: str, fact_type: str | None, snapshot: dict[str, Any], *, job_id: str, command: str, now: datetime
+) -> None:
     """A declared fact appends a `plugin_facts` row and mirrors it into `plugin_state`
     (`compatibility_view: mirror_object`); without a rule, a shallow write-through. Call inside
     the completing transaction."""
     if fact_type is not None:
         PluginFact.objects.create(
-            seq=StorageSequence.next_value("plugin_facts"), plugin_name=plugin_name, fact_type=fact_type,
-            job_id=job_id, command=command, fact_json=snapshot, created_at=now,
+            seq=StorageSequence.next_value("plugin_facts"),
+            plugin_name=plugin_name,
+            fact_type=fact_type,
+            job_id=job_id,
+            command=command,
+            fact_json=snapshot,
+            created_at=now,
         )
         state = snapshot
     else:

@@ -4,6 +4,7 @@ Spec 000 §3 (Work Queue), §12 (schema), "Database Reference". Table and column
 spec's so the operator queries there run unchanged in `sqlite3`. Every state change is a
 compare-and-set UPDATE checked by its row count, then an appended transition row.
 """
+
 from __future__ import annotations
 
 import random
@@ -149,7 +150,12 @@ class JobQuerySet(models.QuerySet["Job"]):
     # -- workers -------------------------------------------------------------------------------
 
     def claim_next(
-        self, *, worker_id: str, caps: Mapping[str, int], lease_ttl: float, now: datetime | None = None,
+        self,
+        *,
+        worker_id: str,
+        caps: Mapping[str, int],
+        lease_ttl: float,
+        now: datetime | None = None,
         only: str | None = None,
     ) -> Job | None:
         """Take the oldest runnable job for one of `caps`' plugins (FIFO with smart dequeue).
@@ -273,7 +279,9 @@ class Job(models.Model):
                 condition=Q(dedupe_key__isnull=False),
             ),
             # Read by `job inspect` (children) and tree walks.
-            models.Index(fields=["parent_job_id"], name="job_queue_parent_idx", condition=Q(parent_job_id__isnull=False)),
+            models.Index(
+                fields=["parent_job_id"], name="job_queue_parent_idx", condition=Q(parent_job_id__isnull=False)
+            ),
             # Read by retention pruning and `GET /jobs` ordering.
             models.Index(fields=["status", "completed_at"], name="job_queue_status_done_idx"),
         ]
@@ -288,8 +296,16 @@ class Job(models.Model):
 
     # -- state changes: one method each, compare-and-set, then a transition row ---------------
 
-    def move(self, to_status: str, reason: str, *, now: datetime, worker: str | None = None,
-             where: Mapping[str, Any] | None = None, **changes: Any) -> None:
+    def move(
+        self,
+        to_status: str,
+        reason: str,
+        *,
+        now: datetime,
+        worker: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        **changes: Any,
+    ) -> None:
         """Compare-and-set this job from its current status to `to_status`. Call inside a transaction."""
         check_transition(self.id, self.status, to_status)
         guard = Job.objects.filter(pk=self.pk, status=self.status, **(where or {}))
@@ -305,12 +321,24 @@ class Job(models.Model):
 
     def start(self, *, worker_id: str, lease_until: datetime, now: datetime) -> None:
         self.move(
-            JobStatus.RUNNING, f"claimed by {worker_id}", now=now,
-            claimed_by=worker_id, lease_until=lease_until, started_at=now, next_retry_at=None,
+            JobStatus.RUNNING,
+            f"claimed by {worker_id}",
+            now=now,
+            claimed_by=worker_id,
+            lease_until=lease_until,
+            started_at=now,
+            next_retry_at=None,
         )
 
-    def record_outcome(self, outcome: AttemptOutcome, *, worker: str, default_dedupe_ttl: float,
-                       now: datetime | None = None, rng: random.Random | None = None) -> None:
+    def record_outcome(
+        self,
+        outcome: AttemptOutcome,
+        *,
+        worker: str,
+        default_dedupe_ttl: float,
+        now: datetime | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         """Completion in one transaction: status, log, stopwatch, facts and routed children."""
         from ledger.models.facts import write_state
         from ledger.models.telemetry import JobStopwatch
@@ -321,12 +349,19 @@ class Job(models.Model):
             for child in outcome.children:
                 Job.objects.enqueue(child, default_dedupe_ttl=default_dedupe_ttl, now=now)
             self.move(
-                outcome.status, outcome.error or "plugin returned ok", now=now, worker=worker,
-                completed_at=now, last_error=outcome.error, lease_until=None,
+                outcome.status,
+                outcome.error or "plugin returned ok",
+                now=now,
+                worker=worker,
+                completed_at=now,
+                last_error=outcome.error,
+                lease_until=None,
             )
             JobLog.record(self, outcome, now=now)
             if outcome.stopwatch is not None:
-                JobStopwatch.objects.create(job_id=self.id, plugin=self.plugin, attempt=self.attempt, **outcome.stopwatch)
+                JobStopwatch.objects.create(
+                    job_id=self.id, plugin=self.plugin, attempt=self.attempt, **outcome.stopwatch
+                )
             if outcome.state_write is not None:
                 write_state(*outcome.state_write, job_id=self.id, command=self.command, now=now)
             if outcome.status != JobStatus.SUCCEEDED and outcome.retryable:
@@ -338,8 +373,12 @@ class Job(models.Model):
             return
         delay = backoff_seconds(self.attempt, backoff_base, rng)
         self.move(
-            JobStatus.QUEUED, f"retry {self.attempt + 1}/{self.max_attempts} in {delay:.1f}s", now=now,
-            attempt=self.attempt + 1, next_retry_at=now + timedelta(seconds=delay), completed_at=None,
+            JobStatus.QUEUED,
+            f"retry {self.attempt + 1}/{self.max_attempts} in {delay:.1f}s",
+            now=now,
+            attempt=self.attempt + 1,
+            next_retry_at=now + timedelta(seconds=delay),
+            completed_at=None,
             claimed_by=None,
         )
 
@@ -348,15 +387,28 @@ class Job(models.Model):
         owner = self.claimed_by
         # Why the lease guard: the owner may have heartbeated since we read the row; then it lives.
         where = {} if dead_owner else {"lease_until__lt": now}
-        self.move(JobStatus.FAILED, reason, now=now, worker=owner, where=where,
-                  completed_at=now, last_error=reason, lease_until=None)
+        self.move(
+            JobStatus.FAILED,
+            reason,
+            now=now,
+            worker=owner,
+            where=where,
+            completed_at=now,
+            last_error=reason,
+            lease_until=None,
+        )
         JobLog.record(self, AttemptOutcome(status=JobStatus.FAILED, error=reason), now=now)
         if self.attempt >= self.max_attempts:
             self.move(JobStatus.DEAD, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
         else:
             self.move(
-                JobStatus.QUEUED, f"recovered: attempt {self.attempt + 1}/{self.max_attempts}", now=now,
-                attempt=self.attempt + 1, completed_at=None, claimed_by=None, next_retry_at=None,
+                JobStatus.QUEUED,
+                f"recovered: attempt {self.attempt + 1}/{self.max_attempts}",
+                now=now,
+                attempt=self.attempt + 1,
+                completed_at=None,
+                claimed_by=None,
+                next_retry_at=None,
             )
 
 
@@ -380,11 +432,17 @@ class JobTransition(models.Model):
         return f"{self.job_id}: {self.from_status} -> {self.to_status}"
 
     @classmethod
-    def record(cls, job: Job, from_status: str | None, to_status: str, reason: str, *, now: datetime,
-               worker: str | None = None) -> None:
+    def record(
+        cls, job: Job, from_status: str | None, to_status: str, reason: str, *, now: datetime, worker: str | None = None
+    ) -> None:
         cls.objects.create(
-            job_id=job.id, from_status=from_status, to_status=to_status, reason=reason[:4000],
-            worker=worker, attempt=job.attempt, created_at=now,
+            job_id=job.id,
+            from_status=from_status,
+            to_status=to_status,
+            reason=reason[:4000],
+            worker=worker,
+            attempt=job.attempt,
+            created_at=now,
         )
 
 
@@ -421,8 +479,17 @@ class JobLog(models.Model):
     @classmethod
     def record(cls, job: Job, outcome: AttemptOutcome, *, now: datetime) -> JobLog:
         return cls.objects.create(
-            job_id=job.id, plugin=job.plugin, command=job.command, status=outcome.status,
-            result=outcome.response_text, attempt=job.attempt, submitted_by=job.submitted_by,
-            created_at=job.created_at, completed_at=now, last_error=outcome.error, stderr=outcome.stderr or None,
-            parent_job_id=job.parent_job_id, source_event_id=job.source_event_id,
+            job_id=job.id,
+            plugin=job.plugin,
+            command=job.command,
+            status=outcome.status,
+            result=outcome.response_text,
+            attempt=job.attempt,
+            submitted_by=job.submitted_by,
+            created_at=job.created_at,
+            completed_at=now,
+            last_error=outcome.error,
+            stderr=outcome.stderr or None,
+            parent_job_id=job.parent_job_id,
+            source_event_id=job.source_event_id,
         )

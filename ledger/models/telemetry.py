@@ -1,4 +1,5 @@
 """`job_stopwatch`: one immutable timing record per plugin invocation (spec "Stopwatch")."""
+
 from __future__ import annotations
 
 from django.db import models

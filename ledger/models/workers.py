@@ -1,5 +1,6 @@
 """`worker_instances` (who holds which claims) and `plugin_instances` (init and health per
 configured plugin)."""
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,9 @@ class WorkerInstance(models.Model):
     class Meta:
         db_table = "worker_instances"
         # Read by dead_on_host at every recovery pass.
-        indexes = [models.Index(fields=["hostname"], name="worker_instances_live_idx", condition=models.Q(state="running"))]
+        indexes = [
+            models.Index(fields=["hostname"], name="worker_instances_live_idx", condition=models.Q(state="running"))
+        ]
 
     def __str__(self) -> str:
         return self.id

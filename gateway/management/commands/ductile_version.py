@@ -1,4 +1,5 @@
 """`version`."""
+
 from __future__ import annotations
 
 import platform
@@ -26,7 +27,14 @@ class Command(DuctileCommand):
         self.add_json(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        data = {"version": gateway_version(), "protocol": PROTOCOL_VERSION, "python": platform.python_version(),
-                "django": django.get_version()}
-        self.emit(data, f"ductile {data['version']} (protocol {PROTOCOL_VERSION}, Django {data['django']}, "
-                        f"Python {data['python']})")
+        data = {
+            "version": gateway_version(),
+            "protocol": PROTOCOL_VERSION,
+            "python": platform.python_version(),
+            "django": django.get_version(),
+        }
+        self.emit(
+            data,
+            f"ductile {data['version']} (protocol {PROTOCOL_VERSION}, Django {data['django']}, "
+            f"Python {data['python']})",
+        )

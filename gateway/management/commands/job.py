@@ -1,4 +1,5 @@
 """`job inspect ID` and `job logs`."""
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,10 @@ class Command(DuctileCommand):
         data = job_detail(job)
 
         def text() -> str:
-            lines = [f"job {job.id}  {job.plugin}.{job.command}  {job.status}  attempt {job.attempt}/{job.max_attempts}",
-                     f"submitted by {job.submitted_by} at {data['created_at']}"]
+            lines = [
+                f"job {job.id}  {job.plugin}.{job.command}  {job.status}  attempt {job.attempt}/{job.max_attempts}",
+                f"submitted by {job.submitted_by} at {data['created_at']}",
+            ]
             if data["parent"]:
                 p = data["parent"]
                 lines.append(f"parent: {p['job_id']} {p['plugin']}.{p['command']} {p['status']}")
@@ -105,12 +108,17 @@ class Command(DuctileCommand):
             q = options["query"]
             rows = rows.filter(Q(last_error__icontains=q) | Q(stderr__icontains=q) | Q(result__icontains=q))
         total = rows.count()
-        entries = [log_entry(r, include_result=options["include_result"]) for r in rows.order_by("-completed_at")[:limit]]
+        entries = [
+            log_entry(r, include_result=options["include_result"]) for r in rows.order_by("-completed_at")[:limit]
+        ]
         data = {"logs": entries, "total": total}
 
         def text() -> str:
-            lines = [f"{e['completed_at']}  {e['status']:9} {e['plugin']}.{e['command']}  {e['job_id']}  "
-                     f"#{e['attempt']}" + (f"  {e['last_error']}" if e["last_error"] else "") for e in entries]
+            lines = [
+                f"{e['completed_at']}  {e['status']:9} {e['plugin']}.{e['command']}  {e['job_id']}  "
+                f"#{e['attempt']}" + (f"  {e['last_error']}" if e["last_error"] else "")
+                for e in entries
+            ]
             lines.append(f"({len(entries)} of {total})")
             return "\n".join(lines)
 

@@ -1,4 +1,5 @@
 """`plugin list` and `plugin run NAME`."""
+
 from __future__ import annotations
 
 import json
@@ -52,18 +53,25 @@ class Command(DuctileCommand):
             health = dict(PluginInstanceRecord.objects.values_list("name", "health"))
         except Exception:  # plugin list is useful before the database exists or when it is down
             pass
-        rows = []
+        rows: list[dict[str, Any]] = []
         for state, group in (("enabled", registry.instances), ("disabled", registry.disabled)):
             for name, inst in group.items():
-                rows.append({
-                    "name": name, "uses": inst.manifest.name, "state": state, "version": inst.manifest.version,
-                    "description": inst.manifest.description, "commands": list(inst.manifest.commands),
-                    "parallelism": inst.parallelism, "health": health.get(name, "unknown"),
-                    "directory": str(inst.manifest.directory),
-                })
+                rows.append(
+                    {
+                        "name": name,
+                        "uses": inst.manifest.name,
+                        "state": state,
+                        "version": inst.manifest.version,
+                        "description": inst.manifest.description,
+                        "commands": list(inst.manifest.commands),
+                        "parallelism": inst.parallelism,
+                        "health": health.get(name, "unknown"),
+                        "directory": str(inst.manifest.directory),
+                    }
+                )
         configured_bases = {p.uses for p in runtime.config.plugins.values()}
-        data = {
-            "plugins": sorted(rows, key=lambda r: r["name"]),
+        data: dict[str, Any] = {
+            "plugins": sorted(rows, key=lambda r: str(r["name"])),
             "skipped": [{"name": n, "reason": r} for n, r in sorted(registry.skipped.items())],
             "discovered_unconfigured": sorted(n for n in registry.discovery.manifests if n not in configured_bases),
             "invalid_manifests": [
@@ -76,8 +84,10 @@ class Command(DuctileCommand):
         def text() -> str:
             lines = [f"{'NAME':24} {'STATE':9} {'VERSION':9} {'PAR':>3} {'HEALTH':9} COMMANDS"]
             for r in data["plugins"]:
-                lines.append(f"{r['name']:24} {r['state']:9} {r['version']:9} {r['parallelism']:>3} {r['health']:9} "
-                             f"{', '.join(r['commands'])}")
+                lines.append(
+                    f"{r['name']:24} {r['state']:9} {r['version']:9} {r['parallelism']:>3} {r['health']:9} "
+                    f"{', '.join(r['commands'])}"
+                )
             for s in data["skipped"]:
                 lines.append(f"skipped {s['name']}: {s['reason']}")
             for d in data["invalid_manifests"]:
@@ -100,12 +110,20 @@ class Command(DuctileCommand):
             )
             raise Exit(EXIT_USAGE, f"plugin {name!r} cannot run: {reason}")
         if command not in instance.manifest.commands:
-            raise Exit(EXIT_USAGE, f"plugin {name!r} has no command {command!r}; it declares "
-                                   f"{', '.join(instance.manifest.commands)}")
+            raise Exit(
+                EXIT_USAGE,
+                f"plugin {name!r} has no command {command!r}; it declares {', '.join(instance.manifest.commands)}",
+            )
         payload = self._payload(options)
         result = Job.objects.enqueue(
-            JobSpec(plugin=name, command=command, submitted_by="cli", payload=payload,
-                    dedupe_key=options["dedupe_key"], max_attempts=instance.config.retry.max_attempts),
+            JobSpec(
+                plugin=name,
+                command=command,
+                submitted_by="cli",
+                payload=payload,
+                dedupe_key=options["dedupe_key"],
+                max_attempts=instance.config.retry.max_attempts,
+            ),
             default_dedupe_ttl=runtime.config.service.dedupe_ttl,
         )
         if result.deduplicated or options["no_wait"]:
@@ -139,14 +157,18 @@ class Command(DuctileCommand):
     def _run_here(self, job_id: str, runtime: Runtime) -> Job:
         """Run our job through the normal claim path; if a daemon took it first, wait for it."""
         worker = WorkerInstance.objects.create(
-            id=f"{socket.gethostname()}:{os.getpid()}:cli", hostname=socket.gethostname(), pid=os.getpid(),
+            id=f"{socket.gethostname()}:{os.getpid()}:cli",
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
             plugins="cli",
         )
         try:
             while True:
                 job = Job.objects.claim_next(
-                    worker_id=worker.id, caps=runtime.registry.parallelism_caps(),
-                    lease_ttl=runtime.config.service.lease_ttl, only=job_id,
+                    worker_id=worker.id,
+                    caps=runtime.registry.parallelism_caps(),
+                    lease_ttl=runtime.config.service.lease_ttl,
+                    only=job_id,
                 )
                 if job is not None:
                     Executor(RUNTIME, worker.id).execute(job)
@@ -160,17 +182,27 @@ class Command(DuctileCommand):
 
     def _report(self, job: Job, *, deduplicated: bool) -> None:
         data = {
-            "job_id": job.id, "plugin": job.plugin, "command": job.command, "status": job.status,
-            "attempt": job.attempt, "deduplicated": deduplicated, "error": job.last_error,
-            "next_retry_at": ts(job.next_retry_at), "result": latest_result(job),
+            "job_id": job.id,
+            "plugin": job.plugin,
+            "command": job.command,
+            "status": job.status,
+            "attempt": job.attempt,
+            "deduplicated": deduplicated,
+            "error": job.last_error,
+            "next_retry_at": ts(job.next_retry_at),
+            "result": latest_result(job),
         }
 
         def text() -> str:
-            lines = [f"job {job.id}: {job.status}" + (" (deduplicated: an earlier job already did this)"
-                                                        if deduplicated else "")]
+            lines = [
+                f"job {job.id}: {job.status}"
+                + (" (deduplicated: an earlier job already did this)" if deduplicated else "")
+            ]
             if job.status == "queued" and job.next_retry_at:
-                lines.append(f"attempt {job.attempt - 1} failed; retry {job.attempt}/{job.max_attempts} "
-                             f"at {ts(job.next_retry_at)}")
+                lines.append(
+                    f"attempt {job.attempt - 1} failed; retry {job.attempt}/{job.max_attempts} "
+                    f"at {ts(job.next_retry_at)}"
+                )
             if job.last_error:
                 lines.append(f"error: {job.last_error}")
             result = data["result"]

@@ -1,4 +1,5 @@
 """`runworkers`: the daemon that claims and runs jobs. Only parses flags; WorkerDaemon does the rest."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,8 +20,12 @@ class Command(DuctileCommand):
         parser.add_argument("--plugins", help="comma-separated plugin names: run only these (a worker group)")
         parser.add_argument("--once", action="store_true", help="run what is runnable now, then exit")
         parser.add_argument("--max-jobs", type=int, help="exit after claiming this many jobs")
-        parser.add_argument("--interval", type=float, default=0.5,
-                            help="bounded re-check of the database when idle, in seconds (default 0.5)")
+        parser.add_argument(
+            "--interval",
+            type=float,
+            default=0.5,
+            help="bounded re-check of the database when idle, in seconds (default 0.5)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         runtime = self.open_ledger()
@@ -30,7 +35,11 @@ class Command(DuctileCommand):
             raise Exit(EXIT_USAGE, "--threads must be at least 1")
         plugins = [p for p in (options["plugins"] or "").split(",") if p] or None
         daemon = WorkerDaemon(
-            RUNTIME, threads=options["threads"], plugins=plugins, once=options["once"],
-            max_jobs=options["max_jobs"], recheck=options["interval"],
+            RUNTIME,
+            threads=options["threads"],
+            plugins=plugins,
+            once=options["once"],
+            max_jobs=options["max_jobs"],
+            recheck=options["interval"],
         )
         daemon.run()

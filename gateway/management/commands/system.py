@@ -1,4 +1,5 @@
 """`system status`."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -51,8 +52,10 @@ class Command(DuctileCommand):
             lines += [f"  skipped {n}: {r}" for n, r in data["plugins_skipped"].items()]
             lines += [f"  unhealthy {n}: {e}" for n, e in unhealthy.items()]
             lines.append("queue: " + ", ".join(f"{k} {v}" for k, v in data["queue"].items()))
-            lines.append(f"workers: {len(data['workers'])} live" +
-                         "".join(f"\n  {w['id']} ({w['threads']} threads)" for w in data["workers"]))
+            lines.append(
+                f"workers: {len(data['workers'])} live"
+                + "".join(f"\n  {w['id']} ({w['threads']} threads)" for w in data["workers"])
+            )
             return "\n".join(lines)
 
         self.emit(data, text)
