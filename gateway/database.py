@@ -33,7 +33,14 @@ def ensure_schema() -> str:
     if not plan:
         return "current"
     if not executor.loader.applied_migrations and not connection.introspection.table_names():
-        call_command("migrate", interactive=False, verbosity=0)
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+        except Exception:
+            # Why: two processes starting on one fresh database race to migrate it; the loser
+            # finds the winner's tables. Only a database still behind is an error.
+            executor = MigrationExecutor(connection)
+            if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+                raise
         return "migrated"
     pending = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan[:5]) + (" ..." if len(plan) > 5 else "")
     config_dir = os.environ.get("DUCTILE_CONFIG_DIR", "~/.config/ductile")

@@ -154,3 +154,22 @@ def test_failing_init_marks_plugin_unhealthy_and_config_change_reruns_init(cfg):
     proc = start_workers(cfg, "--once")
     proc.communicate(timeout=60)
     assert len([j for j in ledger(cfg) if j["command"] == "init"]) == 2, "unchanged config must not re-run init"
+
+
+def test_second_signal_forces_exit_and_the_job_is_recovered_on_restart(cfg, tmp_path):
+    marker = tmp_path / "m"
+    marker.mkdir()
+    (job_id,) = ledger(cfg, "enqueue", stress_jobs(1, marker, sleep=4))
+    daemon = start_workers(cfg, "--threads", "1")
+    wait_for(lambda: list(marker.glob("*.start")), what="the job to start")
+    plugin_pid = int(next(marker.glob("*.start")).name.split(".")[1])
+    daemon.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    started = time.monotonic()
+    out = stop(daemon, timeout=10)
+    assert daemon.returncode == 130 and time.monotonic() - started < 5, out
+    wait_for(lambda: not Path(f"/proc/{plugin_pid}").exists(), timeout=5, what="the plugin to be killed")
+    restarted = start_workers(cfg, "--once")
+    out = restarted.communicate(timeout=120)[0]
+    job = next(j for j in ledger(cfg) if j["id"] == job_id)
+    assert job["status"] == "succeeded" and job["attempt"] == 2, (out, job)

@@ -7,6 +7,7 @@ compare-and-set UPDATE checked by its row count, then an appended transition row
 
 from __future__ import annotations
 
+import logging
 import random
 import uuid
 from collections.abc import Collection, Iterable, Mapping
@@ -20,6 +21,9 @@ from django.utils import timezone
 
 from ledger.states import TERMINAL, JobStatus, check_transition
 from ledger.wakeups import notify_enqueued
+
+
+log = logging.getLogger("ductile.queue")
 
 
 def new_id() -> str:
@@ -115,6 +119,12 @@ class JobQuerySet(models.QuerySet["Job"]):
             if spec.dedupe_key:
                 existing = self._duplicate_of(spec, default_dedupe_ttl, now)
                 if existing is not None:
+                    log.info(
+                        "deduplicated %s.%s: an earlier job holds the key",
+                        spec.plugin,
+                        spec.command,
+                        extra={"plugin": spec.plugin, "dedupe_key": spec.dedupe_key, "existing_job_id": existing},
+                    )
                     return EnqueueResult(existing, deduplicated=True)
             job_id = new_id()
             job = self.create(
