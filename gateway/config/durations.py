@@ -33,7 +33,7 @@ def format_duration(seconds: float) -> str:
     """The shortest spec-style spelling of `seconds` (used in messages and config views)."""
     if seconds and seconds < 1:
         return f"{round(seconds * 1000)}ms"
-    remaining = int(round(seconds))
+    remaining = round(seconds)
     if remaining == 0:
         return "0s"
     parts = []

@@ -16,7 +16,7 @@ from typing import Any
 from dotenv import dotenv_values
 
 from .errors import ConfigError, ConfigProblem
-from .yamlsrc import KeyPath, YamlDocument, dotted, load_yaml_file
+from .yamlsrc import KeyPath, YamlDocument, dotted, load_yaml_file, plain_scalar_value
 
 ROOT_FILE = "config.yaml"
 _VAR = re.compile(r"\$\{([^}]*)\}")
@@ -69,13 +69,14 @@ def resolve_config_dir(explicit: str | os.PathLike[str] | None, environ: Mapping
 
 
 def load_config_tree(config_dir: Path, environ: Mapping[str, str]) -> MergedConfig:
+    """Read and merge the tree. Raises ConfigError with every problem of every file read: include,
+    path and `.env` problems together with unset variables, so one run shows all of them."""
+    config_dir = Path(os.path.abspath(config_dir))
     reader = _TreeReader(config_dir)
     reader.read(config_dir / ROOT_FILE, chain=())
-    if reader.problems:
-        raise ConfigError(reader.problems)
     env = _environment(reader, environ)
     merged = MergedConfig(config_dir, {}, {}, [d.file for d in reader.docs], reader.env_files, reader.warnings)
-    problems: list[ConfigProblem] = []
+    problems: list[ConfigProblem] = list(reader.problems)
     for doc in reader.docs:
         _interpolate(doc, doc.data, (), env, problems)
     if problems:
@@ -83,7 +84,20 @@ def load_config_tree(config_dir: Path, environ: Mapping[str, str]) -> MergedConf
     for doc in reader.docs:
         body = {k: v for k, v in doc.data.items() if k not in _DIRECTIVES and not str(k).startswith("x-")}
         _merge(merged, merged.data, body, doc, (), ())
+    _fill_empty_entries(merged.data)
     return merged
+
+
+def _fill_empty_entries(data: dict[str, Any]) -> None:
+    """An empty section (`plugins:`) or plugin entry (`echo:`) means "nothing set", not null."""
+    for section in ("plugins", "routes", "pipelines"):
+        if section in data and data[section] is None:
+            del data[section]
+    plugins = data.get("plugins")
+    if isinstance(plugins, dict):
+        for name, entry in plugins.items():
+            if entry is None:
+                plugins[name] = {}
 
 
 class _TreeReader:
@@ -93,12 +107,14 @@ class _TreeReader:
         self.env_files: list[Path] = []
         self.problems: list[ConfigProblem] = []
         self.warnings: list[ConfigProblem] = []
-        self._seen: set[Path] = set()
+        self._seen: set[Path] = set()  # real paths (symlinks followed), as are `chain`s
 
     def read(self, path: Path, chain: tuple[Path, ...]) -> None:
         if not path.is_file():
             if not chain:
-                self.problems.append(ConfigProblem(f"{ROOT_FILE} not found in config directory {path.parent}"))
+                self.problems.append(
+                    ConfigProblem(f"{ROOT_FILE} not found in config directory {path.parent}", file=path)
+                )
             return
         try:
             doc = load_yaml_file(path)
@@ -110,12 +126,12 @@ class _TreeReader:
         if not isinstance(doc.data, dict):
             self.problems.append(ConfigProblem("the top level must be a mapping of keys", file=path, line=1))
             return
-        self._seen.add(path)
+        self._seen.add(path.resolve())
         self._resolve_paths(doc)
         self.docs.append(doc)
-        for index, include in enumerate(doc.data.get("include") or []):
-            self._include(doc, index, Path(include), (*chain, path))
-        for index, env_file in enumerate(_dig(doc.data, ("environment_vars", "include")) or []):
+        for index, include in enumerate(_path_list(doc, ("include",))):
+            self._include(doc, index, Path(include), (*chain, path.resolve()))
+        for index, env_file in enumerate(_path_list(doc, ("environment_vars", "include"))):
             if not Path(env_file).is_file():
                 self.problems.append(
                     ConfigProblem(
@@ -138,10 +154,10 @@ class _TreeReader:
             self.problems.append(ConfigProblem(f"included path {target} does not exist", **where))  # type: ignore[arg-type]
             return
         for file in files:
-            if file in chain or file == doc.file:
-                cycle = " -> ".join(str(p) for p in (*chain, file))
+            if file.resolve() in chain:
+                cycle = " -> ".join(str(p) for p in (*chain, file.resolve()))
                 self.problems.append(ConfigProblem(f"include cycle: {cycle}", **where))  # type: ignore[arg-type]
-            elif file in self._seen:
+            elif file.resolve() in self._seen:
                 self.warnings.append(
                     ConfigProblem(f"{file} is included more than once; later includes are ignored", **where)  # type: ignore[arg-type]
                 )
@@ -190,8 +206,14 @@ def _environment(reader: _TreeReader, environ: Mapping[str, str]) -> dict[str, s
     return env
 
 
-def _interpolate(doc: YamlDocument, node: Any, path: KeyPath, env: Mapping[str, str], problems: list[ConfigProblem]) -> Any:
-    if path and path[0] in _DIRECTIVES:
+def _interpolate(
+    doc: YamlDocument, node: Any, path: KeyPath, env: Mapping[str, str], problems: list[ConfigProblem]
+) -> Any:
+    # Not in loader directives or paths (refused there, see `_check_path`), nor in top-level `x-`
+    # keys, which are ignored: an anchor is interpolated where it is used.
+    if path and (path[0] in _DIRECTIVES or str(path[0]).startswith("x-")):
+        return node
+    if path in _PATH_SCALARS or path[:-1] in _PATH_LISTS:
         return node
     if isinstance(node, dict):
         for key in list(node):
@@ -222,7 +244,11 @@ def _interpolate(doc: YamlDocument, node: Any, path: KeyPath, env: Mapping[str, 
                 return match.group(0)
             return env[name]
 
-        return _VAR.sub(replace, node)
+        before = len(problems)
+        text = _VAR.sub(replace, node)
+        if path in doc.plain and len(problems) == before:
+            return plain_scalar_value(text)
+        return text
     return node
 
 
@@ -234,6 +260,9 @@ def _merge(
     for key, value in source.items():
         tpath, spath = (*target_path, key), (*source_path, key)
         existing = target.get(key)
+        if value is None and isinstance(existing, dict | list):
+            # `plugins:` with every entry commented out adds nothing; it does not erase the map.
+            continue
         if isinstance(existing, dict) and isinstance(value, dict):
             merged.origins.setdefault(tpath, Origin(doc.file, doc.line_of(spath)))
             _merge(merged, existing, value, doc, tpath, spath)
@@ -259,6 +288,14 @@ def _record(merged: MergedConfig, doc: YamlDocument, tpath: KeyPath, spath: KeyP
 def _resolve(base: Path, value: str) -> str:
     path = Path(os.path.expanduser(value))
     return str(path if path.is_absolute() else (base / path).resolve())
+
+
+def _path_list(doc: YamlDocument, path: KeyPath) -> list[str]:
+    """The (resolved) paths listed at `path`; nothing when it is not a list of paths (a problem already)."""
+    value = _dig(doc.data, path)
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return value
+    return []
 
 
 def _dig(data: Any, path: KeyPath) -> Any:

@@ -21,7 +21,7 @@ from .durations import parse_duration
 from .errors import ConfigError, ConfigProblem
 from .frozen import freeze
 from .loader import MergedConfig, load_config_tree
-from .yamlsrc import KeyPath
+from .yamlsrc import KeyPath, coerce_yaml11_booleans
 
 DEFAULT_TIMEOUTS: Mapping[str, float] = {"poll": 60.0, "handle": 120.0, "health": 10.0, "init": 30.0}
 OTHER_COMMAND_TIMEOUT = 60.0
@@ -119,18 +119,34 @@ def load_gateway_config(config_dir: Path, environ: Mapping[str, str] | None = No
     """Read, merge, validate and type a config directory. Raises ConfigError with every problem."""
     merged = load_config_tree(config_dir, os.environ if environ is None else environ)
     problems = _schema_problems(merged)
-    if problems:
-        raise ConfigError(problems)
-    return _Builder(merged).build()
+    if not problems:
+        return _Builder(merged).build()
+    # Schema problems are the whole story only when the typed checks have nothing to add:
+    # report theirs too (parallelism over max_workers, retention under dedupe_ttl, ...), once per key.
+    reported = {p.key for p in problems}
+    try:
+        _Builder(merged).build()
+    except ConfigError as exc:
+        problems.extend(p for p in exc.problems if p.key not in reported)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        pass  # a document the schema refused can trip the builder; the schema problems say why
+    raise ConfigError(problems)
 
 
 def _schema_problems(merged: MergedConfig) -> list[ConfigProblem]:
     validator = Draft202012Validator(config_schema())
     problems = []
+    coerce_yaml11_booleans(config_schema(), merged.data, _deref)
     for error in sorted(validator.iter_errors(merged.data), key=lambda e: list(map(str, e.absolute_path))):
         path: KeyPath = tuple(error.absolute_path)
         message = error.message
-        if error.validator == "anyOf" and "description" in error.schema:
+        if error.validator == "required":
+            # Name the missing key itself, not the mapping that lacks it.
+            missing = [k for k in error.validator_value if isinstance(error.instance, dict) and k not in error.instance]
+            if missing:
+                path = (*path, missing[0])
+                message = f"missing required key {missing[0]!r}"
+        elif error.validator == "anyOf" and "description" in error.schema:
             message = f"expected {error.schema['description']}, got {error.instance!r}"
         elif error.validator == "additionalProperties" or error.validator == "propertyNames":
             message = f"invalid name: {error.message}"
@@ -175,7 +191,8 @@ class _Builder:
         service = self._service()
         plugins = {name: self._plugin(name, raw, service) for name, raw in (self.data.get("plugins") or {}).items()}
         routes = tuple(
-            Route(r["from"], r["event_type"], r["to"], r.get("command", "handle")) for r in self.data.get("routes") or []
+            Route(r["from"], r["event_type"], r["to"], r.get("command", "handle"))
+            for r in self.data.get("routes") or []
         )
         state_path = (self.data.get("state") or {}).get("path") or str(self.merged.config_dir / DEFAULT_DB_NAME)
         roots: list[Path] = []
@@ -208,6 +225,13 @@ class _Builder:
         except ValueError as exc:
             self.problems.append(self.merged.problem(path, str(exc)))
             return default
+
+    def _positive_duration(self, path: KeyPath, raw: Any) -> float:
+        before = len(self.problems)
+        value = self._duration(path, raw, 0.0)
+        if value <= 0 and len(self.problems) == before:
+            self.problems.append(self.merged.problem(path, f"timeout must be positive, got {raw!r}"))
+        return value
 
     def _service(self) -> ServiceConfig:
         raw = self.data.get("service") or {}
@@ -247,14 +271,12 @@ class _Builder:
         p: KeyPath = ("plugins", name)
         timeouts: dict[str, float] = {}
         if raw.get("timeout") is not None:
-            single = self._duration((*p, "timeout"), raw["timeout"], 0.0)
-            timeouts = {cmd: single for cmd in ("poll", "handle", "health", "init")}
+            # `timeout:` is every command's deadline; `timeouts:` then overrides single commands.
+            single = self._positive_duration((*p, "timeout"), raw["timeout"])
+            timeouts = {cmd: single for cmd in DEFAULT_TIMEOUTS}
             timeouts["*"] = single
         for command, value in (raw.get("timeouts") or {}).items():
-            timeouts[command] = self._duration((*p, "timeouts", command), value, 0.0)
-        for command, value in timeouts.items():
-            if value <= 0:
-                self.problems.append(self.merged.problem((*p, "timeouts", command), "timeout must be positive"))
+            timeouts[command] = self._positive_duration((*p, "timeouts", command), value)
         retry_raw = raw.get("retry") or {}
         retry = RetryPolicy(
             max_attempts=retry_raw.get("max_attempts", raw.get("max_attempts", RetryPolicy.max_attempts)),

@@ -14,7 +14,17 @@ class Discovery:
     manifests: dict[str, Manifest] = field(default_factory=dict)
     # Directories that hold a manifest we refused, with every reason.
     invalid: dict[Path, list[ConfigProblem]] = field(default_factory=dict)
+    # The plugin name each refused manifest declares, when it got that far.
+    invalid_names: dict[Path, str] = field(default_factory=dict)
     warnings: list[ConfigProblem] = field(default_factory=list)
+
+    def refuse(self, directory: Path, problems: list[ConfigProblem], name: str | None = None) -> None:
+        """Skip `directory`, with a warning naming every reason; the other plugins carry on."""
+        self.invalid[directory] = problems
+        if name:
+            self.invalid_names[directory] = name
+        reasons = "; ".join(str(p) for p in problems)
+        self.warnings.append(ConfigProblem(f"plugin in {directory} is not loaded: {reasons}", file=directory))
 
 
 def discover_plugins(roots: tuple[Path, ...], *, allow_symlinks: bool = False) -> Discovery:
@@ -23,24 +33,29 @@ def discover_plugins(roots: tuple[Path, ...], *, allow_symlinks: bool = False) -
         if not root.is_dir():
             found.warnings.append(ConfigProblem(f"plugin root {root} does not exist or is not a directory"))
             continue
-        for directory in sorted(root.iterdir()):
+        try:
+            entries = sorted(root.iterdir())
+        except OSError as exc:
+            found.warnings.append(ConfigProblem(f"plugin root {root} cannot be read: {exc.strerror}"))
+            continue
+        for directory in entries:
             # `_lib`, `_template` and dot-directories hold helpers, not plugins.
             if directory.name.startswith(("_", ".")) or not (directory / MANIFEST_FILE).is_file():
                 continue
             if directory.is_symlink():
                 found.warnings.append(ConfigProblem(f"plugin directory {directory} is a symlink", file=directory))
                 if not allow_symlinks:
-                    found.invalid[directory] = [
+                    found.refuse(directory, [
                         ConfigProblem("symlinked plugin directories need service.allow_symlinks: true", file=directory)
-                    ]
+                    ])
                     continue
             try:
                 manifest = load_manifest(directory, root, found.warnings)
             except ManifestInvalid as exc:
-                found.invalid[directory] = exc.problems
+                found.refuse(directory, exc.problems, exc.name)
                 continue
             except OSError as exc:
-                found.invalid[directory] = [ConfigProblem(f"cannot read manifest: {exc}", file=directory)]
+                found.refuse(directory, [ConfigProblem(f"cannot read manifest: {exc}", file=directory)])
                 continue
             if manifest.name in found.manifests:
                 first = found.manifests[manifest.name].directory

@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator
 
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import freeze
-from gateway.config.yamlsrc import YamlDocument, dotted, parse_yaml
+from gateway.config.yamlsrc import YamlDocument, coerce_yaml11_booleans, dotted, parse_yaml
 
 SUPPORTED_PROTOCOLS = frozenset({2})
 DEFAULT_MAX_SUBS = 32
@@ -71,8 +71,11 @@ class Manifest:
 
 
 class ManifestInvalid(Exception):
-    def __init__(self, problems: list[ConfigProblem]):
+    def __init__(self, problems: list[ConfigProblem], name: str | None = None):
         self.problems = problems
+        # The plugin name the manifest declares, when it declares one (to explain a configured
+        # instance of it that cannot load).
+        self.name = name
         super().__init__("; ".join(str(p) for p in problems))
 
 
@@ -93,11 +96,19 @@ def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) ->
     data = doc.data
     if not isinstance(data, dict):
         raise ManifestInvalid([ConfigProblem("manifest must be a mapping", file=file, line=1)])
+    declared = data.get("name") if isinstance(data.get("name"), str) else None
+    coerce_yaml11_booleans(manifest_schema(), data, _deref)
     problems = _schema_problems(doc)
     _warn_unknown(doc, manifest_schema(), data, (), warnings)
     if problems:
-        raise ManifestInvalid(problems)
+        raise ManifestInvalid(problems, declared)
     commands = _commands(data["commands"])
+    if isinstance(data["commands"], list):
+        names = [item["name"] for item in data["commands"]]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                # Why refuse: `type` decides the token scope, so two declarations must not race.
+                problems.append(_at(doc, ("commands", index, "name"), f"command {name!r} is declared twice"))
     if data["protocol"] not in SUPPORTED_PROTOCOLS:
         problems.append(_at(doc, ("protocol",), f"protocol {data['protocol']} is not supported (this core speaks 2)"))
     fact_outputs = []
@@ -111,9 +122,9 @@ def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) ->
             FactOutput(command, rule["from"], rule["fact_type"], rule.get("compatibility_view", "mirror_object"))
         )
     max_subs = (data.get("stopwatch") or {}).get("max_subs") or DEFAULT_MAX_SUBS
-    entrypoint = _trusted_entrypoint(doc, directory, root, str(data["entrypoint"]), problems)
+    entrypoint = _trusted_entrypoint(doc, directory, root, str(data["entrypoint"]), problems, warnings)
     if problems:
-        raise ManifestInvalid(problems)
+        raise ManifestInvalid(problems, declared)
     config_keys = data.get("config_keys") or {}
     return Manifest(
         name=data["name"],
@@ -135,7 +146,8 @@ def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) ->
 
 
 def _commands(raw: Any) -> dict[str, CommandSpec]:
-    items = raw if isinstance(raw, list) else [{"name": name, **(spec or {})} for name, spec in raw.items()]
+    # The spec's object format (5.4) names commands by their keys; the key is the name.
+    items = raw if isinstance(raw, list) else [{**(spec or {}), "name": name} for name, spec in raw.items()]
     return {
         item["name"]: CommandSpec(
             name=item["name"],
@@ -152,7 +164,8 @@ def _commands(raw: Any) -> dict[str, CommandSpec]:
 
 
 def _trusted_entrypoint(
-    doc: YamlDocument, directory: Path, root: Path, entrypoint: str, problems: list[ConfigProblem]
+    doc: YamlDocument, directory: Path, root: Path, entrypoint: str, problems: list[ConfigProblem],
+    warnings: list[ConfigProblem],
 ) -> Path:
     """Spec §5.5: inside an approved root, no `..`, executable, no world-writable plugin dir."""
     path = Path(entrypoint)
@@ -161,6 +174,9 @@ def _trusted_entrypoint(
         return directory / path.name
     resolved = (directory / path).resolve()
     real_root = root.resolve()
+    if (directory / path).is_symlink():
+        # Spec §5.9: symlinks are always warned, even where they are allowed.
+        warnings.append(_at(doc, ("entrypoint",), f"entrypoint {entrypoint!r} is a symlink to {resolved}"))
     if not resolved.is_relative_to(real_root):
         problems.append(_at(doc, ("entrypoint",), f"entrypoint resolves to {resolved}, outside plugin root {real_root}"))
     elif not resolved.is_file():
@@ -177,17 +193,33 @@ def _schema_problems(doc: YamlDocument) -> list[ConfigProblem]:
     validator = Draft202012Validator(manifest_schema())
     problems = []
     for error in validator.iter_errors(doc.data):
-        path = tuple(error.absolute_path)
-        message = error.message
+        path, message = _describe(error)
         if error.validator == "oneOf" and path == ("commands",):
             message = "commands must be a non-empty list of {name, type, ...} or a mapping of name to command"
             best = min(error.context or [], key=lambda e: len(list(e.absolute_path)) * -1, default=None)
             if best is not None and len(best.absolute_path) > 1:
-                path, message = tuple(best.absolute_path), best.message
-        elif error.validator == "const":
-            message = f"must be {error.validator_value!r}, got {error.instance!r}"
+                path, message = _describe(best)
         problems.append(_at(doc, path, message))
     return problems
+
+
+def _describe(error: Any) -> tuple[tuple[Any, ...], str]:
+    """Where and what: a missing key is named itself (not its parent), a constant says what it wants."""
+    path = tuple(error.absolute_path)
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [key for key in error.validator_value if key not in error.instance]
+        if missing:
+            return (*path, missing[0]), f"missing required key {missing[0]!r}"
+    if error.validator == "const":
+        return path, f"must be {error.validator_value!r}, got {error.instance!r}"
+    return path, str(error.message)
+
+
+def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return manifest_schema()["$defs"][ref.removeprefix("#/$defs/")]  # type: ignore[no-any-return]
+    return schema
 
 
 def _warn_unknown(doc: YamlDocument, schema: Mapping[str, Any], data: Any, path: tuple[Any, ...],

@@ -43,7 +43,12 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
     disabled: dict[str, PluginInstance] = {}
     skipped: dict[str, str] = {}
     warnings = list(discovery.warnings)
-    invalid_by_name = {d.name: problems for d, problems in discovery.invalid.items()}
+    # A refused manifest answers for its directory's name and for the name it declares.
+    invalid_by_name: dict[str, list[ConfigProblem]] = {}
+    for directory, problems in discovery.invalid.items():
+        invalid_by_name.setdefault(directory.name, problems)
+        if directory in discovery.invalid_names:
+            invalid_by_name.setdefault(discovery.invalid_names[directory], problems)
     for name, plugin in config.plugins.items():
         manifest = discovery.manifests.get(plugin.uses)
         if manifest is None:
@@ -53,6 +58,11 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
             else:
                 roots = ", ".join(str(r) for r in config.plugin_roots) or "(no plugin_roots configured)"
                 skipped[name] = f"no plugin named {plugin.uses!r} found in plugin roots {roots}"
+            continue
+        if not plugin.enabled:
+            # Disabled by the operator: listed as such, its config not held against it.
+            disabled[name] = PluginInstance(name=name, config=plugin, manifest=manifest,
+                                            parallelism=_parallelism(config, plugin, manifest))
             continue
         missing = [key for key in manifest.required_config if key not in plugin.config]
         if missing:
@@ -69,9 +79,9 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
                             key=f"plugins.{name}.config.{key}",
                         )
                     )
-        cap = plugin.parallelism or (config.service.max_workers if manifest.concurrency_safe else 1)
-        instance = PluginInstance(name=name, config=plugin, manifest=manifest, parallelism=cap)
-        (instances if plugin.enabled else disabled)[name] = instance
+        instances[name] = PluginInstance(
+            name=name, config=plugin, manifest=manifest, parallelism=_parallelism(config, plugin, manifest)
+        )
     for name, reason in skipped.items():
         warnings.append(ConfigProblem(f"plugin {name!r} skipped: {reason}", key=f"plugins.{name}"))
     return Registry(
@@ -81,3 +91,8 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
         discovery=discovery,
         warnings=tuple(warnings),
     )
+
+
+def _parallelism(config: GatewayConfig, plugin: PluginConfig, manifest: Manifest) -> int:
+    """Spec §4.2.1: the operator's `parallelism`, else 1 for `concurrency_safe: false`, else max_workers."""
+    return plugin.parallelism or (config.service.max_workers if manifest.concurrency_safe else 1)
