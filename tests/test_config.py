@@ -6,6 +6,7 @@ merge rules, directory includes), §4 (file formats, defaults, concurrency contr
 (environment interpolation, `.env` includes); §5.6 timeouts, §5.7 retry, §5.8 circuit breaker;
 "Why this works with ductile" (x- anchors). No database: these tests only touch the filesystem.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -633,7 +634,7 @@ def test_unquoted_variable_is_typed_like_the_text_it_stands_for(tmp_path: Path) 
 
 
 def test_quoted_variable_stays_a_string(tmp_path: Path) -> None:
-    write(tmp_path, "config.yaml", "plugins:\n  echo:\n    config:\n      label: \"${PORT}\"\n      port: ${PORT}\n")
+    write(tmp_path, "config.yaml", 'plugins:\n  echo:\n    config:\n      label: "${PORT}"\n      port: ${PORT}\n')
     config = load(tmp_path, {"PORT": "8080"}).plugins["echo"].config
     assert config["label"] == "8080"
     assert config["port"] == 8080

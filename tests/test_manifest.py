@@ -5,6 +5,7 @@ Spec 000 "5.4 Manifest" (validation), "5.5 Trust & Execution", "The Manifest (`m
 "Configuration Specification" §4.1 (plugin_roots discovery) and §4.2.1 (concurrency controls),
 "8.4 Instance Naming" (`uses:` aliases). No database: real files and real executables only.
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -60,7 +61,7 @@ def make_plugin(
     if entrypoint:
         script = plugin / entrypoint
         script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text("#!/bin/sh\necho '{\"status\": \"ok\", \"result\": \"ok\"}'\n", encoding="utf-8")
+        script.write_text('#!/bin/sh\necho \'{"status": "ok", "result": "ok"}\'\n', encoding="utf-8")
         script.chmod(mode)
     return plugin
 
@@ -357,7 +358,7 @@ def test_original_py_greet_manifest_loads_without_warnings(root: Path) -> None:
 
 
 def test_spec_minimal_plugin_example_loads(root: Path) -> None:
-    """"The Manifest" §4.1: notify_echo, with values.emit and only optional config keys."""
+    """ "The Manifest" §4.1: notify_echo, with values.emit and only optional config keys."""
     text = """\
     manifest_spec: ductile.plugin
     manifest_version: 1
@@ -542,9 +543,17 @@ def test_manifest_with_invalid_yaml_is_refused_with_its_line(root: Path) -> None
 # -- stopwatch.max_subs -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("stopwatch", "expected"), [(DROP, 32), ({}, 32), ({"max_subs": 0}, 32),
-                                                     ({"max_subs": 1}, 1), ({"max_subs": 64}, 64),
-                                                     ({"max_subs": 256}, 256)])
+@pytest.mark.parametrize(
+    ("stopwatch", "expected"),
+    [
+        (DROP, 32),
+        ({}, 32),
+        ({"max_subs": 0}, 32),
+        ({"max_subs": 1}, 1),
+        ({"max_subs": 64}, 64),
+        ({"max_subs": 256}, 256),
+    ],
+)
 def test_stopwatch_max_subs_defaults_to_32_and_allows_1_to_256(root: Path, stopwatch: object, expected: int) -> None:
     manifest, _ = load(make_plugin(root, "demo", manifest_doc(stopwatch=stopwatch)), root)
     assert manifest.max_subs == expected

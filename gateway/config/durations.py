@@ -1,4 +1,5 @@
 """Durations as the spec writes them: `30s`, `5m`, `1h30m`, `24h`, `30d`, `2w`, `500ms`."""
+
 from __future__ import annotations
 
 import re

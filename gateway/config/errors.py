@@ -1,4 +1,5 @@
 """Config problems that name the file, line and key, so an agent can fix them without guessing."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

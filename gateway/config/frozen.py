@@ -1,4 +1,5 @@
 """Deep-frozen JSON values: config objects are shared by threads and must not be mutated."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

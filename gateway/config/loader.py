@@ -3,6 +3,7 @@
 Spec 000 "Configuration Specification" §3 (grafting) and §6 (interpolation). Pure reading: the
 result is a merged document plus where every key came from; typing happens in `model.py`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -253,8 +254,12 @@ def _interpolate(
 
 
 def _merge(
-    merged: MergedConfig, target: dict[str, Any], source: dict[str, Any], doc: YamlDocument,
-    target_path: KeyPath, source_path: KeyPath,
+    merged: MergedConfig,
+    target: dict[str, Any],
+    source: dict[str, Any],
+    doc: YamlDocument,
+    target_path: KeyPath,
+    source_path: KeyPath,
 ) -> None:
     """Maps merge, arrays append, scalars: later wins (spec §3.1)."""
     for key, value in source.items():
@@ -282,7 +287,7 @@ def _record(merged: MergedConfig, doc: YamlDocument, tpath: KeyPath, spath: KeyP
     merged.origins[tpath] = Origin(doc.file, doc.line_of(spath))
     for path, line in doc.lines.items():
         if len(path) > len(spath) and path[: len(spath)] == spath:
-            merged.origins[(*tpath, *path[len(spath):])] = Origin(doc.file, line)
+            merged.origins[(*tpath, *path[len(spath) :])] = Origin(doc.file, line)
 
 
 def _resolve(base: Path, value: str) -> str:

@@ -4,6 +4,7 @@ Built once from a validated merged document (`load_gateway_config`); every consu
 objects, never YAML. Spec 000: "Configuration Specification" §4, §5.6 timeouts, §5.7 retry,
 §3.5 dispatch, §3.6 dedupe.
 """
+
 from __future__ import annotations
 
 import json

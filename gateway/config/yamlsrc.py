@@ -5,6 +5,7 @@ YAML 1.1 default: `on:` (the pipelines DSL's trigger key), `yes`, `no`, `off` an
 `07:30` is not the sexagesimal number 450, `0420` is 420 and dates stay strings (plugin config
 travels to plugins as JSON).
 """
+
 from __future__ import annotations
 
 import re
@@ -42,9 +43,7 @@ Yaml12Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 Yaml12Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-Yaml12Loader.add_implicit_resolver(
-    _INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
-)
+Yaml12Loader.add_implicit_resolver(_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
 Yaml12Loader.add_implicit_resolver(
     _FLOAT,
     re.compile(

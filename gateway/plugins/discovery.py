@@ -1,4 +1,5 @@
 """Plugin discovery over `plugin_roots`, in order; the first plugin with a name wins."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -45,9 +46,14 @@ def discover_plugins(roots: tuple[Path, ...], *, allow_symlinks: bool = False) -
             if directory.is_symlink():
                 found.warnings.append(ConfigProblem(f"plugin directory {directory} is a symlink", file=directory))
                 if not allow_symlinks:
-                    found.refuse(directory, [
-                        ConfigProblem("symlinked plugin directories need service.allow_symlinks: true", file=directory)
-                    ])
+                    found.refuse(
+                        directory,
+                        [
+                            ConfigProblem(
+                                "symlinked plugin directories need service.allow_symlinks: true", file=directory
+                            )
+                        ],
+                    )
                     continue
             try:
                 manifest = load_manifest(directory, root, found.warnings)
@@ -60,8 +66,10 @@ def discover_plugins(roots: tuple[Path, ...], *, allow_symlinks: bool = False) -
             if manifest.name in found.manifests:
                 first = found.manifests[manifest.name].directory
                 found.warnings.append(
-                    ConfigProblem(f"plugin {manifest.name!r} in {directory} is ignored: {first} was found first",
-                                  file=manifest.file)
+                    ConfigProblem(
+                        f"plugin {manifest.name!r} in {directory} is ignored: {first} was found first",
+                        file=manifest.file,
+                    )
                 )
                 continue
             found.manifests[manifest.name] = manifest

@@ -4,6 +4,7 @@ Strict where the spec is (spec/version/protocol, entrypoint trust, fact_outputs 
 commands, stopwatch.max_subs 1-256) and tolerant where real plugins are (unknown keys warn,
 hyphenated names, custom command names, placeholder event names in `values.emit`).
 """
+
 from __future__ import annotations
 
 import json
@@ -116,7 +117,11 @@ def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) ->
         command = rule["when"]["command"]
         if command not in commands:
             problems.append(
-                _at(doc, ("fact_outputs", index, "when", "command"), f"fact_outputs names undeclared command {command!r}")
+                _at(
+                    doc,
+                    ("fact_outputs", index, "when", "command"),
+                    f"fact_outputs names undeclared command {command!r}",
+                )
             )
         fact_outputs.append(
             FactOutput(command, rule["from"], rule["fact_type"], rule.get("compatibility_view", "mirror_object"))
@@ -164,7 +169,11 @@ def _commands(raw: Any) -> dict[str, CommandSpec]:
 
 
 def _trusted_entrypoint(
-    doc: YamlDocument, directory: Path, root: Path, entrypoint: str, problems: list[ConfigProblem],
+    doc: YamlDocument,
+    directory: Path,
+    root: Path,
+    entrypoint: str,
+    problems: list[ConfigProblem],
     warnings: list[ConfigProblem],
 ) -> Path:
     """Spec §5.5: inside an approved root, no `..`, executable, no world-writable plugin dir."""
@@ -178,14 +187,18 @@ def _trusted_entrypoint(
         # Spec §5.9: symlinks are always warned, even where they are allowed.
         warnings.append(_at(doc, ("entrypoint",), f"entrypoint {entrypoint!r} is a symlink to {resolved}"))
     if not resolved.is_relative_to(real_root):
-        problems.append(_at(doc, ("entrypoint",), f"entrypoint resolves to {resolved}, outside plugin root {real_root}"))
+        problems.append(
+            _at(doc, ("entrypoint",), f"entrypoint resolves to {resolved}, outside plugin root {real_root}")
+        )
     elif not resolved.is_file():
         problems.append(_at(doc, ("entrypoint",), f"entrypoint {entrypoint!r} does not exist in {directory}"))
     elif not os.access(resolved, os.X_OK):
         problems.append(_at(doc, ("entrypoint",), f"entrypoint {entrypoint!r} is not executable (chmod +x it)"))
     mode = directory.stat().st_mode
     if mode & stat.S_IWOTH:
-        problems.append(ConfigProblem(f"plugin directory {directory} is world-writable; refusing to load it", file=doc.file))
+        problems.append(
+            ConfigProblem(f"plugin directory {directory} is world-writable; refusing to load it", file=doc.file)
+        )
     return resolved
 
 
@@ -222,8 +235,9 @@ def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     return schema
 
 
-def _warn_unknown(doc: YamlDocument, schema: Mapping[str, Any], data: Any, path: tuple[Any, ...],
-                  warnings: list[ConfigProblem]) -> None:
+def _warn_unknown(
+    doc: YamlDocument, schema: Mapping[str, Any], data: Any, path: tuple[Any, ...], warnings: list[ConfigProblem]
+) -> None:
     if "$ref" in schema:
         schema = manifest_schema()["$defs"][schema["$ref"].rsplit("/", 1)[1]]
     if "allOf" in schema:

@@ -2,6 +2,7 @@
 
 An instance that cannot load is skipped with a reason; it never stops the others.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -61,8 +62,9 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
             continue
         if not plugin.enabled:
             # Disabled by the operator: listed as such, its config not held against it.
-            disabled[name] = PluginInstance(name=name, config=plugin, manifest=manifest,
-                                            parallelism=_parallelism(config, plugin, manifest))
+            disabled[name] = PluginInstance(
+                name=name, config=plugin, manifest=manifest, parallelism=_parallelism(config, plugin, manifest)
+            )
             continue
         missing = [key for key in manifest.required_config if key not in plugin.config]
         if missing:

@@ -22,7 +22,6 @@ from django.utils import timezone
 from ledger.states import TERMINAL, JobStatus, check_transition
 from ledger.wakeups import notify_enqueued
 
-
 log = logging.getLogger("ductile.queue")
 
 
