@@ -4,6 +4,7 @@ Each benchmark builds a throw-away config directory (its own plugin root, its ow
 runs the real `manage.py runworkers` as a subprocess, and cleans everything up afterwards.
 Nothing here touches the network: SQLite files, pipes and UNIX datagram sockets only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +30,9 @@ BENCH = Path(__file__).resolve().parent
 PYTHON = sys.executable
 
 # The minimal POSIX-sh plugin of benchmark 1: reads its request, answers ok.
-NOP_SCRIPT = "#!/bin/sh\ncat >/dev/null; printf '{\"status\":\"ok\",\"result\":\"x\"}'\n"
+LOAD_AT_START = os.getloadavg()[0]
+
+NOP_SCRIPT = '#!/bin/sh\ncat >/dev/null; printf \'{"status":"ok","result":"x"}\'\n'
 
 
 def manifest(name: str, entrypoint: str = "run.sh") -> dict[str, Any]:
@@ -74,9 +77,17 @@ class BenchConfig:
         }
         (self.path / "config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
+        # TMPDIR of every gateway process of this config, so the per-database wake-up socket
+        # directory the daemon creates under it goes away with the rest of `base`.
+        self.tmp = base / "tmp"
+        self.tmp.mkdir()
+
     @property
     def db_path(self) -> Path:
         return self.base / "state" / "ductile.db"
+
+    def env(self) -> dict[str, str]:
+        return clean_env(TMPDIR=str(self.tmp))
 
 
 @contextlib.contextmanager
@@ -90,38 +101,47 @@ def temp_dir(prefix: str) -> Iterator[Path]:
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment for gateway subprocesses: no inherited database or config location."""
-    drop = ("DATABASE_URL", "DUCTILE_DB_PATH", "DUCTILE_CONFIG_DIR", "DUCTILE_TEST_SQLITE_PATH",
-            "DJANGO_SETTINGS_MODULE")
+    drop = (
+        "DATABASE_URL",
+        "DUCTILE_DB_PATH",
+        "DUCTILE_CONFIG_DIR",
+        "DUCTILE_TEST_SQLITE_PATH",
+        "DJANGO_SETTINGS_MODULE",
+    )
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(BENCH)])
     env.update(extra)
     return env
 
 
-def manage(config: BenchConfig, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, str(REPO / "manage.py"), *args, "--config-dir", str(config.path)],
-        capture_output=True, text=True, timeout=timeout, env=clean_env(), cwd=REPO, check=True,
-    )
-
-
 def helper(config: BenchConfig, *args: str, timeout: float = 300, stdin: str | None = None) -> Any:
     """Run tests/bench/_ledger_helper.py (Django set up on the config's database); its last stdout line is JSON."""
     proc = subprocess.run(
-        [PYTHON, str(BENCH / "_ledger_helper.py"), str(config.path), *args], input=stdin,
-        capture_output=True, text=True, timeout=timeout, env=clean_env(), cwd=REPO,
+        [PYTHON, str(BENCH / "_ledger_helper.py"), str(config.path), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=config.env(),
+        cwd=REPO,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"helper {args} failed ({proc.returncode}):\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def start_workers(config: BenchConfig, log_path: Path, *args: str, prefix: list[str] | None = None) -> subprocess.Popen[bytes]:
+def start_workers(
+    config: BenchConfig, log_path: Path, *args: str, prefix: list[str] | None = None
+) -> subprocess.Popen[bytes]:
     """`manage.py runworkers` as a subprocess; its JSON log lines go to a file (a pipe nobody reads would block)."""
     log = open(log_path, "wb")  # noqa: SIM115 - closed with the process by stop_process
     proc = subprocess.Popen(
         [*(prefix or [PYTHON]), str(REPO / "manage.py"), "runworkers", "--config-dir", str(config.path), *args],
-        stdout=log, stderr=subprocess.STDOUT, env=clean_env(), cwd=REPO, start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=config.env(),
+        cwd=REPO,
+        start_new_session=True,
     )
     proc._bench_log = log  # type: ignore[attr-defined]
     return proc
@@ -166,7 +186,7 @@ def parse_ts(text: str) -> float:
     """A Django DateTimeField value as stored by SQLite (UTC, naive text) -> epoch seconds."""
     value = dt.datetime.fromisoformat(text)
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     return value.timestamp()
 
 
@@ -199,7 +219,10 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "sqlite": sqlite_version,
-        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"),
+        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ"),
+        # Other work on the machine skews every number here; the 1-minute load when this script
+        # started says how busy it was before the benchmark added its own load.
+        "loadavg_1m_at_start": round(LOAD_AT_START, 2),
     }
 
 

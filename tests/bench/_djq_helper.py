@@ -2,6 +2,7 @@
 
 Run with DJANGO_SETTINGS_MODULE=djq_settings and BENCH_DJQ_DB set; prints one JSON line.
 """
+
 from __future__ import annotations
 
 import json

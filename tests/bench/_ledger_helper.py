@@ -7,6 +7,7 @@ Prints one JSON line. `trickle` records, per job, the wall-clock time (time.time
 enqueuing transaction's commit: the first on_commit callback of the outermost transaction runs
 right after COMMIT returns and before the gateway's own callback that pokes the idle workers.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ def trickle(count: int, interval_ms: float, plugin: str) -> dict[str, object]:
         stamp: list[int] = []
         with transaction.atomic():
             # Registered before enqueue's own on_commit (the wake-up poke), so it runs first.
-            transaction.on_commit(lambda: stamp.append(time.time_ns()))
+            transaction.on_commit(lambda stamp=stamp: stamp.append(time.time_ns()))
             result = Job.objects.enqueue(
                 JobSpec(plugin=plugin, command="poll", submitted_by="bench"), default_dedupe_ttl=86400
             )

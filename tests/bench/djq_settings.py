@@ -3,6 +3,7 @@
 The project's settings plus `django_q`, on a throw-away SQLite file (BENCH_DJQ_DB) with the same
 WAL / IMMEDIATE / busy-timeout options the gateway uses, and an ORM-broker cluster of 2 workers.
 """
+
 from __future__ import annotations
 
 import os

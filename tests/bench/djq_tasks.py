@@ -1,4 +1,5 @@
 """The django-q2 task of bench_throughput.py: run the plugin once, as the gateway would (stdin in, stdout out)."""
+
 from __future__ import annotations
 
 import subprocess

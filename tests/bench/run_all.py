@@ -1,0 +1,65 @@
+"""Run every benchmark in sequence and keep their JSON results.
+
+    .venv/bin/python tests/bench/run_all.py [--out-dir DIR] [--quick]
+
+Writes DIR/throughput.json, latency.json, idle.json and queue_ops.json (DIR defaults to a new
+temporary directory, printed at the end) and prints a one-screen summary. About 3 minutes on a
+2-core VM; --quick runs one throughput repetition and a 10 s idle window instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out-dir")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out_dir or tempfile.mkdtemp(prefix="ductile-bench-results-"))
+    out.mkdir(parents=True, exist_ok=True)
+    plan = {
+        "throughput": ["bench_throughput.py", "--repeat", "1" if args.quick else "3"],
+        "latency": ["bench_latency.py"],
+        "idle": ["bench_idle.py", *(["--window", "10"] if args.quick else [])],
+        "queue_ops": ["bench_queue_ops.py"],
+    }
+    results = {}
+    for name, cmd in plan.items():
+        print(f"== {name}: {' '.join(cmd)}", flush=True)
+        subprocess.run(
+            [sys.executable, str(BENCH / cmd[0]), *cmd[1:], "--out", str(out / f"{name}.json")],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        results[name] = json.loads((out / f"{name}.json").read_text())
+    t, lat, idle, ops = (results[k] for k in plan)
+    s = t["summary"]
+    lines = [
+        f"machine: {t['machine']}",
+        f"throughput (jobs/s, median): ours {s['ours_jobs_per_s']} (steady {s['ours_steady_jobs_per_s']}),"
+        f" ceiling {s['ceiling_jobs_per_s']}, django-q2 {s.get('djq_jobs_per_s')}"
+        f" -> ours/ceiling {s['ours_over_ceiling']} (target >= 0.5),"
+        f" ours/django-q2 {s.get('ours_over_djq')} (target ~4)",
+        f"daemon CPU per job: {s['ours_daemon_cpu_ms_per_job']} ms",
+        f"latency commit->plugin start: p50 {lat['commit_to_plugin_start_ms']['p50']} ms (target <= 10),"
+        f" p99 {lat['commit_to_plugin_start_ms']['p99']} ms (target <= 50)",
+        f"idle: {idle['cpu_percent_of_one_core']}% of one core (target <= 1), RSS {idle['rss_mb']} MB (target <= 100)",
+        f"ledger CPU per job (queue_ops): {ops['worker_ledger_cpu_us_per_job']} us"
+        f" (claim_next {ops['claim_next_us']['cpu']}, record_outcome {ops['record_outcome_us']['cpu']},"
+        f" pre-check {ops['precheck_exists_us']['cpu']}, state {ops['plugin_state_current_us']['cpu']})",
+        f"results: {out}",
+    ]
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
