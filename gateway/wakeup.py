@@ -97,6 +97,10 @@ class WakeListener:
             self._sock.close()
         if self._path:
             _unlink(self._path)
+            try:
+                os.rmdir(os.path.dirname(self._path))  # the last listener out removes the directory
+            except OSError:
+                pass
 
     def _spawn(self, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name="ductile-wake", daemon=True)

@@ -135,12 +135,19 @@ class WorkerDaemon:
     # -- workers -------------------------------------------------------------------------
 
     def _work(self) -> None:
+        idle = True
         try:
             while not self.stopping.is_set():
                 if self.max_jobs is not None and self.claimed >= self.max_jobs:
                     break
                 seen = self._wake_seq
-                job = self._claim()
+                try:
+                    job = self._claim(precheck=idle)
+                except Exception:
+                    # A database hiccup must not kill this thread for good; the re-check retries.
+                    log.exception("claim failed; retrying after the re-check interval")
+                    job = None
+                idle = job is None
                 if job is not None:
                     try:
                         self.executor.execute(job)
@@ -167,15 +174,16 @@ class WorkerDaemon:
         with self._count_lock:
             return self._busy == 0
 
-    def _claim(self) -> Job | None:
+    def _claim(self, *, precheck: bool) -> Job | None:
         close_old_connections()
         runtime = self.holder.get()
         caps = self._caps(runtime)
         if not caps:
             return None
         now = timezone.now()
-        # A read-only look first, so an idle daemon never takes SQLite's write lock.
-        if not Job.objects.due(now).filter(plugin__in=list(caps)).exists():
+        # After an empty claim, a read-only look first, so an idle daemon never takes SQLite's
+        # write lock; while work flows the claim itself is the look.
+        if precheck and not Job.objects.due(now).filter(plugin__in=list(caps)).exists():
             return None
         with self._count_lock:
             if self.max_jobs is not None and self.claimed >= self.max_jobs:

@@ -6,12 +6,15 @@ Spec 000 §5.9 and "Plugin Facts".
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
 from django.db import models
 from django.db.models import F
 from django.utils import timezone
+
+from ledger import sql
 
 STATE_SIZE_LIMIT = 1024 * 1024  # spec §5.9: 1 MB per plugin_state row, and per emitted snapshot
 
@@ -66,8 +69,11 @@ class PluginState(models.Model):
 
     @classmethod
     def current(cls, plugin_name: str) -> dict[str, Any]:
-        row = cls.objects.filter(plugin_name=plugin_name).values_list("state", flat=True).first()
-        return row if isinstance(row, dict) else {}
+        """The compatibility view sent as the request's `state`; read once per job, so by hand."""
+        value = sql.fetch_value("SELECT state FROM plugin_state WHERE plugin_name = %s", [plugin_name])
+        if isinstance(value, str | bytes):
+            value = json.loads(value)
+        return value if isinstance(value, dict) else {}
 
 
 def write_state(

@@ -13,12 +13,14 @@ import uuid
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from django.db import connection, models, transaction
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Q
 from django.utils import timezone
 
+from ledger import sql
 from ledger.states import TERMINAL, JobStatus, check_transition
 from ledger.wakeups import notify_enqueued
 
@@ -125,13 +127,11 @@ class JobQuerySet(models.QuerySet["Job"]):
                         extra={"plugin": spec.plugin, "dedupe_key": spec.dedupe_key, "existing_job_id": existing},
                     )
                     return EnqueueResult(existing, deduplicated=True)
-            job_id = new_id()
-            job = self.create(
-                id=job_id,
+            job = Job(
+                id=new_id(),
                 plugin=spec.plugin,
                 command=spec.command,
                 payload=dict(spec.payload) if spec.payload is not None else None,
-                event=trigger_event(spec, job_id, now),
                 status=JobStatus.QUEUED,
                 attempt=1,
                 max_attempts=spec.max_attempts,
@@ -142,6 +142,8 @@ class JobQuerySet(models.QuerySet["Job"]):
                 source_event_id=spec.source_event_id,
                 event_context_id=spec.event_context_id,
             )
+            job.event = trigger_event(spec, job.id, now)
+            sql.insert(Job, {str(f.column): getattr(job, f.attname) for f in Job._meta.concrete_fields})
             JobTransition.record(job, None, JobStatus.QUEUED, f"enqueued by {spec.submitted_by}", now=now)
             notify_enqueued()
         return EnqueueResult(job.id)
@@ -171,36 +173,38 @@ class JobQuerySet(models.QuerySet["Job"]):
 
         Skipped, never starved behind: jobs waiting for `next_retry_at`, jobs of a plugin at its
         parallelism cap, and jobs whose same-key same-target twin is running (spec §3.5, §3.6).
+        One write transaction; the pick and the compare-and-set are a single UPDATE.
         """
         now = now or timezone.now()
-        with transaction.atomic():
-            if connection.vendor == "postgresql":
-                # Why: the cap and the same-key rule are decided from counts of running rows, which
-                # SKIP LOCKED alone cannot protect across nodes. One transaction-scoped advisory
-                # lock serialises claim decisions (each a few hundred microseconds) on every node.
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_xact_lock(7242031)")
-            running = dict(self.running().values_list("plugin").annotate(n=Count("id")).order_by())
+        postgres = connection.vendor == "postgresql"
+        with transaction.atomic(), connection.cursor() as cursor:
+            if postgres:
+                # Why: the cap and the same-key rule are decided from counts of running rows,
+                # which SKIP LOCKED alone cannot protect across nodes. One transaction-scoped
+                # advisory lock serialises claim decisions (a few hundred microseconds each).
+                cursor.execute("SELECT pg_advisory_xact_lock(7242031)")
+            cursor.execute(_RUNNING_COUNTS_SQL)
+            running = dict(cursor.fetchall())
             open_plugins = [p for p, cap in caps.items() if running.get(p, 0) < cap]
             if not open_plugins:
                 return None
-            twin_running = self.running().filter(
-                dedupe_key=OuterRef("dedupe_key"), plugin=OuterRef("plugin"), command=OuterRef("command")
-            )
-            candidates = (
-                self.due(now)
-                .filter(plugin__in=open_plugins)
-                .filter(Q(dedupe_key__isnull=True) | ~Exists(twin_running))
-                .order_by("created_at", "id")
-            )
+            params: list[Any] = [
+                worker_id,
+                sql.prep(Job, "lease_until", now + timedelta(seconds=lease_ttl)),
+                sql.prep(Job, "started_at", now),
+                *open_plugins,
+                sql.prep(Job, "next_retry_at", now),
+            ]
             if only is not None:
-                candidates = candidates.filter(pk=only)
-            if connection.vendor == "postgresql":
-                candidates = candidates.select_for_update(skip_locked=True)
-            job = candidates.first()
-            if job is None:
+                params.append(only)
+            cursor.execute(_claim_sql(len(open_plugins), only is not None, postgres), params)
+            row = cursor.fetchone()
+            if row is None:
                 return None
-            job.start(worker_id=worker_id, lease_until=now + timedelta(seconds=lease_ttl), now=now)
+            job: Job = sql.from_row(Job, row)
+            JobTransition.record(
+                job, JobStatus.QUEUED, JobStatus.RUNNING, f"claimed by {worker_id}", now=now, worker=worker_id
+            )
             return job
 
     def heartbeat(self, worker_id: str, lease_ttl: float, now: datetime | None = None) -> int:
@@ -315,29 +319,19 @@ class Job(models.Model):
         where: Mapping[str, Any] | None = None,
         **changes: Any,
     ) -> None:
-        """Compare-and-set this job from its current status to `to_status`. Call inside a transaction."""
+        """Compare-and-set this job from its current status to `to_status`. Call inside a transaction.
+        `where` adds guards: a column's expected value, or `column__lt`."""
         check_transition(self.id, self.status, to_status)
-        guard = Job.objects.filter(pk=self.pk, status=self.status, **(where or {}))
-        if worker is not None:
-            guard = guard.filter(claimed_by=worker)
         changes["status"] = to_status
-        if guard.update(**changes) != 1:
+        guard: dict[str, Any] = {"id": self.id, "status": self.status, **(where or {})}
+        if worker is not None:
+            guard["claimed_by"] = worker
+        if sql.update(Job, changes, guard) != 1:
             raise LostJob(f"job {self.id} is no longer {self.status}" + (f" for {worker}" if worker else ""))
         from_status = self.status
         for name, value in changes.items():
             setattr(self, name, value)
         JobTransition.record(self, from_status, to_status, reason, now=now, worker=worker or self.claimed_by)
-
-    def start(self, *, worker_id: str, lease_until: datetime, now: datetime) -> None:
-        self.move(
-            JobStatus.RUNNING,
-            f"claimed by {worker_id}",
-            now=now,
-            claimed_by=worker_id,
-            lease_until=lease_until,
-            started_at=now,
-            next_retry_at=None,
-        )
 
     def record_outcome(
         self,
@@ -368,9 +362,8 @@ class Job(models.Model):
             )
             JobLog.record(self, outcome, now=now)
             if outcome.stopwatch is not None:
-                JobStopwatch.objects.create(
-                    job_id=self.id, plugin=self.plugin, attempt=self.attempt, **outcome.stopwatch
-                )
+                row = {"job_id": self.id, "plugin": self.plugin, "attempt": self.attempt, "step_name": None}
+                sql.insert(JobStopwatch, {**row, "created_at": now, **outcome.stopwatch})
             if outcome.state_write is not None:
                 write_state(*outcome.state_write, job_id=self.id, command=self.command, now=now)
             if outcome.status != JobStatus.SUCCEEDED and outcome.retryable:
@@ -444,14 +437,17 @@ class JobTransition(models.Model):
     def record(
         cls, job: Job, from_status: str | None, to_status: str, reason: str, *, now: datetime, worker: str | None = None
     ) -> None:
-        cls.objects.create(
-            job_id=job.id,
-            from_status=from_status,
-            to_status=to_status,
-            reason=reason[:4000],
-            worker=worker,
-            attempt=job.attempt,
-            created_at=now,
+        sql.insert(
+            cls,
+            {
+                "job_id": job.id,
+                "from_status": from_status,
+                "to_status": to_status,
+                "reason": reason[:4000],
+                "worker": worker,
+                "attempt": job.attempt,
+                "created_at": now,
+            },
         )
 
 
@@ -486,19 +482,52 @@ class JobLog(models.Model):
         return f"{self.plugin}.{self.command} {self.job_id} #{self.attempt} {self.status}"
 
     @classmethod
-    def record(cls, job: Job, outcome: AttemptOutcome, *, now: datetime) -> JobLog:
-        return cls.objects.create(
-            job_id=job.id,
-            plugin=job.plugin,
-            command=job.command,
-            status=outcome.status,
-            result=outcome.response_text,
-            attempt=job.attempt,
-            submitted_by=job.submitted_by,
-            created_at=job.created_at,
-            completed_at=now,
-            last_error=outcome.error,
-            stderr=outcome.stderr or None,
-            parent_job_id=job.parent_job_id,
-            source_event_id=job.source_event_id,
+    def record(cls, job: Job, outcome: AttemptOutcome, *, now: datetime) -> None:
+        sql.insert(
+            cls,
+            {
+                "id": new_id(),
+                "job_id": job.id,
+                "plugin": job.plugin,
+                "command": job.command,
+                "status": outcome.status,
+                "result": outcome.response_text,
+                "attempt": job.attempt,
+                "submitted_by": job.submitted_by,
+                "created_at": job.created_at,
+                "completed_at": now,
+                "last_error": outcome.error,
+                "stderr": outcome.stderr or None,
+                "parent_job_id": job.parent_job_id,
+                "source_event_id": job.source_event_id,
+            },
         )
+
+
+_RUNNING_COUNTS_SQL = "SELECT plugin, COUNT(*) FROM job_queue WHERE status = 'running' GROUP BY plugin"
+
+
+@cache
+def _claim_sql(plugin_count: int, only: bool, postgres: bool) -> str:
+    """The claim for `plugin_count` open plugins. Statuses are literals so SQLite can use the
+    partial indexes (a bound parameter never matches their WHERE clause)."""
+    placeholders = ", ".join(["%s"] * plugin_count)
+    only_clause = "AND q.id = %s" if only else ""
+    lock_clause = "FOR UPDATE SKIP LOCKED" if postgres else ""
+    return f"""
+        UPDATE job_queue SET status = 'running', claimed_by = %s, lease_until = %s, started_at = %s,
+               next_retry_at = NULL
+        WHERE id = (
+            SELECT q.id FROM job_queue q
+            WHERE q.status = 'queued' AND q.plugin IN ({placeholders})
+              AND (q.next_retry_at IS NULL OR q.next_retry_at <= %s)
+              AND (q.dedupe_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM job_queue r
+                    WHERE r.status = 'running' AND r.dedupe_key = q.dedupe_key
+                      AND r.plugin = q.plugin AND r.command = q.command))
+              {only_clause}
+            ORDER BY q.created_at, q.id LIMIT 1
+            {lock_clause}
+        ) AND status = 'queued'
+        RETURNING {sql.select_columns(Job)}
+    """
