@@ -12,7 +12,7 @@ from gateway.config.frozen import thaw
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
 from gateway.protocol import Verdict, build_request, judge
-from gateway.runner import plugin_environment, run_plugin
+from gateway.runner import run_plugin
 from gateway.runtime import Runtime, RuntimeHolder
 from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, PluginState
 from ledger.models.jobs import new_id
@@ -53,9 +53,8 @@ class Executor:
             deadline_at=iso(now + timedelta(seconds=timeout)),
             instance=instance.name,
         )
-        env = plugin_environment(runtime.config.service.plugin_env_passthrough)
         runtime_pre_ns = time.perf_counter_ns() - pre_started
-        run = run_plugin(instance.manifest.entrypoint, request, timeout=timeout, env=env)
+        run = run_plugin(instance.manifest.entrypoint, request, timeout=timeout, env=runtime.plugin_env)
         post_started = time.perf_counter_ns()
         verdict = judge(run, timeout=timeout, max_subs=instance.manifest.max_subs)
         for warning in verdict.warnings:

@@ -9,11 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 
 from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig, load_gateway_config
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.registry import Registry, build_registry
+from gateway.runner import plugin_environment
 from pipelines.routing import RouteRule, RoutingTable
 
 
@@ -22,6 +24,8 @@ class Runtime:
     config: GatewayConfig
     registry: Registry
     routing: RoutingTable
+    # The environment every plugin process gets, fixed at load: clean plus the passthrough list.
+    plugin_env: Mapping[str, str] = field(default_factory=dict)
     # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
     loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -31,7 +35,8 @@ def build_runtime(config_dir: Path, environ: Mapping[str, str] | None = None) ->
     discovery = discover_plugins(config.plugin_roots, allow_symlinks=config.service.allow_symlinks)
     registry = build_registry(config, discovery)
     routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
-    return Runtime(config=config, registry=registry, routing=routing)
+    env = plugin_environment(config.service.plugin_env_passthrough)
+    return Runtime(config=config, registry=registry, routing=routing, plugin_env=MappingProxyType(env))
 
 
 class RuntimeHolder:

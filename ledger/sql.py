@@ -1,81 +1,174 @@
 """Hand-written SQL for the queue's hot path, adapted through the models' own fields.
 
 Why not the ORM here: building and compiling a query costs 0.2-0.5 ms of CPU under the GIL, and a
-job takes about fifteen statements; the worker pool's throughput target (docs/performance.md)
-needs the whole per-job ledger cost near 1 ms. Values still go through each field's
-`get_db_prep_save` and come back through its converters, so SQLite and PostgreSQL see exactly
-what the ORM would send. Status literals are inlined so SQLite can use the partial indexes.
+job takes about a dozen statements; the worker pool's throughput target (docs/performance.md)
+needs the whole per-job ledger cost near 1 ms. Values still go through each field's adaptation
+and come back through its converters, so SQLite and PostgreSQL see exactly what the ORM would
+send. Statement text and per-field adapters are built once per model and backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+Adapter = Callable[[Any], Any]
+
+
+def current() -> BaseDatabaseWrapper:
+    """This thread's connection, looked up once (each `connection.x` goes through a thread-local)."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
+def native(text: str, vendor: str) -> str:
+    """`%s` placeholders in the backend's own style (sqlite3 wants `?`)."""
+    return text.replace("%s", "?") if vendor == "sqlite" else text
+
+
+def execute(text: str, params: Sequence[Any]) -> Any:
+    """Run a statement on the DB-API cursor of this thread's connection, inside whatever
+    transaction Django has open on it. `text` must already be in the backend's placeholder
+    style (`native`). Skips Django's cursor wrapper, which costs more than the statement."""
+    conn = current()
+    conn.ensure_connection()
+    cursor = conn.connection.cursor()
+    cursor.execute(text, params)
+    return cursor
+
+
+@dataclass(frozen=True)
+class _Plan:
+    table: str
+    columns: tuple[str, ...]
+    quoted: Mapping[str, str]
+    adapters: Mapping[str, Adapter]
+    converters: tuple[tuple[Callable[..., Any], ...], ...]
+    expressions: tuple[Any, ...]
+    attnames: tuple[str, ...]
 
 
 @cache
-def _fields(model: type[models.Model]) -> dict[str, models.Field[Any, Any]]:
-    return {str(f.column): f for f in model._meta.concrete_fields}
+def _plan(model: type[models.Model], vendor: str) -> _Plan:
+    conn = current()
+    fields = list(model._meta.concrete_fields)
+    adapters: dict[str, Adapter] = {}
+    for field in fields:
+        internal = field.get_internal_type()
+        if internal in ("CharField", "TextField", "IntegerField", "BigIntegerField", "BigAutoField"):
+            adapters[str(field.column)] = _identity
+        elif internal == "DateTimeField":
+            adapters[str(field.column)] = conn.ops.adapt_datetimefield_value
+        else:
+            adapters[str(field.column)] = _field_adapter(field)
+    expressions = tuple(f.get_col(model._meta.db_table) for f in fields)
+    return _Plan(
+        table=conn.ops.quote_name(model._meta.db_table),
+        columns=tuple(str(f.column) for f in fields),
+        quoted={str(f.column): conn.ops.quote_name(str(f.column)) for f in fields},
+        adapters=adapters,
+        converters=tuple(
+            (*conn.ops.get_db_converters(expr), *field.get_db_converters(conn))
+            for field, expr in zip(fields, expressions, strict=True)
+        ),
+        expressions=expressions,
+        attnames=tuple(f.attname for f in fields),
+    )
 
 
-def _quote(name: str) -> str:
-    return connection.ops.quote_name(name)
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _field_adapter(field: models.Field[Any, Any]) -> Adapter:
+    def adapt(value: Any) -> Any:
+        return field.get_db_prep_save(value, current())
+
+    return adapt
+
+
+def plan(model: type[models.Model]) -> _Plan:
+    return _plan(model, current().vendor)
 
 
 def prep(model: type[models.Model], column: str, value: Any) -> Any:
-    return _fields(model)[column].get_db_prep_save(value, connection)
+    return plan(model).adapters[column](value)
+
+
+@cache
+def _insert_sql(model: type[models.Model], vendor: str, columns: tuple[str, ...]) -> str:
+    p = _plan(model, vendor)
+    names = ", ".join(p.quoted[c] for c in columns)
+    return native(f"INSERT INTO {p.table} ({names}) VALUES ({', '.join(['%s'] * len(columns))})", vendor)
 
 
 def insert(model: type[models.Model], values: Mapping[str, Any]) -> None:
     """INSERT one row; `values` must hold every NOT NULL column without a database default."""
-    columns = list(values)
-    sql = (
-        f"INSERT INTO {_quote(model._meta.db_table)} ({', '.join(_quote(c) for c in columns)}) "
-        f"VALUES ({', '.join(['%s'] * len(columns))})"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(model, c, values[c]) for c in columns])
+    vendor = current().vendor
+    p = _plan(model, vendor)
+    columns = tuple(values)
+    execute(_insert_sql(model, vendor, columns), [p.adapters[c](values[c]) for c in columns]).close()
+
+
+@cache
+def _update_sql(
+    model: type[models.Model], vendor: str, sets: tuple[str, ...], where: tuple[tuple[str, str], ...]
+) -> str:
+    p = _plan(model, vendor)
+    conditions = [
+        f"{p.quoted[column]} IS NULL" if op == "null" else f"{p.quoted[column]} {'<' if op == 'lt' else '='} %s"
+        for column, op in where
+    ]
+    assignments = ", ".join(f"{p.quoted[c]} = %s" for c in sets)
+    return native(f"UPDATE {p.table} SET {assignments} WHERE {' AND '.join(conditions)}", vendor)
 
 
 def update(model: type[models.Model], changes: Mapping[str, Any], where: Mapping[str, Any]) -> int:
     """UPDATE rows matching `where` and return the row count. `where` keys are columns (equality,
     None meaning IS NULL) or `column__lt`."""
-    sets = ", ".join(f"{_quote(c)} = %s" for c in changes)
-    params = [prep(model, c, v) for c, v in changes.items()]
-    conditions = []
+    conn = current()
+    p = _plan(model, conn.vendor)
+    params = [p.adapters[c](v) for c, v in changes.items()]
+    shape = []
     for key, value in where.items():
         column, _, op = key.partition("__")
         if value is None:
-            conditions.append(f"{_quote(column)} IS NULL")
-            continue
-        conditions.append(f"{_quote(column)} {'<' if op == 'lt' else '='} %s")
-        params.append(prep(model, column, value))
-    sql = f"UPDATE {_quote(model._meta.db_table)} SET {sets} WHERE {' AND '.join(conditions)}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+            shape.append((column, "null"))
+        else:
+            shape.append((column, op or "eq"))
+            params.append(p.adapters[column](value))
+    cursor = execute(_update_sql(model, conn.vendor, tuple(changes), tuple(shape)), params)
+    try:
         return int(cursor.rowcount)
+    finally:
+        cursor.close()
 
 
 def select_columns(model: type[models.Model]) -> str:
-    return ", ".join(_quote(c) for c in _fields(model))
+    p = plan(model)
+    return ", ".join(p.quoted[c] for c in p.columns)
 
 
 def from_row(model: type[models.Model], row: Sequence[Any]) -> Any:
     """A model instance from a row of `select_columns(model)`, through the fields' converters."""
+    conn = current()
+    p = _plan(model, conn.vendor)
     values = []
-    for field, value in zip(_fields(model).values(), row, strict=True):
-        expression = field.get_col(model._meta.db_table)
-        for converter in (*connection.ops.get_db_converters(expression), *field.get_db_converters(connection)):
-            value = converter(value, expression, connection)
+    for value, converters, expression in zip(row, p.converters, p.expressions, strict=True):
+        for converter in converters:
+            value = converter(value, expression, conn)
         values.append(value)
-    return model.from_db(connection.alias, [f.attname for f in _fields(model).values()], values)
+    return model.from_db(conn.alias, p.attnames, values)
 
 
-def fetch_value(sql: str, params: Iterable[Any]) -> Any:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, list(params))
+def fetch_value(text: str, params: Iterable[Any]) -> Any:
+    cursor = execute(native(text, current().vendor), list(params))
+    try:
         row = cursor.fetchone()
+    finally:
+        cursor.close()
     return row[0] if row else None

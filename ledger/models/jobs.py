@@ -16,11 +16,13 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from django.db import connection, models, transaction
+from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from ledger import sql
+from ledger.models.facts import write_state
+from ledger.models.telemetry import JobStopwatch
 from ledger.states import TERMINAL, JobStatus, check_transition
 from ledger.wakeups import notify_enqueued
 
@@ -176,15 +178,17 @@ class JobQuerySet(models.QuerySet["Job"]):
         One write transaction; the pick and the compare-and-set are a single UPDATE.
         """
         now = now or timezone.now()
-        postgres = connection.vendor == "postgresql"
-        with transaction.atomic(), connection.cursor() as cursor:
+        conn = sql.current()
+        postgres = conn.vendor == "postgresql"
+        with transaction.atomic():
             if postgres:
                 # Why: the cap and the same-key rule are decided from counts of running rows,
                 # which SKIP LOCKED alone cannot protect across nodes. One transaction-scoped
                 # advisory lock serialises claim decisions (a few hundred microseconds each).
-                cursor.execute("SELECT pg_advisory_xact_lock(7242031)")
-            cursor.execute(_RUNNING_COUNTS_SQL)
+                sql.execute("SELECT pg_advisory_xact_lock(7242031)", []).close()
+            cursor = sql.execute(_RUNNING_COUNTS_SQL, [])
             running = dict(cursor.fetchall())
+            cursor.close()
             open_plugins = [p for p, cap in caps.items() if running.get(p, 0) < cap]
             if not open_plugins:
                 return None
@@ -197,8 +201,9 @@ class JobQuerySet(models.QuerySet["Job"]):
             ]
             if only is not None:
                 params.append(only)
-            cursor.execute(_claim_sql(len(open_plugins), only is not None, postgres), params)
+            cursor = sql.execute(_claim_sql(len(open_plugins), only is not None, conn.vendor), params)
             row = cursor.fetchone()
+            cursor.close()
             if row is None:
                 return None
             job: Job = sql.from_row(Job, row)
@@ -343,9 +348,6 @@ class Job(models.Model):
         rng: random.Random | None = None,
     ) -> None:
         """Completion in one transaction: status, log, stopwatch, facts and routed children."""
-        from ledger.models.facts import write_state
-        from ledger.models.telemetry import JobStopwatch
-
         now = now or timezone.now()
         with transaction.atomic():
             # Successors first, so "the tree is complete" is exact the moment this job is terminal.
@@ -508,13 +510,14 @@ _RUNNING_COUNTS_SQL = "SELECT plugin, COUNT(*) FROM job_queue WHERE status = 'ru
 
 
 @cache
-def _claim_sql(plugin_count: int, only: bool, postgres: bool) -> str:
+def _claim_sql(plugin_count: int, only: bool, vendor: str) -> str:
     """The claim for `plugin_count` open plugins. Statuses are literals so SQLite can use the
     partial indexes (a bound parameter never matches their WHERE clause)."""
     placeholders = ", ".join(["%s"] * plugin_count)
     only_clause = "AND q.id = %s" if only else ""
-    lock_clause = "FOR UPDATE SKIP LOCKED" if postgres else ""
-    return f"""
+    lock_clause = "FOR UPDATE SKIP LOCKED" if vendor == "postgresql" else ""
+    return sql.native(
+        f"""
         UPDATE job_queue SET status = 'running', claimed_by = %s, lease_until = %s, started_at = %s,
                next_retry_at = NULL
         WHERE id = (
@@ -530,4 +533,6 @@ def _claim_sql(plugin_count: int, only: bool, postgres: bool) -> str:
             {lock_clause}
         ) AND status = 'queued'
         RETURNING {sql.select_columns(Job)}
-    """
+    """,
+        vendor,
+    )
