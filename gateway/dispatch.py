@@ -117,6 +117,8 @@ class Executor:
         return context
 
     def _children(self, job: Job, verdict: Verdict, runtime: Runtime) -> list[JobSpec]:
+        if not verdict.events:
+            return []
         _, dispatches = route(runtime.routing, job.plugin, verdict.events, new_id, iso(timezone.now()))
         children = []
         for dispatch in dispatches:

@@ -175,7 +175,6 @@ class WorkerDaemon:
             return self._busy == 0
 
     def _claim(self, *, precheck: bool) -> Job | None:
-        close_old_connections()
         runtime = self.holder.get()
         caps = self._caps(runtime)
         if not caps:
@@ -183,8 +182,10 @@ class WorkerDaemon:
         now = timezone.now()
         # After an empty claim, a read-only look first, so an idle daemon never takes SQLite's
         # write lock; while work flows the claim itself is the look.
-        if precheck and not Job.objects.due(now).filter(plugin__in=list(caps)).exists():
-            return None
+        if precheck:
+            close_old_connections()  # drops a connection broken by a database restart
+            if not Job.objects.due(now).filter(plugin__in=list(caps)).exists():
+                return None
         with self._count_lock:
             if self.max_jobs is not None and self.claimed >= self.max_jobs:
                 return None
