@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 from typing import Any
@@ -11,14 +12,18 @@ from django.utils import timezone
 from gateway.config.frozen import thaw
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
-from gateway.protocol import Verdict, build_request, judge
+from gateway.protocol import build_request, judge
 from gateway.runner import run_plugin
 from gateway.runtime import Runtime, RuntimeHolder
+from ledger.ids import new_id
 from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, PluginState
-from ledger.models.jobs import new_id
 from ledger.models.workers import PluginHealth, PluginInstanceRecord
 from ledger.states import JobStatus
-from pipelines.routing import route
+from pipelines.dsl import SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
+from pipelines.predicates import evaluate
+from pipelines.router import Position, Successor, carry_forward, successors, synthetic_success
+from pipelines.routing import stamp_event
+from pipelines.templates import TemplateError, remap
 
 log = logger("dispatch")
 
@@ -36,8 +41,17 @@ class Executor:
         """Run a job this worker has claimed through to a recorded outcome."""
         pre_started = time.perf_counter_ns()
         runtime = self.holder.get()
+        position = self._position(job)
+        if job.plugin == SWITCH:
+            self._switch(job, runtime, position)
+            return
         instance = runtime.registry.instances.get(job.plugin)
         refusal = self._refusal(runtime, instance, job)
+        if refusal is None:
+            try:
+                event = self._remapped_event(job, runtime, position)
+            except TemplateError as exc:
+                refusal = f"preflight: {exc}"
         if refusal or instance is None:
             self._record(job, AttemptOutcome(JobStatus.FAILED, error=refusal, retryable=False), runtime)
             return
@@ -48,8 +62,8 @@ class Executor:
             command=job.command,
             config=thaw(instance.config.config),
             state=PluginState.current(instance.name),
-            context=self._context(job, instance),
-            event=dict(job.event or {}),
+            context=self._context(job, instance, position),
+            event=event,
             deadline_at=iso(now + timedelta(seconds=timeout)),
             instance=instance.name,
         )
@@ -74,7 +88,10 @@ class Executor:
             backoff_base=instance.config.retry.backoff_base,
         )
         if verdict.status == JobStatus.SUCCEEDED:
-            outcome.children = self._children(job, verdict, runtime)
+            events = verdict.events
+            if not events and position.pipeline:
+                events = [synthetic_success(event, verdict.result)]
+            outcome.children = self._children(job, events, runtime, position)
             if verdict.state_updates is not None:
                 rule = instance.manifest.fact_rule(job.command)
                 outcome.state_write = (instance.name, rule.fact_type if rule else None, verdict.state_updates)
@@ -90,6 +107,17 @@ class Executor:
         }
         self._record(job, outcome, runtime)
 
+    # -- preflight -------------------------------------------------------------------------
+
+    def _position(self, job: Job) -> Position:
+        """The job's pipeline step, depth and baggage, from its event_context row."""
+        if not job.event_context_id:
+            return Position(depth=job.route_depth)
+        row = EventContext.objects.filter(pk=job.event_context_id).first()
+        if row is None:
+            return Position(depth=job.route_depth)
+        return Position(row.pipeline_name, row.step_id, job.route_depth, row.accumulated_json or {})
+
     def _refusal(self, runtime: Runtime, instance: PluginInstance | None, job: Job) -> str | None:
         if instance is None:
             reason = runtime.registry.skipped.get(job.plugin)
@@ -101,47 +129,82 @@ class Executor:
             return f"plugin {job.plugin!r} has no command {job.command!r} (manifest declares: {known})"
         return None
 
-    def _context(self, job: Job, instance: PluginInstance) -> dict[str, Any]:
-        context: dict[str, Any] = {}
-        if job.event_context_id:
-            row = (
-                EventContext.objects.filter(pk=job.event_context_id).values_list("accumulated_json", flat=True).first()
-            )
-            if isinstance(row, dict):
-                context.update(row)
+    def _node(self, runtime: Runtime, position: Position) -> Node | None:
+        pipeline = runtime.pipelines.pipelines.get(position.pipeline or "")
+        return pipeline.nodes.get(position.node or "") if pipeline else None
+
+    def _remapped_event(self, job: Job, runtime: Runtime, position: Position) -> dict[str, Any]:
+        """`with:` reshapes the request payload just before the spawn (DSL reference §3.7)."""
+        event = dict(job.event or {})
+        node = self._node(runtime, position)
+        if node is not None and node.with_:
+            scope = {"payload": event.get("payload") or {}, "context": dict(position.context or {})}
+            event["payload"] = remap(event.get("payload") or {}, node.with_, scope)
+        return event
+
+    def _context(self, job: Job, instance: PluginInstance, position: Position) -> dict[str, Any]:
+        context: dict[str, Any] = dict(position.context or {})
         context["ductile_plugin"] = instance.name
+        if position.pipeline:
+            context["ductile_pipeline"] = position.pipeline
         payload = (job.event or {}).get("payload") or {}
         for key in ("ductile_upstream_plugin", "ductile_upstream_pipeline"):
             if isinstance(payload, dict) and payload.get(key):
                 context.setdefault(key, payload[key])
         return context
 
-    def _children(self, job: Job, verdict: Verdict, runtime: Runtime) -> list[JobSpec]:
-        if not verdict.events:
+    # -- core.switch -------------------------------------------------------------------------
+
+    def _switch(self, job: Job, runtime: Runtime, position: Position) -> None:
+        """The internal hop an `if:` compiles to: decide in-process, spawn nothing (spec 003 §6.3)."""
+        pipeline = runtime.pipelines.pipelines.get(position.pipeline or "")
+        node = self._node(runtime, position)
+        if pipeline is None or node is None or node.condition is None:
+            error = f"core.switch: pipeline step {position.pipeline}:{position.node} is no longer configured"
+            self._record(job, AttemptOutcome(JobStatus.FAILED, error=error, retryable=False), runtime)
+            return
+        gated = pipeline.next_nodes(node.id, SWITCH_TRUE)
+        gated_plugin = runtime.registry.instances.get(pipeline.nodes[gated[0]].plugin) if gated else None
+        payload = (job.event or {}).get("payload") or {}
+        scope = {
+            "payload": payload,
+            "context": dict(position.context or {}),
+            "config": thaw(gated_plugin.config.config) if gated_plugin else {},
+        }
+        decision = evaluate(node.condition, scope)
+        event = {"type": SWITCH_TRUE if decision else SWITCH_FALSE, "payload": dict(payload)}
+        response = {"status": "ok", "result": f"condition is {str(decision).lower()}", "events": [event]}
+        outcome = AttemptOutcome(JobStatus.SUCCEEDED, response_text=json.dumps(response))
+        outcome.children = self._children(job, [event], runtime, position)
+        self._record(job, outcome, runtime)
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def _children(self, job: Job, events: list[dict[str, Any]], runtime: Runtime, position: Position) -> list[JobSpec]:
+        if not events:
             return []
-        _, dispatches = route(runtime.routing, job.plugin, verdict.events, new_id, iso(timezone.now()))
-        children = []
-        for dispatch in dispatches:
-            target = runtime.registry.instances.get(dispatch.plugin)
-            children.append(
-                JobSpec(
-                    plugin=dispatch.plugin,
-                    command=dispatch.command,
-                    submitted_by="route",
-                    payload=dispatch.event["payload"],
-                    event=dispatch.event,
-                    dedupe_key=dispatch.dedupe_key,
-                    max_attempts=target.config.retry.max_attempts if target else 1,
-                    parent_job_id=job.id,
-                    source_event_id=dispatch.event["event_id"],
-                    event_context_id=job.event_context_id,
-                )
+        timestamp = iso(timezone.now())
+        source = job.plugin
+        input_payload = (job.event or {}).get("payload") or {}
+        stamped = [
+            stamp_event(
+                carry_forward(input_payload, e) if position.pipeline else e,
+                source=source,
+                timestamp=timestamp,
+                event_id=new_id(),
             )
-        if not dispatches and verdict.events:
-            log.debug(
-                "no route matched %d event(s)", len(verdict.events), extra={"plugin": job.plugin, "job_id": job.id}
-            )
-        return children
+            for e in events
+        ]
+        found = successors(
+            source_plugin=source,
+            position=position,
+            events=stamped,
+            routes=runtime.routing,
+            pipelines=runtime.pipelines,
+        )
+        if not found:
+            log.debug("no route matched %d event(s)", len(events), extra={"plugin": job.plugin, "job_id": job.id})
+        return [child_spec(s, runtime, parent=job, upstream_pipeline=position.pipeline) for s in found]
 
     def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
         try:
@@ -174,3 +237,36 @@ class Executor:
                 last_error=None if healthy else outcome.error,
                 updated_at=timezone.now(),
             )
+
+
+def child_spec(
+    found: Successor,
+    runtime: Runtime,
+    *,
+    parent: Job | None,
+    upstream_pipeline: str | None,
+    submitted_by: str = "route",
+) -> JobSpec:
+    """A router successor as a queue request."""
+    event = {**found.event, "payload": dict(found.event.get("payload") or {})}
+    if parent is not None:
+        # Published plugins read where an event came from (the original's contract).
+        event["payload"].setdefault("ductile_upstream_plugin", parent.plugin)
+        if upstream_pipeline:
+            event["payload"].setdefault("ductile_upstream_pipeline", upstream_pipeline)
+    target = runtime.registry.instances.get(found.plugin)
+    return JobSpec(
+        plugin=found.plugin,
+        command=found.command,
+        submitted_by=submitted_by,
+        payload=event["payload"],
+        event=event,
+        dedupe_key=found.dedupe_key,
+        max_attempts=target.config.retry.max_attempts if target else 1,
+        parent_job_id=parent.id if parent else None,
+        source_event_id=event.get("event_id"),
+        event_context_id=parent.event_context_id if parent else None,
+        route_depth=found.depth,
+        step=(found.pipeline, found.node, found.context or {}) if found.pipeline and found.node else None,
+        refusal=found.refusal,
+    )

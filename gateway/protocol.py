@@ -27,6 +27,7 @@ class Verdict:
     error: str | None = None
     retryable: bool = True
     response_text: str | None = None
+    result: Any = None
     events: list[dict[str, Any]] = field(default_factory=list)
     state_updates: dict[str, Any] | None = None
     subs: list[dict[str, Any]] = field(default_factory=list)
@@ -142,6 +143,7 @@ def judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
     return Verdict(
         "succeeded",
         response_text=kept,
+        result=response.get("result"),
         events=events,
         state_updates=state_updates,
         subs=_subs(response, max_subs, warnings),

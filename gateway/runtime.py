@@ -11,11 +11,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 
+from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigError
+from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, load_gateway_config
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.registry import Registry, build_registry
 from gateway.runner import plugin_environment
+from pipelines.dsl import PipelineErrors, PipelineSet, compile_pipelines
 from pipelines.routing import RouteRule, RoutingTable
 
 
@@ -24,6 +27,7 @@ class Runtime:
     config: GatewayConfig
     registry: Registry
     routing: RoutingTable
+    pipelines: PipelineSet = field(default_factory=PipelineSet)
     # The environment every plugin process gets, fixed at load: clean plus the passthrough list.
     plugin_env: Mapping[str, str] = field(default_factory=dict)
     # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
@@ -35,8 +39,22 @@ def build_runtime(config_dir: Path, environ: Mapping[str, str] | None = None) ->
     discovery = discover_plugins(config.plugin_roots, allow_symlinks=config.service.allow_symlinks)
     registry = build_registry(config, discovery)
     routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
+    pipelines = compile_config_pipelines(config, registry)
     env = plugin_environment(config.service.plugin_env_passthrough)
-    return Runtime(config=config, registry=registry, routing=routing, plugin_env=MappingProxyType(env))
+    return Runtime(
+        config=config, registry=registry, routing=routing, pipelines=pipelines, plugin_env=MappingProxyType(env)
+    )
+
+
+def compile_config_pipelines(config: GatewayConfig, registry: Registry) -> PipelineSet:
+    """Compile `pipelines:` against the configured plugins; errors name file, line and key."""
+    commands: dict[str, list[str] | None] = {name: None for name in registry.skipped}
+    for group in (registry.instances, registry.disabled):
+        commands.update({name: list(inst.manifest.commands) for name, inst in group.items()})
+    try:
+        return compile_pipelines(thaw(config.pipelines), commands, parse_duration)
+    except PipelineErrors as exc:
+        raise ConfigError(config.problem(p.path, p.message) for p in exc.problems) from exc
 
 
 class RuntimeHolder:

@@ -1,4 +1,5 @@
 """Dotted paths into the scope a pipeline sees: `payload.*`, `context.*`, `config.*`. Pure."""
+
 from __future__ import annotations
 
 import re

@@ -4,6 +4,7 @@ DSL reference §3.6: exactly one of an atomic `path/op/value`, `all`, `any` or `
 (no string-to-number coercion); a missing path is absent for `exists` and compares as null
 otherwise; invalid conditions fail at load time with the path of the offending node.
 """
+
 from __future__ import annotations
 
 import re
@@ -120,8 +121,9 @@ def evaluate(condition: Mapping[str, Any], scope: Mapping[str, Any]) -> bool:
     if op in NUMERIC:
         if not _is_number(actual):
             return False
-        return {"gt": actual > expected, "gte": actual >= expected, "lt": actual < expected,
-                "lte": actual <= expected}[op]
+        return {"gt": actual > expected, "gte": actual >= expected, "lt": actual < expected, "lte": actual <= expected}[
+            op
+        ]
     if not isinstance(actual, str):
         return False
     if op == "regex":

@@ -1,14 +1,10 @@
-"""The router: given a finished job's events, the child jobs to enqueue. Pure, no I/O.
-
-Spec 000 §7 (routes: fan-out, exact match on event type, no match is not an error) and §6.3
-(the core injects `source`, `timestamp` and `event_id` into each event). Pipelines compile into
-the same table in their own issue; this module is the seam.
-"""
+"""`routes:` (spec 000 §7: fan-out, exact match on event type) and the event envelope the core
+stamps (§6.3: `source`, `timestamp`, `event_id`). Pure, no I/O; `pipelines.router` uses both."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,23 +64,6 @@ def stamp_event(raw: Mapping[str, Any], *, source: str, timestamp: str, event_id
     if raw.get("dedupe_key"):
         event["dedupe_key"] = str(raw["dedupe_key"])
     return event
-
-
-def route(
-    table: RoutingTable, source: str, events: Iterable[Mapping[str, Any]], new_id: Callable[[], str], timestamp: str
-) -> tuple[list[dict[str, Any]], list[Dispatch]]:
-    """Stamp `events` emitted by plugin `source` and fan each out to every matching route."""
-    stamped: list[dict[str, Any]] = []
-    dispatches: list[Dispatch] = []
-    for raw in events:
-        event = stamp_event(raw, source=source, timestamp=timestamp, event_id=new_id())
-        stamped.append(event)
-        for rule in table.match(source, event["type"]):
-            child_event = {**event, "payload": {**event["payload"]}}
-            # Published plugins read where an event came from (the original's contract).
-            child_event["payload"].setdefault("ductile_upstream_plugin", source)
-            dispatches.append(Dispatch(rule.target, rule.command, child_event, event.get("dedupe_key"), rule))
-    return stamped, dispatches
 
 
 def valid_event(raw: Any) -> str | None:

@@ -109,6 +109,13 @@ class GatewayConfig:
     files: tuple[Path, ...]
     env_files: tuple[Path, ...]
     warnings: tuple[ConfigProblem, ...] = ()
+    # Where every key came from, so later checks (pipelines, doctor) can name file and line.
+    merged: MergedConfig | None = field(default=None, compare=False, repr=False)
+
+    def problem(self, path: KeyPath, message: str) -> ConfigProblem:
+        if self.merged is None:
+            return ConfigProblem(message, key=".".join(map(str, path)))
+        return self.merged.problem(path, message)
 
 
 @cache
@@ -216,6 +223,7 @@ class _Builder:
             files=tuple(self.merged.files),
             env_files=tuple(self.merged.env_files),
             warnings=tuple(self.merged.warnings),
+            merged=self.merged,
         )
 
     def _duration(self, path: KeyPath, raw: Any, default: float) -> float:

@@ -12,6 +12,8 @@ from types import MappingProxyType
 from gateway.config.errors import ConfigProblem
 from gateway.config.model import GatewayConfig, PluginConfig
 
+from pipelines.dsl import SWITCH
+
 from .discovery import Discovery
 from .manifest import CommandSpec, Manifest
 
@@ -36,7 +38,10 @@ class Registry:
     warnings: tuple[ConfigProblem, ...]
 
     def parallelism_caps(self) -> dict[str, int]:
-        return {name: inst.parallelism for name, inst in self.instances.items()}
+        caps = {name: inst.parallelism for name, inst in self.instances.items()}
+        # `if:` hops run in-process and in microseconds; any worker may take one.
+        caps[SWITCH] = max(caps.values(), default=1)
+        return caps
 
 
 def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:

@@ -3,7 +3,7 @@
 import django.utils.timezone
 from django.db import migrations, models
 
-import ledger.models.jobs
+import ledger.ids
 
 
 class Migration(migrations.Migration):
@@ -52,7 +52,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='EventContext',
             fields=[
-                ('id', models.CharField(default=ledger.models.jobs.new_id, editable=False, max_length=36, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=ledger.ids.new_id, editable=False, max_length=36, primary_key=True, serialize=False)),
                 ('parent_id', models.CharField(blank=True, max_length=36, null=True)),
                 ('pipeline_name', models.CharField(blank=True, max_length=200, null=True)),
                 ('step_id', models.CharField(blank=True, max_length=200, null=True)),
@@ -67,7 +67,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Job',
             fields=[
-                ('id', models.CharField(default=ledger.models.jobs.new_id, editable=False, max_length=36, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=ledger.ids.new_id, editable=False, max_length=36, primary_key=True, serialize=False)),
                 ('plugin', models.CharField(max_length=200)),
                 ('command', models.CharField(max_length=200)),
                 ('payload', models.JSONField(blank=True, null=True)),
@@ -97,7 +97,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='JobLog',
             fields=[
-                ('id', models.CharField(default=ledger.models.jobs.new_id, editable=False, max_length=36, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=ledger.ids.new_id, editable=False, max_length=36, primary_key=True, serialize=False)),
                 ('job_id', models.CharField(max_length=36)),
                 ('plugin', models.CharField(max_length=200)),
                 ('command', models.CharField(max_length=200)),

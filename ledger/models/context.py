@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
 from django.db import models
 from django.utils import timezone
 
-from ledger.models.jobs import new_id
+from ledger import sql
+from ledger.ids import new_id
 
 
 class EventContext(models.Model):
@@ -22,3 +27,28 @@ class EventContext(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pipeline_name or '-'}:{self.step_id or '-'} {self.id}"
+
+    @classmethod
+    def record(
+        cls,
+        *,
+        parent_id: str | None,
+        pipeline: str | None,
+        step: str | None,
+        accumulated: Mapping[str, Any],
+        now: datetime,
+    ) -> str:
+        """Append one hop's context row (rows are never rewritten) and return its id."""
+        context_id = new_id()
+        sql.insert(
+            cls,
+            {
+                "id": context_id,
+                "parent_id": parent_id,
+                "pipeline_name": pipeline,
+                "step_id": step,
+                "accumulated_json": dict(accumulated),
+                "created_at": now,
+            },
+        )
+        return context_id

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import random
-import uuid
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,16 +20,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger import sql
+from ledger.ids import new_id
+from ledger.models.context import EventContext
 from ledger.models.facts import write_state
 from ledger.models.telemetry import JobStopwatch
 from ledger.states import TERMINAL, JobStatus, check_transition
 from ledger.wakeups import notify_enqueued
 
 log = logging.getLogger("ductile.queue")
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
 
 
 class LostJob(Exception):
@@ -52,6 +49,12 @@ class JobSpec:
     parent_job_id: str | None = None
     source_event_id: str | None = None
     event_context_id: str | None = None
+    route_depth: int = 0
+    # A pipeline hop: (pipeline, step, baggage) gets its own event_context row, child of
+    # `event_context_id`.
+    step: tuple[str, str, Mapping[str, Any]] | None = None
+    # Why this job cannot start (depth exhausted, a baggage claim failed): it is recorded `dead`.
+    refusal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,15 @@ class JobQuerySet(models.QuerySet["Job"]):
                         extra={"plugin": spec.plugin, "dedupe_key": spec.dedupe_key, "existing_job_id": existing},
                     )
                     return EnqueueResult(existing, deduplicated=True)
+            context_id = spec.event_context_id
+            if spec.step is not None:
+                context_id = EventContext.record(
+                    parent_id=spec.event_context_id,
+                    pipeline=spec.step[0],
+                    step=spec.step[1],
+                    accumulated=spec.step[2],
+                    now=now,
+                )
             job = Job(
                 id=new_id(),
                 plugin=spec.plugin,
@@ -142,12 +154,16 @@ class JobQuerySet(models.QuerySet["Job"]):
                 created_at=now,
                 parent_job_id=spec.parent_job_id,
                 source_event_id=spec.source_event_id,
-                event_context_id=spec.event_context_id,
+                event_context_id=context_id,
+                route_depth=spec.route_depth,
             )
             job.event = trigger_event(spec, job.id, now)
             sql.insert(Job, {str(f.column): getattr(job, f.attname) for f in Job._meta.concrete_fields})
             JobTransition.record(job, None, JobStatus.QUEUED, f"enqueued by {spec.submitted_by}", now=now)
-            notify_enqueued()
+            if spec.refusal:
+                job.move(JobStatus.DEAD, spec.refusal, now=now, completed_at=now, last_error=spec.refusal)
+            else:
+                notify_enqueued()
         return EnqueueResult(job.id)
 
     def _duplicate_of(self, spec: JobSpec, default_ttl: float, now: datetime) -> str | None:
@@ -272,6 +288,8 @@ class Job(models.Model):
     parent_job_id = models.CharField(max_length=36, null=True, blank=True)
     source_event_id = models.CharField(max_length=36, null=True, blank=True)
     event_context_id = models.CharField(max_length=36, null=True, blank=True)
+    # Hops from the root job; a chain stops past 20 (or the pipeline's max_depth).
+    route_depth = models.IntegerField(default=0)
     # The triggering event envelope delivered as the request's `event`.
     event = models.JSONField(null=True, blank=True)
     # Lease-based claims (ARCHITECTURE "Claims, leases and recovery").

@@ -1,0 +1,383 @@
+"""The pipelines DSL: validate `pipelines:` and compile it into a routing graph. Pure, no I/O.
+
+DSL reference (spec 003) §1-§3 and §10. A pipeline compiles to nodes (a `uses` step, or the
+internal `core.switch` hop an `if:` becomes) joined by edges that say which finished node, for
+which event type, starts which next node. `steps:` nest, `split:` fans out, and `call:` is inlined
+(its steps become nodes named `<call step>/<step>`), so the runtime never needs a call stack.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import blake3
+from jsonschema import Draft202012Validator
+
+from pipelines import predicates, templates
+from pipelines.baggage import BaggageError, BaggageSpec
+from pipelines.baggage import parse as parse_baggage
+
+HOOK_SIGNALS = ("job.completed", "job.failed", "job.timed_out")
+DEFAULT_MAX_DEPTH = 20
+SWITCH = "core.switch"
+SWITCH_TRUE, SWITCH_FALSE = "ductile.switch.true", "ductile.switch.false"
+STEP_SUCCEEDED = "ductile.step.succeeded"
+DEFAULT_TIMEOUT = 30.0
+_STEP_KINDS = ("uses", "call", "steps", "split", "relay")
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    kind: str  # uses | switch
+    plugin: str = ""
+    command: str = "handle"
+    with_: Mapping[str, Any] | None = None
+    baggage: BaggageSpec = field(default_factory=BaggageSpec)
+    condition: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    trigger: str
+    is_hook: bool
+    from_plugin: str | None
+    condition: Mapping[str, Any] | None
+    max_depth: int  # 0 = unlimited
+    execution_mode: str
+    timeout: float
+    nodes: Mapping[str, Node]
+    edges: Mapping[str, tuple[tuple[str | None, str], ...]]  # node -> ((event type or any, next node))
+    entries: tuple[str, ...]
+    called: tuple[str, ...]
+
+    def next_nodes(self, node_id: str, event_type: str) -> list[str]:
+        return [target for wanted, target in self.edges.get(node_id, ()) if wanted in (None, event_type)]
+
+    def is_terminal(self, node_id: str, event_type: str) -> bool:
+        return not self.next_nodes(node_id, event_type)
+
+    def shape(self) -> dict[str, Any]:
+        """The compiled routes as data: entry, edge, terminal (what `config/view` shows)."""
+        source: dict[str, Any] = {"hook" if self.is_hook else "on": self.trigger}
+        if self.from_plugin:
+            source["source_plugin"] = self.from_plugin
+        if self.condition:
+            source["if"] = self.condition
+        if self.max_depth:
+            source["depth_lt"] = self.max_depth
+        routes = [{"id": f"entry:{n}", "source": source, "to": _describe(self.nodes[n])} for n in self.entries]
+        for node_id in sorted(self.nodes):
+            for wanted, target in self.edges.get(node_id, ()):
+                routes.append(
+                    {
+                        "id": f"edge:{node_id}->{target}",
+                        "source": {"step": node_id, "event_type": wanted},
+                        "to": _describe(self.nodes[target]),
+                    }
+                )
+            exits = [SWITCH_FALSE] if self.nodes[node_id].kind == "switch" else [None]
+            for wanted in exits:
+                if not any(w == wanted for w, _ in self.edges.get(node_id, ())):
+                    routes.append(
+                        {
+                            "id": f"terminal:{node_id}" + (f"@{wanted}" if wanted else ""),
+                            "source": {"step": node_id, "event_type": wanted},
+                            "to": {"kind": "terminal"},
+                        }
+                    )
+        return {"pipeline": self.name, "execution_mode": self.execution_mode, "routes": routes}
+
+
+def _describe(node: Node) -> dict[str, Any]:
+    if node.kind == "switch":
+        return {"kind": "uses", "step": node.id, "plugin": SWITCH, "command": "handle"}
+    return {"kind": "uses", "step": node.id, "plugin": node.plugin, "command": node.command}
+
+
+@dataclass(frozen=True)
+class PipelineSet:
+    pipelines: Mapping[str, Pipeline] = field(default_factory=dict)
+
+    def triggered_by(self, event_type: str) -> list[Pipeline]:
+        return [p for p in self.pipelines.values() if not p.is_hook and p.trigger == event_type]
+
+    def hooks(self, signal: str) -> list[Pipeline]:
+        return [p for p in self.pipelines.values() if p.is_hook and p.trigger == signal]
+
+    def fingerprint(self) -> str:
+        body = json.dumps([p.shape() for p in self.pipelines.values()], sort_keys=True, default=str)
+        return blake3.blake3(body.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class PipelineProblem:
+    path: tuple[str | int, ...]
+    message: str
+
+    @property
+    def where(self) -> str:
+        out = ""
+        for part in self.path:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        return out
+
+
+class PipelineErrors(ValueError):
+    def __init__(self, problems: Sequence[PipelineProblem]):
+        self.problems = tuple(problems)
+        super().__init__("; ".join(f"{p.where}: {p.message}" for p in self.problems))
+
+
+@cache
+def pipeline_schema() -> dict[str, Any]:
+    return json.loads(Path(__file__).with_name("pipeline.schema.json").read_text(encoding="utf-8"))
+
+
+def compile_pipelines(
+    raw: Sequence[Mapping[str, Any]],
+    plugin_commands: Mapping[str, Iterable[str] | None],
+    parse_duration: Any = float,
+) -> PipelineSet:
+    """`plugin_commands` maps each configured plugin or alias to its commands, or to None when its
+    manifest could not load (the name is known; its commands cannot be checked)."""
+    """Validate and compile every pipeline; raises PipelineErrors naming pipeline, step and key."""
+    data = [dict(p) for p in raw]
+    problems = [
+        PipelineProblem(("pipelines", *error.absolute_path), error.message)
+        for error in Draft202012Validator(pipeline_schema()).iter_errors(data)
+    ]
+    if problems:
+        raise PipelineErrors(problems)
+    commands = {name: None if cmds is None else frozenset(cmds) for name, cmds in plugin_commands.items()}
+    by_name: dict[str, int] = {}
+    for index, spec in enumerate(data):
+        if spec["name"] in by_name:
+            problems.append(
+                PipelineProblem(
+                    ("pipelines", index, "name"),
+                    f"pipeline {spec['name']!r} is defined twice (first at pipelines[{by_name[spec['name']]}])",
+                )
+            )
+        else:
+            by_name[spec["name"]] = index
+    problems += _call_cycles(data, by_name)
+    compiled: dict[str, Pipeline] = {}
+    if not problems:
+        for index, spec in enumerate(data):
+            builder = _Builder(data, by_name, commands, index)
+            pipeline = builder.pipeline(spec, parse_duration)
+            problems += builder.problems
+            if pipeline is not None:
+                compiled[pipeline.name] = pipeline
+    if problems:
+        raise PipelineErrors(problems)
+    return PipelineSet(compiled)
+
+
+def _called(steps: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = []
+    for step in steps:
+        if isinstance(step.get("call"), str):
+            out.append(step["call"])
+        for nested in ("steps", "split"):
+            out += _called(step.get(nested) or [])
+    return out
+
+
+def _call_cycles(data: Sequence[Mapping[str, Any]], by_name: Mapping[str, int]) -> list[PipelineProblem]:
+    problems = []
+    for index, spec in enumerate(data):
+        for target in _called(spec["steps"]):
+            if target not in by_name:
+                problems.append(PipelineProblem(("pipelines", index, "steps"), f"call: unknown pipeline {target!r}"))
+    if problems:
+        return problems
+    state: dict[str, int] = {}
+
+    def walk(name: str, stack: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cycle = " -> ".join([*stack[stack.index(name) :], name])
+            problems.append(PipelineProblem(("pipelines", by_name[stack[0]], "steps"), f"call cycle: {cycle}"))
+            return
+        state[name] = 1
+        for target in _called(data[by_name[name]]["steps"]):
+            walk(target, [*stack, name])
+        state[name] = 2
+
+    for name in sorted(by_name):
+        walk(name, [])
+    return problems[:1]
+
+
+class _Builder:
+    def __init__(
+        self,
+        data: Sequence[Mapping[str, Any]],
+        by_name: Mapping[str, int],
+        commands: Mapping[str, frozenset[str] | None],
+        index: int,
+    ):
+        self.data, self.by_name, self.commands, self.index = data, by_name, commands, index
+        self.problems: list[PipelineProblem] = []
+        self.nodes: dict[str, Node] = {}
+        self.edges: dict[str, list[tuple[str | None, str]]] = {}
+        self.auto = 0
+
+    def fail(self, path: tuple[str | int, ...], message: str) -> None:
+        self.problems.append(PipelineProblem(("pipelines", self.index, *path), message))
+
+    def pipeline(self, spec: Mapping[str, Any], parse_duration: Any) -> Pipeline | None:
+        name = spec["name"]
+        if ("on" in spec) == ("on-hook" in spec):
+            self.fail(("on",), "exactly one of `on` and `on-hook` is required")
+            return None
+        is_hook = "on-hook" in spec
+        from_plugin = spec.get("from_plugin")
+        if from_plugin is not None and from_plugin not in self.commands:
+            self.fail(("from_plugin",), f"unknown plugin {from_plugin!r}")
+        condition = spec.get("if")
+        if condition is not None:
+            try:
+                predicates.validate(condition, roots=("payload", "context"), where="if")
+            except predicates.InvalidCondition as exc:
+                self.fail(("if",), str(exc))
+            else:
+                if is_hook and predicates.references_root(condition, "context"):
+                    self.fail(("if",), "an on-hook predicate cannot read context.*: hooks start fresh roots")
+        timeout = DEFAULT_TIMEOUT
+        if "timeout" in spec:
+            try:
+                timeout = float(parse_duration(spec["timeout"]))
+            except ValueError as exc:
+                self.fail(("timeout",), str(exc))
+        entries, _ = self.sequence(spec["steps"], ("steps",), prefix="")
+        if self.problems:
+            return None
+        return Pipeline(
+            name=name,
+            trigger=str(spec["on-hook"] if is_hook else spec["on"]),
+            is_hook=is_hook,
+            from_plugin=from_plugin,
+            condition=condition,
+            max_depth=spec.get("max_depth", DEFAULT_MAX_DEPTH),
+            execution_mode=spec.get("execution_mode", "async"),
+            timeout=timeout,
+            nodes=dict(self.nodes),
+            edges={k: tuple(v) for k, v in self.edges.items()},
+            entries=tuple(entries),
+            called=tuple(dict.fromkeys(_called(spec["steps"]))),
+        )
+
+    def sequence(
+        self,
+        steps: Sequence[Mapping[str, Any]],
+        path: tuple[str | int, ...],
+        prefix: str,
+    ) -> tuple[list[str], list[tuple[str, str | None]]]:
+        entries: list[str] = []
+        exits: list[tuple[str, str | None]] = []
+        for position, step in enumerate(steps):
+            step_entries, step_exits = self.step(step, (*path, position), prefix)
+            if position == 0:
+                entries = step_entries
+            for node_id, wanted in exits:
+                for target in step_entries:
+                    self.edges.setdefault(node_id, []).append((wanted, target))
+            exits = step_exits
+        return entries, exits
+
+    def step(
+        self,
+        step: Mapping[str, Any],
+        path: tuple[str | int, ...],
+        prefix: str,
+    ) -> tuple[list[str], list[tuple[str, str | None]]]:
+        kinds = [k for k in _STEP_KINDS if k in step]
+        if len(kinds) != 1:
+            self.fail(
+                path, f"a step must do exactly one of {', '.join(_STEP_KINDS)} (found {', '.join(kinds) or 'none'})"
+            )
+            return [], []
+        kind = kinds[0]
+        for key in ("with", "baggage"):
+            if key in step and kind != "uses":
+                self.fail((*path, key), f"{key} is only valid on uses steps")
+        if kind == "relay":
+            self.fail((*path, "relay"), "relay steps need relay-instances.yaml, which this gateway does not load yet")
+            return [], []
+        step_id = self.node_id(step.get("id"), path, prefix) if kind in ("uses", "call") or "if" in step else ""
+        if kind == "uses":
+            entries, exits = self.uses(step, path, step_id)
+        elif kind == "call":
+            target = self.data[self.by_name[step["call"]]]
+            entries, exits = self.sequence(target["steps"], (*path, "call"), prefix=f"{step_id}/")
+        elif kind == "steps":
+            entries, exits = self.sequence(step["steps"], (*path, "steps"), prefix)
+        else:
+            entries, exits = [], []
+            for branch, sub in enumerate(step["split"]):
+                branch_entries, branch_exits = self.step(sub, (*path, "split", branch), prefix)
+                entries += branch_entries
+                exits += branch_exits
+        if "if" not in step or not entries:
+            return entries, exits
+        try:
+            predicates.validate(step["if"], where="if")
+        except predicates.InvalidCondition as exc:
+            self.fail((*path, "if"), str(exc))
+            return entries, exits
+        switch_id = f"{step_id}__switch"
+        self.nodes[switch_id] = Node(id=switch_id, kind="switch", plugin=SWITCH, condition=step["if"])
+        self.edges[switch_id] = [(SWITCH_TRUE, entry) for entry in entries]
+        return [switch_id], [*exits, (switch_id, SWITCH_FALSE)]
+
+    def node_id(self, preferred: str | None, path: tuple[str | int, ...], prefix: str) -> str:
+        if preferred is None:
+            while True:
+                self.auto += 1
+                candidate = f"{prefix}step_{self.auto}"
+                if candidate not in self.nodes:
+                    return candidate
+        node_id = f"{prefix}{preferred}"
+        if node_id in self.nodes or f"{node_id}__switch" in self.nodes:
+            self.fail((*path, "id"), f"step id {preferred!r} is used twice in this pipeline")
+        return node_id
+
+    def uses(
+        self,
+        step: Mapping[str, Any],
+        path: tuple[str | int, ...],
+        node_id: str,
+    ) -> tuple[list[str], list[tuple[str, str | None]]]:
+        target = step["uses"]
+        plugin, command = target, "handle"
+        if target not in self.commands and "." in target:
+            plugin, command = target.rsplit(".", 1)
+        if plugin not in self.commands:
+            self.fail((*path, "uses"), f"unknown plugin or alias {target!r}")
+        elif (known := self.commands[plugin]) is not None and command not in known:
+            self.fail((*path, "uses"), f"plugin {plugin!r} has no command {command!r}")
+        with_ = step.get("with")
+        for key, value in (with_ or {}).items():
+            try:
+                templates.references(value, key=f"with.{key}")
+            except templates.TemplateError as exc:
+                self.fail((*path, "with", key), str(exc))
+        try:
+            baggage = parse_baggage(step.get("baggage"), where="baggage")
+        except BaggageError as exc:
+            self.fail((*path, "baggage"), str(exc))
+            baggage = BaggageSpec()
+        self.nodes[node_id] = Node(
+            id=node_id, kind="uses", plugin=plugin, command=command, with_=with_, baggage=baggage
+        )
+        return [node_id], [(node_id, None)]

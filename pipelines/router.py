@@ -1,0 +1,125 @@
+"""The router: a finished job's events in, the child jobs to enqueue out. Pure, no I/O.
+
+Every emitted event (or a synthetic `ductile.step.succeeded` when a pipeline step emits none)
+continues the job's own pipeline along the compiled edges, starts every pipeline whose `on:`
+matches (from_plugin and pipeline-level `if:` permitting), and follows every matching `routes:`
+entry: fan-out, exact match (spec 000 §7, DSL reference §2-§4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines import predicates
+from pipelines.baggage import BaggageError, accrete
+from pipelines.dsl import DEFAULT_MAX_DEPTH, STEP_SUCCEEDED, SWITCH, Pipeline, PipelineSet
+from pipelines.routing import RoutingTable
+
+# Spec "Plugin Development Guide" §7.4: names the core carries from an input event to outputs.
+PROPAGATED = ("pattern", "prompt", "model", "output_dir", "output_path", "filename")
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a finished job stands: its pipeline step (if any), route depth and baggage."""
+
+    pipeline: str | None = None
+    node: str | None = None
+    depth: int = 0
+    context: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Successor:
+    plugin: str
+    command: str
+    event: Mapping[str, Any]
+    dedupe_key: str | None
+    depth: int
+    pipeline: str | None = None
+    node: str | None = None
+    # The baggage this hop starts with; None when the successor is not a pipeline step.
+    context: Mapping[str, Any] | None = None
+    # Why the successor cannot start (route depth exhausted, a baggage claim failed); it is
+    # recorded `dead` with this reason so the tree shows where the chain stopped.
+    refusal: str | None = None
+
+
+def synthetic_success(input_event: Mapping[str, Any], result: Any) -> dict[str, Any]:
+    """DSL reference §4.3: a step that succeeds without events still moves its pipeline on."""
+    payload = dict(input_event.get("payload") or {})
+    if result is not None:
+        payload["result"] = result
+    return {"type": STEP_SUCCEEDED, "payload": payload}
+
+
+def carry_forward(input_payload: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
+    payload = dict(event.get("payload") or {})
+    for name in PROPAGATED:
+        if name in input_payload and name not in payload:
+            payload[name] = input_payload[name]
+    return {**event, "payload": payload}
+
+
+def successors(
+    *,
+    source_plugin: str | None,
+    position: Position,
+    events: Iterable[Mapping[str, Any]],
+    routes: RoutingTable,
+    pipelines: PipelineSet,
+) -> list[Successor]:
+    out: list[Successor] = []
+    context = dict(position.context or {})
+    depth = position.depth + 1
+    current = pipelines.pipelines.get(position.pipeline or "")
+    for event in events:
+        if current is not None and position.node is not None:
+            for node_id in current.next_nodes(position.node, event["type"]):
+                out.append(step_successor(current, node_id, event, context, depth))
+        for pipeline in pipelines.triggered_by(event["type"]):
+            if entry_matches(pipeline, source_plugin, event, context):
+                out += [step_successor(pipeline, node_id, event, context, depth) for node_id in pipeline.entries]
+        if source_plugin is not None:
+            for rule in routes.match(source_plugin, event["type"]):
+                refusal = _depth_refusal(depth, DEFAULT_MAX_DEPTH, "routes")
+                out.append(
+                    Successor(
+                        rule.target, rule.command, event, event.get("dedupe_key"), depth, context=None, refusal=refusal
+                    )
+                )
+    return out
+
+
+def entry_matches(
+    pipeline: Pipeline, source_plugin: str | None, event: Mapping[str, Any], context: Mapping[str, Any]
+) -> bool:
+    """`from_plugin` first (a positive assertion: no source never matches), then the `if:`."""
+    if pipeline.from_plugin and pipeline.from_plugin != source_plugin:
+        return False
+    if pipeline.condition is None:
+        return True
+    return predicates.evaluate(pipeline.condition, {"payload": event.get("payload") or {}, "context": context})
+
+
+def step_successor(
+    pipeline: Pipeline, node_id: str, event: Mapping[str, Any], inherited: Mapping[str, Any], depth: int
+) -> Successor:
+    node = pipeline.nodes[node_id]
+    refusal = _depth_refusal(depth, pipeline.max_depth, f"pipeline {pipeline.name!r}")
+    context = dict(inherited)
+    if refusal is None and node.kind == "uses" and not node.baggage.empty:
+        try:
+            context = accrete(inherited, node.baggage, {"payload": event.get("payload") or {}, "context": inherited})
+        except BaggageError as exc:
+            refusal = f"step {node_id!r}: {exc}"
+    plugin, command = (SWITCH, "handle") if node.kind == "switch" else (node.plugin, node.command)
+    return Successor(plugin, command, event, event.get("dedupe_key"), depth, pipeline.name, node_id, context, refusal)
+
+
+def _depth_refusal(depth: int, limit: int, what: str) -> str | None:
+    if limit and depth > limit:
+        return f"route depth {depth} exceeds the limit of {limit} for {what}: the chain is stopped here"
+    return None
