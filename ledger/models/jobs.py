@@ -228,6 +228,20 @@ class JobQuerySet(models.QuerySet["Job"]):
             )
             return job
 
+    def tree(self, root_ids: Iterable[str]) -> list[Job]:
+        """Every job in the trees under `root_ids`, parents before children."""
+        found: list[Job] = list(self.filter(pk__in=list(root_ids)).order_by("created_at"))
+        frontier = [j.id for j in found]
+        while frontier:
+            children = list(self.filter(parent_job_id__in=frontier).order_by("created_at"))
+            found += children
+            frontier = [c.id for c in children]
+        return found
+
+    def tree_complete(self, root_ids: Iterable[str]) -> bool:
+        """Exact because successors are enqueued in the same transaction that ends their parent."""
+        return all(job.is_terminal for job in self.tree(root_ids))
+
     def heartbeat(self, worker_id: str, lease_ttl: float, now: datetime | None = None) -> int:
         """Extend the leases of every job `worker_id` holds; the count tells the caller it still owns them."""
         now = now or timezone.now()

@@ -1,0 +1,39 @@
+"""`event publish TYPE`: a root event, routed like any other (every matching pipeline fires)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from gateway.cli.base import DuctileCommand
+from gateway.events import publish_event
+from gateway.management.commands.pipeline import emit_tree, payload_option
+
+
+class Command(DuctileCommand):
+    help = "Events: `event publish TYPE --payload JSON`."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        publish = actions.add_parser("publish", help="publish a root event; every matching pipeline starts")
+        publish.add_argument("type")
+        publish.add_argument("--payload", help="JSON object")
+        publish.add_argument("--dedupe-key")
+        publish.add_argument("--wait", action="store_true", help="block until every started tree is terminal")
+        publish.add_argument("--timeout", type=float, default=300.0)
+        self.add_json(publish)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        runtime = self.open_ledger()
+        ids = publish_event(
+            runtime,
+            options["type"],
+            payload_option(options["payload"]),
+            submitted_by="cli",
+            dedupe_key=options["dedupe_key"],
+        )
+        if not ids and not self.as_json:
+            self.stdout.write(f"no pipeline or route matched {options['type']!r}; nothing enqueued")
+            return
+        emit_tree(self, ids, options["wait"], options["timeout"])
