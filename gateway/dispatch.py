@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +22,15 @@ from ledger.models.workers import PluginHealth, PluginInstanceRecord
 from ledger.states import JobStatus
 from pipelines.dsl import SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
 from pipelines.predicates import evaluate
-from pipelines.router import Position, Successor, carry_forward, successors, synthetic_success
+from pipelines.router import (
+    Position,
+    Successor,
+    carry_forward,
+    entry_matches,
+    step_successor,
+    successors,
+    synthetic_success,
+)
 from pipelines.routing import stamp_event
 from pipelines.templates import TemplateError, remap
 
@@ -53,7 +62,9 @@ class Executor:
             except TemplateError as exc:
                 refusal = f"preflight: {exc}"
         if refusal or instance is None:
-            self._record(job, AttemptOutcome(JobStatus.FAILED, error=refusal, retryable=False), runtime)
+            outcome = AttemptOutcome(JobStatus.FAILED, error=refusal, retryable=False)
+            outcome.events.append(preflight_event(job, "fail", refusal or ""))
+            self._record(job, outcome, runtime)
             return
         timeout = instance.config.timeout_for(job.command)
         now = timezone.now()
@@ -87,11 +98,12 @@ class Executor:
             stderr=run.stderr.decode("utf-8", "replace"),
             backoff_base=instance.config.retry.backoff_base,
         )
+        outcome.events.append(preflight_event(job, "run", ""))
         if verdict.status == JobStatus.SUCCEEDED:
             events = verdict.events
             if not events and position.pipeline:
                 events = [synthetic_success(event, verdict.result)]
-            outcome.children = self._children(job, events, runtime, position)
+            self._route(job, events, runtime, position, outcome)
             if verdict.state_updates is not None:
                 rule = instance.manifest.fact_rule(job.command)
                 outcome.state_write = (instance.name, rule.fact_type if rule else None, verdict.state_updates)
@@ -161,7 +173,9 @@ class Executor:
         node = self._node(runtime, position)
         if pipeline is None or node is None or node.condition is None:
             error = f"core.switch: pipeline step {position.pipeline}:{position.node} is no longer configured"
-            self._record(job, AttemptOutcome(JobStatus.FAILED, error=error, retryable=False), runtime)
+            outcome = AttemptOutcome(JobStatus.FAILED, error=error, retryable=False)
+            outcome.events.append(preflight_event(job, "fail", error))
+            self._record(job, outcome, runtime)
             return
         gated = pipeline.next_nodes(node.id, SWITCH_TRUE)
         gated_plugin = runtime.registry.instances.get(pipeline.nodes[gated[0]].plugin) if gated else None
@@ -175,28 +189,31 @@ class Executor:
         event = {"type": SWITCH_TRUE if decision else SWITCH_FALSE, "payload": dict(payload)}
         response = {"status": "ok", "result": f"condition is {str(decision).lower()}", "events": [event]}
         outcome = AttemptOutcome(JobStatus.SUCCEEDED, response_text=json.dumps(response))
-        outcome.children = self._children(job, [event], runtime, position)
+        outcome.events.append(preflight_event(job, "run", ""))
+        self._route(job, [event], runtime, position, outcome)
         self._record(job, outcome, runtime)
 
     # -- routing -----------------------------------------------------------------------------
 
-    def _children(self, job: Job, events: list[dict[str, Any]], runtime: Runtime, position: Position) -> list[JobSpec]:
+    def _route(
+        self, job: Job, events: list[dict[str, Any]], runtime: Runtime, position: Position, outcome: AttemptOutcome
+    ) -> None:
+        """Stamp the job's events, log them, and add every successor to the outcome."""
         if not events:
-            return []
+            return
         timestamp = iso(timezone.now())
-        source = job.plugin
         input_payload = (job.event or {}).get("payload") or {}
         stamped = [
             stamp_event(
                 carry_forward(input_payload, e) if position.pipeline else e,
-                source=source,
+                source=job.plugin,
                 timestamp=timestamp,
                 event_id=new_id(),
             )
             for e in events
         ]
         found = successors(
-            source_plugin=source,
+            source_plugin=job.plugin,
             position=position,
             events=stamped,
             routes=runtime.routing,
@@ -204,9 +221,43 @@ class Executor:
         )
         if not found:
             log.debug("no route matched %d event(s)", len(events), extra={"plugin": job.plugin, "job_id": job.id})
-        return [child_spec(s, runtime, parent=job, upstream_pipeline=position.pipeline) for s in found]
+        outcome.events += stamped
+        outcome.children += [child_spec(s, runtime, parent=job, upstream_pipeline=position.pipeline) for s in found]
+
+    def _hooks(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
+        """Lifecycle hooks (DSL reference §8-§9): when a root job of a plugin that opted in with
+        `notify_on_complete` ends for good, matching `on-hook` pipelines start as fresh roots."""
+        instance = runtime.registry.instances.get(job.plugin)
+        if instance is None or not instance.config.notify_on_complete or not runtime.pipelines.has_hooks():
+            return
+        hook_depth = int((job.event or {}).get("hook_depth") or 0)
+        if job.parent_job_id and job.submitted_by != "hook":
+            return  # only roots (and hook-started roots) signal
+        final = final_status(job, outcome)
+        if final is None:
+            return
+        signals = lifecycle_signals(job, outcome, final)
+        for signal in signals:
+            outcome.events.append(signal)
+            for pipeline in runtime.pipelines.hooks(signal["type"]):
+                if hook_depth >= runtime.config.service.hook_max_depth:
+                    log.warning(
+                        "hook %s not started: hook depth %d reached service.hook_max_depth",
+                        pipeline.name,
+                        hook_depth,
+                        extra={"plugin": job.plugin, "job_id": job.id},
+                    )
+                    continue
+                if not entry_matches(pipeline, job.plugin, signal, {}):
+                    continue
+                for node in pipeline.entries:
+                    found = step_successor(pipeline, node, signal, {}, 1)
+                    spec = child_spec(found, runtime, parent=None, upstream_pipeline=None, submitted_by="hook")
+                    event = {**spec.event, "hook_depth": hook_depth + 1} if spec.event else None
+                    outcome.children.append(replace(spec, parent_job_id=job.id, event=event))
 
     def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
+        self._hooks(job, outcome, runtime)
         try:
             job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
         except LostJob as exc:
@@ -270,3 +321,38 @@ def child_spec(
         step=(found.pipeline, found.node, found.context or {}) if found.pipeline and found.node else None,
         refusal=found.refusal,
     )
+
+
+def preflight_event(job: Job, decision: str, reason: str) -> dict[str, Any]:
+    """DSL reference §6.4: every job records what preflight decided."""
+    payload = {"job_id": job.id, "plugin": job.plugin, "command": job.command, "decision": decision, "reason": reason}
+    return {"type": "job.preflight", "source": "core", "payload": payload}
+
+
+def final_status(job: Job, outcome: AttemptOutcome) -> str | None:
+    """The status this outcome leaves the job in for good, or None when it will be retried."""
+    if outcome.status == JobStatus.SUCCEEDED:
+        return JobStatus.SUCCEEDED
+    if not outcome.retryable:
+        return outcome.status
+    return JobStatus.DEAD if job.attempt >= job.max_attempts else None
+
+
+def lifecycle_signals(job: Job, outcome: AttemptOutcome, final: str) -> list[dict[str, Any]]:
+    """`job.completed` for every end, plus `job.failed` or `job.timed_out` (payload fields of §9.1)."""
+    started = job.started_at or job.created_at
+    payload: dict[str, Any] = {
+        "job_id": job.id,
+        "plugin": job.plugin,
+        "command": job.command,
+        "status": final,
+        "attempt": job.attempt,
+        "duration_ms": int((timezone.now() - started).total_seconds() * 1000) if started else None,
+    }
+    if final != JobStatus.SUCCEEDED:
+        message = f"Job {final.replace('_', ' ')} [{job.plugin}]: {outcome.error or 'no error message'}"
+        payload.update(message=message, text=message, error=outcome.error)
+    names = ["job.completed"]
+    if final != JobStatus.SUCCEEDED:
+        names.append("job.timed_out" if outcome.status == JobStatus.TIMED_OUT else "job.failed")
+    return [{"type": name, "source": job.plugin, "event_id": new_id(), "payload": dict(payload)} for name in names]

@@ -108,6 +108,9 @@ class PipelineSet:
     def triggered_by(self, event_type: str) -> list[Pipeline]:
         return [p for p in self.pipelines.values() if not p.is_hook and p.trigger == event_type]
 
+    def has_hooks(self) -> bool:
+        return any(p.is_hook for p in self.pipelines.values())
+
     def hooks(self, signal: str) -> list[Pipeline]:
         return [p for p in self.pipelines.values() if p.is_hook and p.trigger == signal]
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from ledger.models.context import EventContext
+from ledger.models.events import EventRecord
 from ledger.models.facts import PluginFact, PluginState, StorageSequence
 from ledger.models.jobs import AttemptOutcome, EnqueueResult, Job, JobLog, JobSpec, JobTransition, LostJob
 from ledger.models.telemetry import JobStopwatch
@@ -10,6 +11,7 @@ __all__ = [
     "AttemptOutcome",
     "EnqueueResult",
     "EventContext",
+    "EventRecord",
     "Job",
     "JobLog",
     "JobSpec",

@@ -22,6 +22,7 @@ from django.utils import timezone
 from ledger import sql
 from ledger.ids import new_id
 from ledger.models.context import EventContext
+from ledger.models.events import EventRecord
 from ledger.models.facts import write_state
 from ledger.models.telemetry import JobStopwatch
 from ledger.states import TERMINAL, JobStatus, check_transition
@@ -77,6 +78,8 @@ class AttemptOutcome:
     # (plugin_name, fact_type or None for write-through, snapshot)
     state_write: tuple[str, str | None, dict[str, Any]] | None = None
     stopwatch: dict[str, Any] | None = None
+    # Appended to event_log in the same transaction: preflight, emitted and lifecycle events.
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
@@ -400,6 +403,8 @@ class Job(models.Model):
                 sql.insert(JobStopwatch, {**row, "created_at": now, **outcome.stopwatch})
             if outcome.state_write is not None:
                 write_state(*outcome.state_write, job_id=self.id, command=self.command, now=now)
+            if outcome.events:
+                EventRecord.record(outcome.events, job_id=self.id, now=now)
             if outcome.status != JobStatus.SUCCEEDED and outcome.retryable:
                 self._retry_or_bury(outcome.backoff_base, now=now, rng=rng)
 

@@ -1,0 +1,50 @@
+"""`event_log`: every event the gateway saw, in order. Root events, events plugins emitted,
+`job.preflight` decisions and lifecycle signals; its id is the SSE `Last-Event-ID`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+
+from ledger import sql
+
+
+class EventRecord(models.Model):
+    event_id = models.CharField(max_length=36, null=True, blank=True)
+    type = models.CharField(max_length=200)
+    source = models.CharField(max_length=200, blank=True, default="")
+    job_id = models.CharField(max_length=36, null=True, blank=True)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "event_log"
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["job_id"], name="event_log_job_idx"),  # read by job inspect
+            models.Index(fields=["created_at"], name="event_log_created_idx"),  # retention pruning
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.type}"
+
+    @classmethod
+    def record(cls, events: Iterable[Mapping[str, Any]], *, job_id: str | None, now: datetime) -> None:
+        """Append events (envelopes with type, payload and optionally source/event_id). Call inside
+        the transaction that produced them."""
+        for event in events:
+            sql.insert(
+                cls,
+                {
+                    "event_id": event.get("event_id"),
+                    "type": event["type"],
+                    "source": event.get("source") or "",
+                    "job_id": job_id,
+                    "payload": dict(event.get("payload") or {}),
+                    "created_at": now,
+                },
+            )
