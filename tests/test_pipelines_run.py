@@ -30,7 +30,7 @@ def drain(holder, limit=50):
     """Run every runnable job through the normal claim path until the queue is empty."""
     executor = Executor(holder, "w1")
     for _ in range(limit):
-        job = Job.objects.claim_next(worker_id="w1", caps=holder.get().registry.parallelism_caps(), lease_ttl=60)
+        job = Job.objects.claim_next(worker_id="w1", caps=holder.get().registry.claim_caps(), lease_ttl=60)
         if job is None:
             return
         executor.execute(job)

@@ -201,7 +201,7 @@ class WorkerDaemon:
         return job
 
     def _caps(self, runtime: Runtime) -> dict[str, int]:
-        caps = runtime.registry.parallelism_caps()
+        caps = runtime.registry.claim_caps()
         if self.plugins is not None:
             caps = {name: cap for name, cap in caps.items() if name in self.plugins}
         return caps

@@ -38,8 +38,12 @@ class Registry:
     warnings: tuple[ConfigProblem, ...]
 
     def parallelism_caps(self) -> dict[str, int]:
-        caps = {name: inst.parallelism for name, inst in self.instances.items()}
-        # `if:` hops run in-process and in microseconds; any worker may take one.
+        return {name: inst.parallelism for name, inst in self.instances.items()}
+
+    def claim_caps(self) -> dict[str, int]:
+        """What a worker may claim: every plugin at its cap, plus the internal `if:` hops, which
+        run in-process in microseconds, so any worker may take one."""
+        caps = self.parallelism_caps()
         caps[SWITCH] = max(caps.values(), default=1)
         return caps
 

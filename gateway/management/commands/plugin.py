@@ -166,7 +166,7 @@ class Command(DuctileCommand):
             while True:
                 job = Job.objects.claim_next(
                     worker_id=worker.id,
-                    caps=runtime.registry.parallelism_caps(),
+                    caps=runtime.registry.claim_caps(),
                     lease_ttl=runtime.config.service.lease_ttl,
                     only=job_id,
                 )
