@@ -16,12 +16,17 @@ from typing import Any
 
 from pipelines.paths import MISSING, resolve, split_path
 
-_KEY_SEGMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEY_SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SOURCE_ROOTS = ("payload", "context")
 
 
 class BaggageError(ValueError):
-    pass
+    """`path` is the offending key relative to the `baggage:` mapping (`("web.url",)`, `("from",)`),
+    empty for runtime failures; `message` is the text without the `where` prefix."""
+
+    def __init__(self, message: str, *, where: str = "", path: tuple[str, ...] = ()):
+        super().__init__(f"{where}: {message}" if where else message)
+        self.message, self.path = message, path
 
 
 @dataclass(frozen=True)
@@ -40,34 +45,42 @@ def parse(raw: Any, *, where: str = "baggage") -> BaggageSpec:
     if raw is None:
         return BaggageSpec()
     if not isinstance(raw, Mapping):
-        raise BaggageError(f"{where}: must be a mapping of durable keys to payload.* or context.* paths")
+        raise BaggageError("must be a mapping of durable keys to payload.* or context.* paths", where=where)
     bulk_from, namespace = raw.get("from"), raw.get("namespace")
-    if ("namespace" in raw) and "from" not in raw:
-        raise BaggageError(f"{where}.namespace: only valid with `from`")
+    if "namespace" in raw and "from" not in raw:
+        raise BaggageError("only valid with `from`", where=f"{where}.namespace", path=("namespace",))
     if "from" in raw:
         if not isinstance(bulk_from, str) or split_path(bulk_from, ("payload",)) is None:
-            raise BaggageError(f"{where}.from: {bulk_from!r} must be payload or payload.<path>")
+            message = f"{bulk_from!r} must be payload or payload.<path>"
+            raise BaggageError(message, where=f"{where}.from", path=("from",))
         if not isinstance(namespace, str) or not namespace:
-            raise BaggageError(f"{where}.namespace: bulk import needs a namespace (it is not placed at the root)")
-        check_key(namespace, f"{where}.namespace")
+            raise BaggageError(
+                "bulk import needs a namespace (it is not placed at the root)",
+                where=f"{where}.namespace",
+                path=("namespace",),
+            )
+        check_key(namespace, f"{where}.namespace", ("namespace",))
     claims = []
     for key, source in raw.items():
         if key in ("from", "namespace"):
             continue
-        check_key(str(key), f"{where}.{key}")
+        check_key(str(key), f"{where}.{key}", (str(key),))
         if not isinstance(source, str) or split_path(source, SOURCE_ROOTS) is None:
-            raise BaggageError(f"{where}.{key}: {source!r} must be a payload.* or context.* path")
+            raise BaggageError(
+                f"{source!r} must be a payload.* or context.* path", where=f"{where}.{key}", path=(str(key),)
+            )
         claims.append((str(key), source.strip()))
     return BaggageSpec(tuple(claims), bulk_from.strip() if isinstance(bulk_from, str) else None, namespace)
 
 
-def check_key(key: str, where: str) -> None:
-    parts = key.split(".")
-    for part in parts:
-        if not _KEY_SEGMENT.match(part):
+def check_key(key: str, where: str, path: tuple[str, ...] = ()) -> None:
+    for part in key.split("."):
+        if not _KEY_SEGMENT.fullmatch(part):
             raise BaggageError(
-                f"{where}: {key!r} must be a dotted path of letters, digits and underscores, "
-                "with non-empty segments that do not start with a digit"
+                f"{key!r} must be a dotted path of letters, digits and underscores, "
+                "with non-empty segments that do not start with a digit",
+                where=where,
+                path=path,
             )
 
 
@@ -94,10 +107,10 @@ def accrete(inherited: Mapping[str, Any], spec: BaggageSpec, scope: Mapping[str,
 def _put(context: dict[str, Any], parts: list[str], value: Any, key: str) -> None:
     node = context
     for index, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
+        if part not in node:  # an inherited null is a value like any other: never replaced by an object
+            node[part] = {}
+        child = node[part]
+        if not isinstance(child, dict):
             raise BaggageError(f"baggage {key}: {'.'.join(parts[: index + 1])} is already a value, not an object")
         node = child
     last = parts[-1]
@@ -113,8 +126,11 @@ def _put(context: dict[str, Any], parts: list[str], value: Any, key: str) -> Non
 
 
 def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
+    """JSON equality without coercion (true is not 1, also inside lists); 1 equals 1.0."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
     return (type(a) is type(b) and a == b) or (
         isinstance(a, int | float)
         and isinstance(b, int | float)

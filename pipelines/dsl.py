@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ DEFAULT_MAX_DEPTH = 20
 SWITCH = "core.switch"
 SWITCH_TRUE, SWITCH_FALSE = "ductile.switch.true", "ductile.switch.false"
 STEP_SUCCEEDED = "ductile.step.succeeded"
+SWITCH_SUFFIX = "__switch"
 DEFAULT_TIMEOUT = 30.0
 _STEP_KINDS = ("uses", "call", "steps", "split", "relay")
 
@@ -115,7 +116,16 @@ class PipelineSet:
         return [p for p in self.pipelines.values() if p.is_hook and p.trigger == signal]
 
     def fingerprint(self) -> str:
-        body = json.dumps([p.shape() for p in self.pipelines.values()], sort_keys=True, default=str)
+        """BLAKE3 of everything that decides behaviour: the routes plus every node's plugin, command,
+        `with:`, `baggage:` and `if:`, and the pipeline's timeout. Independent of pipeline order."""
+        body = json.dumps(
+            [
+                {**p.shape(), "timeout": p.timeout, "nodes": [asdict(p.nodes[n]) for n in sorted(p.nodes)]}
+                for p in sorted(self.pipelines.values(), key=lambda p: p.name)
+            ],
+            sort_keys=True,
+            default=str,
+        )
         return blake3.blake3(body.encode()).hexdigest()
 
 
@@ -148,16 +158,16 @@ def compile_pipelines(
     plugin_commands: Mapping[str, Iterable[str] | None],
     parse_duration: Any = float,
 ) -> PipelineSet:
-    """`plugin_commands` maps each configured plugin or alias to its commands, or to None when its
-    manifest could not load (the name is known; its commands cannot be checked)."""
-    """Validate and compile every pipeline; raises PipelineErrors naming pipeline, step and key."""
-    data = [dict(p) for p in raw]
-    problems = [
-        PipelineProblem(("pipelines", *error.absolute_path), error.message)
-        for error in Draft202012Validator(pipeline_schema()).iter_errors(data)
-    ]
+    """Validate and compile every pipeline; raises PipelineErrors naming pipeline, step and key.
+
+    `plugin_commands` maps each configured plugin or alias to its commands, or to None when its
+    manifest could not load (the name is known; its commands cannot be checked). Every problem is
+    reported, not just the first: a call cycle or a duplicate name does not hide the other
+    pipelines' problems."""
+    data = [dict(p) if isinstance(p, Mapping) else p for p in raw]
+    problems = [_schema_problem(error) for error in Draft202012Validator(pipeline_schema()).iter_errors(data)]
     if problems:
-        raise PipelineErrors(problems)
+        raise PipelineErrors(sorted(problems, key=_pipeline_index))
     commands = {name: None if cmds is None else frozenset(cmds) for name, cmds in plugin_commands.items()}
     by_name: dict[str, int] = {}
     for index, spec in enumerate(data):
@@ -170,18 +180,32 @@ def compile_pipelines(
             )
         else:
             by_name[spec["name"]] = index
-    problems += _call_cycles(data, by_name)
     compiled: dict[str, Pipeline] = {}
-    if not problems:
-        for index, spec in enumerate(data):
-            builder = _Builder(data, by_name, commands, index)
-            pipeline = builder.pipeline(spec, parse_duration)
-            problems += builder.problems
-            if pipeline is not None:
-                compiled[pipeline.name] = pipeline
+    for index, spec in enumerate(data):
+        builder = _Builder(data, by_name, commands, index)
+        pipeline = builder.pipeline(spec, parse_duration)
+        problems += builder.problems
+        if pipeline is not None and by_name[pipeline.name] == index:
+            compiled[pipeline.name] = pipeline
     if problems:
-        raise PipelineErrors(problems)
+        # A called pipeline's problems are found again while it is inlined: report each once.
+        unique = list(dict.fromkeys(problems))
+        raise PipelineErrors(sorted(unique, key=_pipeline_index))
     return PipelineSet(compiled)
+
+
+def _pipeline_index(problem: PipelineProblem) -> int:
+    return problem.path[1] if len(problem.path) > 1 and isinstance(problem.path[1], int) else -1
+
+
+def _schema_problem(error: Any) -> PipelineProblem:
+    path: tuple[str | int, ...] = ("pipelines", *error.absolute_path)
+    if error.validator == "required" and isinstance(error.instance, Mapping):
+        # jsonschema reports a missing key at its parent; name the key itself.
+        missing = [k for k in error.validator_value if k not in error.instance and error.message.startswith(repr(k))]
+        if missing:
+            path = (*path, missing[0])
+    return PipelineProblem(path, error.message)
 
 
 def _called(steps: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -194,34 +218,22 @@ def _called(steps: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def _call_cycles(data: Sequence[Mapping[str, Any]], by_name: Mapping[str, int]) -> list[PipelineProblem]:
-    problems = []
-    for index, spec in enumerate(data):
-        for target in _called(spec["steps"]):
-            if target not in by_name:
-                problems.append(PipelineProblem(("pipelines", index, "steps"), f"call: unknown pipeline {target!r}"))
-    if problems:
-        return problems
-    state: dict[str, int] = {}
+def _cycle_text(cycle: Sequence[str]) -> str:
+    """`a -> b -> a`, starting from the smallest name so every call site reports it alike."""
+    ring = list(cycle[:-1])
+    start = ring.index(min(ring))
+    ring = ring[start:] + ring[:start]
+    return " -> ".join([*ring, ring[0]])
 
-    def walk(name: str, stack: list[str]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cycle = " -> ".join([*stack[stack.index(name) :], name])
-            problems.append(PipelineProblem(("pipelines", by_name[stack[0]], "steps"), f"call cycle: {cycle}"))
-            return
-        state[name] = 1
-        for target in _called(data[by_name[name]]["steps"]):
-            walk(target, [*stack, name])
-        state[name] = 2
 
-    for name in sorted(by_name):
-        walk(name, [])
-    return problems[:1]
+KeyPath = tuple[str | int, ...]
+Exits = list[tuple[str, str | None]]
 
 
 class _Builder:
+    """Compiles one pipeline. Paths are full config key paths (`("pipelines", 0, "steps", 1, ...)`);
+    while a `call:` is inlined they point into the called pipeline, where the step is written."""
+
     def __init__(
         self,
         data: Sequence[Mapping[str, Any]],
@@ -234,35 +246,49 @@ class _Builder:
         self.nodes: dict[str, Node] = {}
         self.edges: dict[str, list[tuple[str | None, str]]] = {}
         self.auto = 0
+        # Every id given out, explicit or automatic, with the inlined call (frame) that made it.
+        self.ids: dict[str, tuple[int, str]] = {}
+        self.stack: list[int] = [index]  # pipelines being inlined, outermost first
+        self.frames: list[int] = [0]
+        self.call_sites: list[KeyPath] = []  # the `call` keys being inlined, outermost first
+        self.next_frame = 0
 
-    def fail(self, path: tuple[str | int, ...], message: str) -> None:
-        self.problems.append(PipelineProblem(("pipelines", self.index, *path), message))
+    def fail(self, path: KeyPath, message: str) -> None:
+        self.problems.append(PipelineProblem(path, message))
 
     def pipeline(self, spec: Mapping[str, Any], parse_duration: Any) -> Pipeline | None:
+        base: KeyPath = ("pipelines", self.index)
         name = spec["name"]
-        if ("on" in spec) == ("on-hook" in spec):
-            self.fail(("on",), "exactly one of `on` and `on-hook` is required")
-            return None
+        if "on" in spec and "on-hook" in spec:
+            self.fail((*base, "on-hook"), "`on` and `on-hook` are mutually exclusive: use one")
+        elif "on" not in spec and "on-hook" not in spec:
+            self.fail((*base, "on"), "a pipeline needs a trigger: `on` (an event type) or `on-hook` (a signal)")
         is_hook = "on-hook" in spec
         from_plugin = spec.get("from_plugin")
         if from_plugin is not None and from_plugin not in self.commands:
-            self.fail(("from_plugin",), f"unknown plugin {from_plugin!r}")
+            self.fail((*base, "from_plugin"), f"unknown plugin {from_plugin!r}")
         condition = spec.get("if")
         if condition is not None:
             try:
                 predicates.validate(condition, roots=("payload", "context"), where="if")
             except predicates.InvalidCondition as exc:
-                self.fail(("if",), str(exc))
+                self.fail((*base, "if", *exc.path), exc.message)
             else:
-                if is_hook and predicates.references_root(condition, "context"):
-                    self.fail(("if",), "an on-hook predicate cannot read context.*: hooks start fresh roots")
+                # Hooks start fresh roots: context is never there, so a context.* test could only
+                # ever dead-route (upstream Ductile refuses this at load since 2026-06).
+                found = predicates.find_root(condition, "context") if is_hook else None
+                if found is not None:
+                    self.fail(
+                        (*base, "if", *found),
+                        "an on-hook predicate cannot read context.*: hooks start fresh roots with no context",
+                    )
         timeout = DEFAULT_TIMEOUT
         if "timeout" in spec:
             try:
                 timeout = float(parse_duration(spec["timeout"]))
-            except ValueError as exc:
-                self.fail(("timeout",), str(exc))
-        entries, _ = self.sequence(spec["steps"], ("steps",), prefix="")
+            except (TypeError, ValueError) as exc:
+                self.fail((*base, "timeout"), str(exc))
+        entries, _ = self.sequence(spec["steps"], (*base, "steps"), prefix="")
         if self.problems:
             return None
         return Pipeline(
@@ -280,14 +306,9 @@ class _Builder:
             called=tuple(dict.fromkeys(_called(spec["steps"]))),
         )
 
-    def sequence(
-        self,
-        steps: Sequence[Mapping[str, Any]],
-        path: tuple[str | int, ...],
-        prefix: str,
-    ) -> tuple[list[str], list[tuple[str, str | None]]]:
+    def sequence(self, steps: Sequence[Mapping[str, Any]], path: KeyPath, prefix: str) -> tuple[list[str], Exits]:
         entries: list[str] = []
-        exits: list[tuple[str, str | None]] = []
+        exits: Exits = []
         for position, step in enumerate(steps):
             step_entries, step_exits = self.step(step, (*path, position), prefix)
             if position == 0:
@@ -298,12 +319,7 @@ class _Builder:
             exits = step_exits
         return entries, exits
 
-    def step(
-        self,
-        step: Mapping[str, Any],
-        path: tuple[str | int, ...],
-        prefix: str,
-    ) -> tuple[list[str], list[tuple[str, str | None]]]:
+    def step(self, step: Mapping[str, Any], path: KeyPath, prefix: str) -> tuple[list[str], Exits]:
         kinds = [k for k in _STEP_KINDS if k in step]
         if len(kinds) != 1:
             self.fail(
@@ -321,8 +337,8 @@ class _Builder:
         if kind == "uses":
             entries, exits = self.uses(step, path, step_id)
         elif kind == "call":
-            target = self.data[self.by_name[step["call"]]]
-            entries, exits = self.sequence(target["steps"], (*path, "call"), prefix=f"{step_id}/")
+            clashed = any(p.path == (*path, "id") for p in self.problems)  # do not inline a clash twice
+            entries, exits = ([], []) if clashed else self.call(step["call"], (*path, "call"), prefix=f"{step_id}/")
         elif kind == "steps":
             entries, exits = self.sequence(step["steps"], (*path, "steps"), prefix)
         else:
@@ -331,36 +347,70 @@ class _Builder:
                 branch_entries, branch_exits = self.step(sub, (*path, "split", branch), prefix)
                 entries += branch_entries
                 exits += branch_exits
-        if "if" not in step or not entries:
+        if "if" not in step:
             return entries, exits
         try:
             predicates.validate(step["if"], where="if")
         except predicates.InvalidCondition as exc:
-            self.fail((*path, "if"), str(exc))
+            self.fail((*path, "if", *exc.path), exc.message)
             return entries, exits
-        switch_id = f"{step_id}__switch"
+        if not entries:
+            return entries, exits
+        switch_id = f"{step_id}{SWITCH_SUFFIX}"
+        if switch_id in self.ids:
+            self.fail((*path, "id"), f"the if: of step {step_id!r} needs the id {switch_id!r}, which is already used")
+        self.ids[switch_id] = (self.frames[-1], "switch")
         self.nodes[switch_id] = Node(id=switch_id, kind="switch", plugin=SWITCH, condition=step["if"])
         self.edges[switch_id] = [(SWITCH_TRUE, entry) for entry in entries]
         return [switch_id], [*exits, (switch_id, SWITCH_FALSE)]
 
-    def node_id(self, preferred: str | None, path: tuple[str | int, ...], prefix: str) -> str:
+    def call(self, target: str, path: KeyPath, prefix: str) -> tuple[list[str], Exits]:
+        """Inline the called pipeline's steps as `<call step id>/<step id>` (spec 003 §3.2, §10)."""
+        if target not in self.by_name:
+            self.fail(path, f"unknown pipeline {target!r}")
+            return [], []
+        callee = self.by_name[target]
+        if callee in self.stack:
+            cycle = [self.data[i]["name"] for i in [*self.stack[self.stack.index(callee) :], callee]]
+            self.fail(path, f"call cycle: {_cycle_text(cycle)} (a pipeline may not call itself, directly or not)")
+            return [], []
+        self.next_frame += 1
+        self.stack.append(callee)
+        self.frames.append(self.next_frame)
+        self.call_sites.append(path)
+        try:
+            return self.sequence(self.data[callee]["steps"], ("pipelines", callee, "steps"), prefix)
+        finally:
+            self.stack.pop()
+            self.frames.pop()
+            self.call_sites.pop()
+
+    def node_id(self, preferred: str | None, path: KeyPath, prefix: str) -> str:
+        frame = self.frames[-1]
         if preferred is None:
             while True:
                 self.auto += 1
                 candidate = f"{prefix}step_{self.auto}"
-                if candidate not in self.nodes:
+                if candidate not in self.ids:
+                    self.ids[candidate] = (frame, "auto")
                     return candidate
         node_id = f"{prefix}{preferred}"
-        if node_id in self.nodes or f"{node_id}__switch" in self.nodes:
+        if node_id not in self.ids:
+            self.ids[node_id] = (frame, "explicit")
+            return node_id
+        owner, how = self.ids[node_id]
+        if owner != frame:
+            # Only inlining made the clash (the caller, or another inlined call, has this id).
+            self.fail(self.call_sites[0], f"inlining this call makes step id {node_id!r}, which is already used")
+        elif how == "auto":
+            self.fail((*path, "id"), f"step id {preferred!r} is the automatic id of an earlier step without an id")
+        elif how == "switch":
+            self.fail((*path, "id"), f"step id {preferred!r} is already the id of an if: switch")
+        else:
             self.fail((*path, "id"), f"step id {preferred!r} is used twice in this pipeline")
         return node_id
 
-    def uses(
-        self,
-        step: Mapping[str, Any],
-        path: tuple[str | int, ...],
-        node_id: str,
-    ) -> tuple[list[str], list[tuple[str, str | None]]]:
+    def uses(self, step: Mapping[str, Any], path: KeyPath, node_id: str) -> tuple[list[str], Exits]:
         target = step["uses"]
         plugin, command = target, "handle"
         if target not in self.commands and "." in target:
@@ -378,7 +428,7 @@ class _Builder:
         try:
             baggage = parse_baggage(step.get("baggage"), where="baggage")
         except BaggageError as exc:
-            self.fail((*path, "baggage"), str(exc))
+            self.fail((*path, "baggage", *exc.path), exc.message)
             baggage = BaggageSpec()
         self.nodes[node_id] = Node(
             id=node_id, kind="uses", plugin=plugin, command=command, with_=with_, baggage=baggage

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 ROOTS = ("payload", "context", "config")
-_SEGMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$|^\d+$")
+_INDEX = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() accepts "²", which int() refuses
 
 
 class Missing:
@@ -38,7 +38,7 @@ def resolve(scope: Mapping[str, Any], path: str) -> Any:
     for part in parts:
         if isinstance(value, Mapping) and part in value:
             value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+        elif isinstance(value, list) and _INDEX.fullmatch(part) and int(part) < len(value):
             value = value[int(part)]
         else:
             return MISSING

@@ -20,81 +20,112 @@ MAX_DEPTH = 8
 MAX_NODES = 64
 
 
+NodePath = tuple[str | int, ...]
+
+
 class InvalidCondition(ValueError):
-    def __init__(self, where: str, message: str):
+    """`where` names the offending node as text (`if.all[1].op`); `path` is the same node relative
+    to the condition's root (`("all", 1, "op")`), for callers that report config key paths."""
+
+    def __init__(self, where: str, message: str, path: NodePath = ()):
         super().__init__(f"{where}: {message}" if where else message)
-        self.where, self.message = where, message
+        self.where, self.message, self.path = where, message, path
 
 
 def validate(condition: Any, *, roots: tuple[str, ...] = ROOTS, where: str = "if") -> None:
     """Raise InvalidCondition naming the offending node (e.g. `if.all[1].op`)."""
-    counter = [0]
-    _validate(condition, roots, where, 0, counter)
+    _Validator(roots, where).node(condition, (), 0)
 
 
-def _validate(node: Any, roots: tuple[str, ...], where: str, depth: int, counter: list[int]) -> None:
-    counter[0] += 1
-    if counter[0] > MAX_NODES:
-        raise InvalidCondition(where, f"condition has more than {MAX_NODES} nodes")
-    if depth > MAX_DEPTH:
-        raise InvalidCondition(where, f"condition nests deeper than {MAX_DEPTH}")
-    if not isinstance(node, Mapping):
-        raise InvalidCondition(where, "a condition must be a mapping")
-    kinds = [k for k in ("path", "all", "any", "not") if k in node]
-    if len(kinds) != 1:
-        raise InvalidCondition(where, "must be exactly one of an atomic path/op/value, all, any or not")
-    kind = kinds[0]
-    if kind in ("all", "any"):
-        _only(node, {kind}, where)
-        items = node[kind]
-        if not isinstance(items, list) or not items:
-            raise InvalidCondition(f"{where}.{kind}", "must be a non-empty list of conditions")
-        for index, item in enumerate(items):
-            _validate(item, roots, f"{where}.{kind}[{index}]", depth + 1, counter)
-        return
-    if kind == "not":
-        _only(node, {"not"}, where)
-        _validate(node["not"], roots, f"{where}.not", depth + 1, counter)
-        return
-    _only(node, {"path", "op", "value"}, where)
-    path, op = node.get("path"), node.get("op")
-    if not isinstance(path, str) or split_path(path, roots) is None:
-        raise InvalidCondition(f"{where}.path", f"{path!r} must start with one of {', '.join(roots)}")
-    if op not in OPERATORS:
-        raise InvalidCondition(f"{where}.op", f"unknown operator {op!r}; use one of {', '.join(OPERATORS)}")
-    if op == "exists":
-        if "value" in node:
-            raise InvalidCondition(f"{where}.value", "exists takes no value")
-        return
-    if "value" not in node:
-        raise InvalidCondition(f"{where}.value", f"{op} needs a value")
-    value = node["value"]
-    if op in NUMERIC and not _is_number(value):
-        raise InvalidCondition(f"{where}.value", f"{op} needs a number, got {value!r}")
-    if op in STRING and not isinstance(value, str):
-        raise InvalidCondition(f"{where}.value", f"{op} needs a string, got {value!r}")
-    if op == "in" and not isinstance(value, list):
-        raise InvalidCondition(f"{where}.value", f"in needs a list, got {value!r}")
-    if op == "regex":
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise InvalidCondition(f"{where}.value", f"invalid regex: {exc}") from exc
+class _Validator:
+    def __init__(self, roots: tuple[str, ...], where: str):
+        self.roots, self.where, self.count = roots, where, 0
 
+    def fail(self, path: NodePath, message: str) -> InvalidCondition:
+        text = self.where
+        for part in path:
+            text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+        return InvalidCondition(text, message, path)
 
-def _only(node: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(node) - allowed)
-    if extra:
-        raise InvalidCondition(where, f"unexpected keys {', '.join(extra)}")
+    def node(self, node: Any, path: NodePath, depth: int) -> None:
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise self.fail(path, f"condition has more than {MAX_NODES} nodes")
+        if depth > MAX_DEPTH:
+            raise self.fail(path, f"condition nests deeper than {MAX_DEPTH}")
+        if not isinstance(node, Mapping):
+            raise self.fail(path, "a condition must be a mapping")
+        kinds = [k for k in ("path", "all", "any", "not") if k in node]
+        if len(kinds) != 1:
+            found = f" (found {', '.join(kinds)})" if kinds else ""
+            raise self.fail(path, f"must be exactly one of an atomic path/op/value, all, any or not{found}")
+        kind = kinds[0]
+        if kind in ("all", "any"):
+            self.only(node, {kind}, path)
+            items = node[kind]
+            if not isinstance(items, list) or not items:
+                raise self.fail((*path, kind), "must be a non-empty list of conditions")
+            for index, item in enumerate(items):
+                self.node(item, (*path, kind, index), depth + 1)
+            return
+        if kind == "not":
+            self.only(node, {"not"}, path)
+            self.node(node["not"], (*path, "not"), depth + 1)
+            return
+        self.atomic(node, path)
+
+    def atomic(self, node: Mapping[str, Any], path: NodePath) -> None:
+        self.only(node, {"path", "op", "value"}, path)
+        target, op = node.get("path"), node.get("op")
+        if not isinstance(target, str) or split_path(target, self.roots) is None:
+            allowed = " or ".join(f"{root}.*" for root in self.roots)
+            raise self.fail((*path, "path"), f"{target!r} is not a path under {allowed}")
+        if not isinstance(op, str) or op not in OPERATORS:
+            raise self.fail((*path, "op"), f"unknown operator {op!r}; use one of {', '.join(OPERATORS)}")
+        if op == "exists":
+            if "value" in node:
+                raise self.fail((*path, "value"), "exists takes no value")
+            return
+        if "value" not in node:
+            raise self.fail((*path, "value"), f"{op} needs a value")
+        value = node["value"]
+        if op in NUMERIC and not _is_number(value):
+            raise self.fail((*path, "value"), f"{op} needs a number, got {value!r}")
+        if op in STRING and not isinstance(value, str):
+            raise self.fail((*path, "value"), f"{op} needs a string, got {value!r}")
+        if op == "in" and not isinstance(value, list):
+            raise self.fail((*path, "value"), f"in needs a list, got {value!r}")
+        if op == "regex":
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise self.fail((*path, "value"), f"invalid regex: {exc}") from exc
+
+    def only(self, node: Mapping[str, Any], allowed: set[str], path: NodePath) -> None:
+        extra = sorted(map(str, set(node) - allowed))
+        if extra:
+            raise self.fail(path, f"unexpected keys {', '.join(extra)}")
 
 
 def references_root(condition: Any, root: str) -> bool:
+    return find_root(condition, root) is not None
+
+
+def find_root(condition: Any, root: str, path: NodePath = ()) -> NodePath | None:
+    """The node path of the first atomic `path:` under `root` (e.g. `("all", 1, "path")`), or None."""
     if not isinstance(condition, Mapping):
-        return False
+        return None
     if "path" in condition:
-        return str(condition["path"]).split(".")[0] == root
-    children = condition.get("all") or condition.get("any") or ([condition["not"]] if "not" in condition else [])
-    return any(references_root(c, root) for c in children)
+        return (*path, "path") if str(condition["path"]).strip().split(".")[0] == root else None
+    for kind in ("all", "any"):
+        if isinstance(condition.get(kind), list):
+            for index, child in enumerate(condition[kind]):
+                found = find_root(child, root, (*path, kind, index))
+                if found is not None:
+                    return found
+    if "not" in condition:
+        return find_root(condition["not"], root, (*path, "not"))
+    return None
 
 
 def evaluate(condition: Mapping[str, Any], scope: Mapping[str, Any]) -> bool:

@@ -51,7 +51,7 @@ def render(template: Any, scope: Mapping[str, Any], *, key: str = "with") -> Any
 
     def substitute(match: re.Match[str]) -> str:
         value = _lookup(scope, match.group(1).strip(), key)
-        return value if isinstance(value, str) else json.dumps(value)
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
     return _REFERENCE.sub(substitute, template)
 
