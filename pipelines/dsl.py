@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,19 @@ def _describe(node: Node) -> dict[str, Any]:
     return {"kind": "uses", "step": node.id, "plugin": node.plugin, "command": node.command}
 
 
+def _node_body(node: Node) -> dict[str, Any]:
+    baggage = node.baggage
+    return {
+        "id": node.id,
+        "kind": node.kind,
+        "plugin": node.plugin,
+        "command": node.command,
+        "with": node.with_,
+        "baggage": {"claims": baggage.claims, "from": baggage.bulk_from, "namespace": baggage.namespace},
+        "if": node.condition,
+    }
+
+
 @dataclass(frozen=True)
 class PipelineSet:
     pipelines: Mapping[str, Pipeline] = field(default_factory=dict)
@@ -120,7 +133,7 @@ class PipelineSet:
         `with:`, `baggage:` and `if:`, and the pipeline's timeout. Independent of pipeline order."""
         body = json.dumps(
             [
-                {**p.shape(), "timeout": p.timeout, "nodes": [asdict(p.nodes[n]) for n in sorted(p.nodes)]}
+                {**p.shape(), "timeout": p.timeout, "nodes": [_node_body(p.nodes[n]) for n in sorted(p.nodes)]}
                 for p in sorted(self.pipelines.values(), key=lambda p: p.name)
             ],
             sort_keys=True,
