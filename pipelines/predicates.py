@@ -107,10 +107,6 @@ class _Validator:
             raise self.fail(path, f"unexpected keys {', '.join(extra)}")
 
 
-def references_root(condition: Any, root: str) -> bool:
-    return find_root(condition, root) is not None
-
-
 def find_root(condition: Any, root: str, path: NodePath = ()) -> NodePath | None:
     """The node path of the first atomic `path:` under `root` (e.g. `("all", 1, "path")`), or None."""
     if not isinstance(condition, Mapping):

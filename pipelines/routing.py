@@ -3,12 +3,9 @@ stamps (§6.3: `source`, `timestamp`, `event_id`). Pure, no I/O; `pipelines.rout
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import blake3
 
 
 @dataclass(frozen=True)
@@ -42,10 +39,6 @@ class RoutingTable:
         for rule in ordered:
             index.setdefault((rule.source, rule.event_type), []).append(rule)
         return cls(ordered, {k: tuple(v) for k, v in index.items()})
-
-    def fingerprint(self) -> str:
-        body = json.dumps([r.__dict__ for r in self.routes], sort_keys=True)
-        return blake3.blake3(body.encode()).hexdigest()
 
     def match(self, source: str, event_type: str) -> tuple[RouteRule, ...]:
         return self._by_key.get((source, event_type), ())

@@ -26,6 +26,19 @@ class Exit(Exception):
         self.code, self.message, self.data = code, message, data
 
 
+def json_object(raw: str | None, source: str) -> dict[str, Any] | None:
+    """A `--payload`-style argument: None when absent, else a JSON object (exit 2 otherwise)."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise Exit(EXIT_USAGE, f"{source} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise Exit(EXIT_USAGE, f"{source} must be a JSON object")
+    return value
+
+
 class DuctileCommand(BaseCommand):
     requires_system_checks: list[str] = []  # type: ignore[assignment]
     requires_migrations_checks = False

@@ -4,7 +4,7 @@ configured plugin)."""
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import models
 from django.utils import timezone
@@ -62,9 +62,6 @@ class WorkerInstance(models.Model):
     def stop(self, now: datetime) -> None:
         self.state, self.stopped_at = WorkerState.STOPPED, now
         self.save(update_fields=["state", "stopped_at"])
-
-    def is_stale(self, now: datetime, ttl: float) -> bool:
-        return self.heartbeat_at < now - timedelta(seconds=ttl)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
 from gateway.events import run_pipeline
 from gateway.reports import job_summary, latest_result
 from gateway.runtime import Runtime
@@ -19,15 +19,7 @@ from pipelines.visualize import mermaid
 
 
 def payload_option(raw: str | None) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    try:
-        payload = json.loads(raw)
-    except ValueError as exc:
-        raise Exit(EXIT_USAGE, f"--payload is not valid JSON: {exc}") from exc
-    if not isinstance(payload, dict):
-        raise Exit(EXIT_USAGE, "--payload must be a JSON object")
-    return payload
+    return json_object(raw, "--payload") or {}
 
 
 def wait_for_trees(root_ids: list[str], timeout: float) -> tuple[list[Job], bool]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -12,7 +11,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
 from gateway.dispatch import Executor
 from gateway.reports import latest_result, ts
 from gateway.runtime import RUNTIME, Runtime
@@ -144,15 +143,7 @@ class Command(DuctileCommand):
                 raw = Path(options["payload_file"]).read_text(encoding="utf-8")
             except OSError as exc:
                 raise Exit(EXIT_USAGE, f"cannot read {source}: {exc.strerror}") from exc
-        if raw is None:
-            return None
-        try:
-            payload = json.loads(raw)
-        except ValueError as exc:
-            raise Exit(EXIT_USAGE, f"{source} is not valid JSON: {exc}") from exc
-        if not isinstance(payload, dict):
-            raise Exit(EXIT_USAGE, f"{source} must be a JSON object")
-        return payload
+        return json_object(raw, source)
 
     def _run_here(self, job_id: str, runtime: Runtime) -> Job:
         """Run our job through the normal claim path; if a daemon took it first, wait for it."""
