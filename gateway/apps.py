@@ -8,8 +8,10 @@ class GatewayConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
-        from gateway.wakeup import poke_local_workers
+        from gateway.wakeup import poke_local_waiters, poke_local_workers
         from ledger import wakeups
 
-        # Every process that enqueues (CLI, API, scheduler, workers) pokes same-host workers.
-        wakeups.add_listener(poke_local_workers)
+        # Every process that enqueues (CLI, API, scheduler, workers) pokes same-host workers, and
+        # every process that finishes a job pokes same-host tree waiters (synchronous pipelines).
+        wakeups.add_listener(poke_local_workers, wakeups.ENQUEUED)
+        wakeups.add_listener(poke_local_waiters, wakeups.FINISHED)

@@ -27,6 +27,7 @@ from pipelines.router import (
     Successor,
     carry_forward,
     entry_matches,
+    stamp_upstream,
     step_successor,
     successors,
     synthetic_success,
@@ -177,8 +178,7 @@ class Executor:
             outcome.events.append(preflight_event(job, "fail", error))
             self._record(job, outcome, runtime)
             return
-        gated = pipeline.next_nodes(node.id, SWITCH_TRUE)
-        gated_plugin = runtime.registry.instances.get(pipeline.nodes[gated[0]].plugin) if gated else None
+        gated_plugin = runtime.registry.instances.get(pipeline.gated_plugin(node.id) or "")
         payload = (job.event or {}).get("payload") or {}
         scope = {
             "payload": payload,
@@ -299,12 +299,10 @@ def child_spec(
     submitted_by: str = "route",
 ) -> JobSpec:
     """A router successor as a queue request."""
-    event = {**found.event, "payload": dict(found.event.get("payload") or {})}
+    payload = found.event.get("payload") or {}
     if parent is not None:
-        # Published plugins read where an event came from (the original's contract).
-        event["payload"].setdefault("ductile_upstream_plugin", parent.plugin)
-        if upstream_pipeline:
-            event["payload"].setdefault("ductile_upstream_pipeline", upstream_pipeline)
+        payload = stamp_upstream(payload, parent.plugin, upstream_pipeline)
+    event = {**found.event, "payload": dict(payload)}
     target = runtime.registry.instances.get(found.plugin)
     return JobSpec(
         plugin=found.plugin,

@@ -8,12 +8,16 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from gateway.config.frozen import thaw
 from gateway.dispatch import child_spec, iso
 from gateway.runtime import Runtime
+from gateway.trees import TreeOutcome, TreeWaiter
 from ledger.ids import new_id
-from ledger.models import Job
-from pipelines.router import Position, step_successor, successors
+from ledger.models import Job, JobSpec
+from pipelines.dsl import Pipeline
+from pipelines.router import Position, Successor, step_successor, successors
 from pipelines.routing import stamp_event
+from pipelines.simulate import ASSUMPTION, dry_run
 
 
 def root_event(event_type: str, payload: dict[str, Any], source: str, dedupe_key: str | None = None) -> dict[str, Any]:
@@ -23,39 +27,109 @@ def root_event(event_type: str, payload: dict[str, Any], source: str, dedupe_key
     return stamp_event(raw, source=source, timestamp=iso(timezone.now()), event_id=new_id())
 
 
+def event_starts(
+    runtime: Runtime, event_type: str, payload: dict[str, Any], *, source: str, dedupe_key: str | None = None
+) -> list[Successor]:
+    """What a root event starts: every pipeline whose `on:` matches (routes need a source plugin)."""
+    event = root_event(event_type, payload, source, dedupe_key)
+    return successors(
+        source_plugin=None, position=Position(), events=[event], routes=runtime.routing, pipelines=runtime.pipelines
+    )
+
+
+def pipeline_starts(
+    runtime: Runtime, name: str, payload: dict[str, Any], *, source: str, dedupe_key: str | None = None
+) -> list[Successor]:
+    """One named pipeline's entry steps, whatever its trigger."""
+    pipeline = runtime.pipelines.pipelines[name]
+    event = root_event(pipeline.trigger, payload, source, dedupe_key)
+    return [step_successor(pipeline, node, event, {}, 1) for node in pipeline.entries]
+
+
+def as_roots(runtime: Runtime, starts: list[Successor], submitted_by: str) -> list[JobSpec]:
+    return [child_spec(s, runtime, parent=None, upstream_pipeline=None, submitted_by=submitted_by) for s in starts]
+
+
 def publish_event(
     runtime: Runtime, event_type: str, payload: dict[str, Any], *, submitted_by: str, dedupe_key: str | None = None
 ) -> list[str]:
     """A root event, routed like any other: every matching pipeline starts. Returns the job ids."""
-    event = root_event(event_type, payload, submitted_by, dedupe_key)
-    found = successors(
-        source_plugin=None, position=Position(), events=[event], routes=runtime.routing, pipelines=runtime.pipelines
-    )
-    return _enqueue(
-        runtime, [child_spec(s, runtime, parent=None, upstream_pipeline=None, submitted_by=submitted_by) for s in found]
-    )
+    starts = event_starts(runtime, event_type, payload, source=submitted_by, dedupe_key=dedupe_key)
+    return enqueue(runtime, as_roots(runtime, starts, submitted_by))
 
 
-def run_pipeline(
+def pipeline_entries(
     runtime: Runtime, name: str, payload: dict[str, Any], *, submitted_by: str, dedupe_key: str | None = None
-) -> list[str]:
-    """Start one named pipeline at its entry steps, whatever its trigger."""
-    pipeline = runtime.pipelines.pipelines[name]
-    event = root_event(pipeline.trigger, payload, submitted_by, dedupe_key)
-    specs = [
-        child_spec(
-            step_successor(pipeline, node, event, {}, 1),
-            runtime,
-            parent=None,
-            upstream_pipeline=None,
-            submitted_by=submitted_by,
+) -> list[JobSpec]:
+    """The root jobs that start one named pipeline."""
+    starts = pipeline_starts(runtime, name, payload, source=submitted_by, dedupe_key=dedupe_key)
+    return as_roots(runtime, starts, submitted_by)
+
+
+def preview(runtime: Runtime, starts: list[Successor]) -> dict[str, Any]:
+    """`--dry-run`: every hop that would follow, computed by the real router; nothing is enqueued."""
+    instances = runtime.registry.instances
+
+    def config_of(plugin: str) -> dict[str, Any]:
+        return thaw(instances[plugin].config.config) if plugin in instances else {}
+
+    hops, truncated = dry_run(starts, routes=runtime.routing, pipelines=runtime.pipelines, config_of=config_of)
+    return {"hops": [h.as_dict() for h in hops], "truncated": truncated, "assumption": ASSUMPTION}
+
+
+def replay_spec(runtime: Runtime, job: Job, *, submitted_by: str) -> JobSpec:
+    """A new job for the same step from the stored `event_context` (spec 001 §6.1): same event,
+    payload, baggage row, parent and depth, so it runs and routes on exactly as the original did.
+    No dedupe key: a replay is asked for on purpose."""
+    target = runtime.registry.instances.get(job.plugin)
+    return JobSpec(
+        plugin=job.plugin,
+        command=job.command,
+        submitted_by=submitted_by,
+        payload=job.payload,
+        event=job.event,
+        max_attempts=target.config.retry.max_attempts if target else job.max_attempts,
+        parent_job_id=job.parent_job_id,
+        source_event_id=job.source_event_id,
+        event_context_id=job.event_context_id,
+        route_depth=job.route_depth,
+        note=f"replay of {job.id}",
+    )
+
+
+class SyncRefused(ValueError):
+    """A synchronous run that cannot be answered as one tree (the API's 400)."""
+
+
+def run_synchronously(
+    runtime: Runtime,
+    name: str,
+    payload: dict[str, Any],
+    *,
+    submitted_by: str,
+    timeout: float,
+    dedupe_key: str | None = None,
+) -> TreeOutcome:
+    """Start a pipeline and wait for its whole tree (or `timeout`). Entry dispatches are resolved
+    first: more than one cannot be answered as one result, so it is refused before anything runs."""
+    specs = pipeline_entries(runtime, name, payload, submitted_by=submitted_by, dedupe_key=dedupe_key)
+    if len(specs) != 1:
+        raise SyncRefused(
+            f"pipeline {name!r} starts with {len(specs)} entry dispatches; a synchronous run needs exactly one "
+            "(run it asynchronously instead)"
         )
-        for node in pipeline.entries
-    ]
-    return _enqueue(runtime, specs)
+    with TreeWaiter() as waiter:
+        return waiter.wait(enqueue(runtime, specs), timeout)
 
 
-def _enqueue(runtime: Runtime, specs: list[Any]) -> list[str]:
+def sync_timeout(pipeline: Pipeline, requested: float | None, cap: float | None = None) -> float:
+    """How long a synchronous caller waits: its own request, else the pipeline's `timeout`, never
+    past the operator's cap (`api.max_sync_timeout`)."""
+    timeout = pipeline.timeout if requested is None else requested
+    return min(timeout, cap) if cap else timeout
+
+
+def enqueue(runtime: Runtime, specs: list[JobSpec]) -> list[str]:
     ttl = runtime.config.service.dedupe_ttl
     with transaction.atomic():
         return [Job.objects.enqueue(spec, default_dedupe_ttl=ttl).job_id for spec in specs]

@@ -122,6 +122,7 @@ def job_detail(job: Job) -> dict[str, Any]:
         if context
         else None,
         "parent": job_summary(parent) if parent else None,
+        "tree": job_tree(job),
         "children": [job_summary(c) for c in Job.objects.filter(parent_job_id=job.id).order_by("created_at")],
     }
 
@@ -148,3 +149,58 @@ def queue_status(now: datetime | None = None, lease_ttl: float = 60.0) -> dict[s
             for w in workers
         ],
     }
+
+
+def tree_root(job: Job) -> Job:
+    """The root of the tree `job` is in (hook-started roots keep `parent_job_id` for tracing, so
+    the walk goes up through them to the job whose end fired the hook)."""
+    seen = {job.id}
+    while job.parent_job_id and job.parent_job_id not in seen:
+        parent = Job.objects.filter(pk=job.parent_job_id).first()
+        if parent is None:
+            break  # pruned by retention: the oldest surviving ancestor stands in for the root
+        seen.add(parent.id)
+        job = parent
+    return job
+
+
+def job_tree(job: Job) -> list[dict[str, Any]]:
+    """Every hop of the tree `job` belongs to, parents before children: what ran, where in which
+    pipeline, with what baggage, which event led there, and the baggage each hop added."""
+    jobs = Job.objects.tree([tree_root(job).id])
+    contexts = {
+        c.id: c for c in EventContext.objects.filter(pk__in=[j.event_context_id for j in jobs if j.event_context_id])
+    }
+    hops = []
+    for j in jobs:
+        context = contexts.get(j.event_context_id or "")
+        parent_context = contexts.get(context.parent_id or "") if context else None
+        baggage = context.accumulated_json if context else None
+        hops.append(
+            {
+                **job_summary(j),
+                "this_job": j.id == job.id,
+                "route_depth": j.route_depth,
+                "event_type": (j.event or {}).get("type"),
+                "pipeline": context.pipeline_name if context else None,
+                "step": context.step_id if context else None,
+                "baggage": baggage,
+                "baggage_added": added_paths(parent_context.accumulated_json if parent_context else {}, baggage or {}),
+                "result": latest_result(j),
+            }
+        )
+    return hops
+
+
+def added_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
+    """The dotted baggage paths `after` has that `before` lacks (what a hop's claims merged in)."""
+    if not isinstance(after, dict):
+        return [] if before == after or not prefix else [prefix]
+    out = []
+    for key, value in after.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if not isinstance(before, dict) or key not in before:
+            out.append(path)
+        else:
+            out += added_paths(before[key], value, path)
+    return out

@@ -1,8 +1,10 @@
-"""Cross-process wake-ups so an idle worker starts a new job within milliseconds.
+"""Cross-process wake-ups so an idle worker starts a new job, and a synchronous caller sees its
+tree finish, within milliseconds.
 
-Same host: each `runworkers` binds a UNIX datagram socket in a directory beside the database;
-an enqueuing process sends one byte to each after commit. PostgreSQL (any node): LISTEN on the
-channel the enqueuing transaction NOTIFYs. Both are advice; workers still re-check the database.
+Same host: each listener binds a UNIX datagram socket in a short per-database directory, named
+by what it waits for (`.sock` for workers, `.wait` for tree waiters); the process that enqueues
+or finishes a job sends one byte to each after commit. PostgreSQL (any node): LISTEN on the
+channel the transaction NOTIFYs. Both are advice; listeners still re-check the database.
 """
 
 from __future__ import annotations
@@ -35,7 +37,19 @@ def wake_directory() -> Path | None:
     return Path(tempfile.gettempdir()) / f"ductile-{os.getuid()}-{digest}"
 
 
+# Socket name suffix per channel: enqueue pokes wake workers, finish pokes wake tree waiters.
+SUFFIX = {wakeups.ENQUEUED: ".sock", wakeups.FINISHED: ".wait"}
+
+
 def poke_local_workers() -> None:
+    _poke_local(SUFFIX[wakeups.ENQUEUED])
+
+
+def poke_local_waiters() -> None:
+    _poke_local(SUFFIX[wakeups.FINISHED])
+
+
+def _poke_local(suffix: str) -> None:
     directory = wake_directory()
     if directory is None:
         return
@@ -46,26 +60,23 @@ def poke_local_workers() -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
         for entry in entries:
-            if not entry.name.endswith(".sock"):
+            if not entry.name.endswith(suffix):
                 continue
             try:
                 sock.sendto(b"!", entry.path)
             except (ConnectionRefusedError, FileNotFoundError):
-                _unlink(entry.path)  # a worker that died without cleaning up
+                _unlink(entry.path)  # a listener that died without cleaning up
             except (BlockingIOError, OSError):
                 pass  # its buffer is full of pokes already: it is awake
 
 
-def install_producer_wakeups() -> None:
-    """Every process that enqueues pokes local workers after commit."""
-    wakeups.add_listener(poke_local_workers)
-
-
 class WakeListener:
-    """Receives wake-ups for one worker process and calls `on_wake` for each."""
+    """Receives one channel's wake-ups (enqueued: a worker process; finished: a tree waiter) and
+    calls `on_wake` for each."""
 
-    def __init__(self, on_wake: Callable[[], None]):
+    def __init__(self, on_wake: Callable[[], None], channel: str = wakeups.ENQUEUED):
         self.on_wake = on_wake
+        self.channel = channel
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._sock: socket.socket | None = None
@@ -81,7 +92,7 @@ class WakeListener:
         directory = wake_directory()
         if directory is not None:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._path = str(directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.sock")
+            self._path = str(directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}{SUFFIX[self.channel]}")
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sock.bind(self._path)
             self._sock.settimeout(0.5)
@@ -124,7 +135,7 @@ class WakeListener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(**_pg_params(), autocommit=True) as conn:
-                    conn.execute(f"LISTEN {wakeups.CHANNEL}")
+                    conn.execute(f"LISTEN {self.channel}")
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=0.5, stop_after=1):
                             self.on_wake()

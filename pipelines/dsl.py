@@ -8,6 +8,7 @@ which event type, starts which next node. `steps:` nest, `split:` fans out, and 
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,11 @@ class Pipeline:
 
     def next_nodes(self, node_id: str, event_type: str) -> list[str]:
         return [target for wanted, target in self.edges.get(node_id, ()) if wanted in (None, event_type)]
+
+    def gated_plugin(self, switch_id: str) -> str | None:
+        """The plugin whose `config.*` a step-level `if:` reads (one by construction: see `_gated`)."""
+        plugins = _gated(self.nodes, self.edges, self.next_nodes(switch_id, SWITCH_TRUE))
+        return plugins[0] if plugins else None
 
     def is_terminal(self, node_id: str, event_type: str) -> bool:
         return not self.next_nodes(node_id, event_type)
@@ -213,12 +219,53 @@ def _pipeline_index(problem: PipelineProblem) -> int:
 
 def _schema_problem(error: Any) -> PipelineProblem:
     path: tuple[str | int, ...] = ("pipelines", *error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        # A typo such as `iff:` must not be dropped silently: the step would run unconditionally.
+        known = list(error.schema.get("properties", {}))
+        unknown = sorted(str(k) for k in error.instance if k not in known)
+        hints = [difflib.get_close_matches(k, known, n=1) for k in unknown]
+        text = ", ".join(
+            f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in zip(unknown, hints, strict=True)
+        )
+        return PipelineProblem((*path, unknown[0]), f"unknown key {text}; allowed: {', '.join(known)}")
     if error.validator == "required" and isinstance(error.instance, Mapping):
         # jsonschema reports a missing key at its parent; name the key itself.
         missing = [k for k in error.validator_value if k not in error.instance and error.message.startswith(repr(k))]
         if missing:
             path = (*path, missing[0])
     return PipelineProblem(path, error.message)
+
+
+def _gated(
+    nodes: Mapping[str, Node], edges: Mapping[str, Sequence[tuple[str | None, str]]], entries: Iterable[str]
+) -> list[str]:
+    """The distinct plugins a gate lets through first, looking through nested switches."""
+    found: list[str] = []
+    for node_id in entries:
+        node = nodes[node_id]
+        if node.kind == "switch":
+            targets = [t for wanted, t in edges.get(node_id, ()) if wanted == SWITCH_TRUE]
+            found += [p for p in _gated(nodes, edges, targets) if p not in found]
+        elif node.plugin not in found:
+            found.append(node.plugin)
+    return found
+
+
+def auto_max_depth(
+    nodes: Mapping[str, Node], edges: Mapping[str, Sequence[tuple[str | None, str]]], entries: Sequence[str]
+) -> int:
+    """The route depth cap when the author sets none: 20, or the pipeline's longest chain of hops
+    (switches and inlined calls included) when that is longer, so a long pipeline is never cut
+    short by the default meant to stop runaway loops."""
+    longest: dict[str, int] = {}
+
+    def hops(node_id: str) -> int:
+        # The graph is acyclic (calls are inlined and call cycles refused), so this terminates.
+        if node_id not in longest:
+            longest[node_id] = 1 + max((hops(target) for _, target in edges.get(node_id, ())), default=0)
+        return longest[node_id]
+
+    return max(DEFAULT_MAX_DEPTH, max((hops(entry) for entry in entries), default=0))
 
 
 def _called(steps: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -286,15 +333,8 @@ class _Builder:
                 predicates.validate(condition, roots=("payload", "context"), where="if")
             except predicates.InvalidCondition as exc:
                 self.fail((*base, "if", *exc.path), exc.message)
-            else:
-                # Hooks start fresh roots: context is never there, so a context.* test could only
-                # ever dead-route (upstream Ductile refuses this at load since 2026-06).
-                found = predicates.find_root(condition, "context") if is_hook else None
-                if found is not None:
-                    self.fail(
-                        (*base, "if", *found),
-                        "an on-hook predicate cannot read context.*: hooks start fresh roots with no context",
-                    )
+            # A hook's context.* test is accepted (DSL reference §2.1): hooks start fresh roots, so
+            # today it reads an absent context and is false, like a payload test of a missing key.
         timeout = DEFAULT_TIMEOUT
         if "timeout" in spec:
             try:
@@ -310,7 +350,7 @@ class _Builder:
             is_hook=is_hook,
             from_plugin=from_plugin,
             condition=condition,
-            max_depth=spec.get("max_depth", DEFAULT_MAX_DEPTH),
+            max_depth=spec.get("max_depth", auto_max_depth(self.nodes, self.edges, entries)),
             execution_mode=spec.get("execution_mode", "async"),
             timeout=timeout,
             nodes=dict(self.nodes),
@@ -369,6 +409,14 @@ class _Builder:
             return entries, exits
         if not entries:
             return entries, exits
+        gated = _gated(self.nodes, self.edges, entries)
+        reads_config = predicates.find_root(step["if"], "config")
+        if reads_config is not None and len(gated) > 1:
+            self.fail(
+                (*path, "if", *reads_config),
+                f"config.* is ambiguous here: the gated step starts with plugins {', '.join(gated)}; "
+                "put the if: on one uses step, or test payload.* or context.* instead",
+            )
         switch_id = f"{step_id}{SWITCH_SUFFIX}"
         if switch_id in self.ids:
             self.fail((*path, "id"), f"the if: of step {step_id!r} needs the id {switch_id!r}, which is already used")

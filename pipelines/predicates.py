@@ -107,6 +107,18 @@ class _Validator:
             raise self.fail(path, f"unexpected keys {', '.join(extra)}")
 
 
+def atom_paths(condition: Any) -> list[str]:
+    """Every `path:` an (already validated) condition reads."""
+    if not isinstance(condition, Mapping):
+        return []
+    if "path" in condition:
+        return [str(condition["path"]).strip()]
+    children = [*condition.get("all", []), *condition.get("any", [])]
+    if "not" in condition:
+        children.append(condition["not"])
+    return [p for child in children for p in atom_paths(child)]
+
+
 def find_root(condition: Any, root: str, path: NodePath = ()) -> NodePath | None:
     """The node path of the first atomic `path:` under `root` (e.g. `("all", 1, "path")`), or None."""
     if not isinstance(condition, Mapping):

@@ -63,6 +63,15 @@ def carry_forward(input_payload: Mapping[str, Any], event: Mapping[str, Any]) ->
     return {**event, "payload": payload}
 
 
+def stamp_upstream(payload: Mapping[str, Any], plugin: str, pipeline: str | None) -> dict[str, Any]:
+    """Published plugins read where an event came from (the original's contract); never overwritten."""
+    out = dict(payload)
+    out.setdefault("ductile_upstream_plugin", plugin)
+    if pipeline:
+        out.setdefault("ductile_upstream_pipeline", pipeline)
+    return out
+
+
 def successors(
     *,
     source_plugin: str | None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipelines.paths import MISSING, resolve, split_path
@@ -23,7 +23,12 @@ class TemplateError(ValueError):
 
 
 def references(template: Any, *, key: str = "with") -> list[str]:
-    """The paths a template reads; raises TemplateError for malformed ones (load-time check)."""
+    """The paths a template reads, at any depth of a nested value; raises TemplateError for
+    malformed ones (load-time check)."""
+    if isinstance(template, Mapping):
+        return [ref for k, v in template.items() for ref in references(v, key=f"{key}.{k}")]
+    if isinstance(template, list):
+        return [ref for i, v in enumerate(template) for ref in references(v, key=f"{key}[{i}]")]
     if not isinstance(template, str):
         return []
     found = []
@@ -38,8 +43,16 @@ def references(template: Any, *, key: str = "with") -> list[str]:
     return found
 
 
-def render(template: Any, scope: Mapping[str, Any], *, key: str = "with") -> Any:
-    """One value: a pure reference keeps the referenced value's type; mixed text is a string."""
+def render(
+    template: Any, scope: Mapping[str, Any], *, key: str = "with", missing: Callable[[str], Any] | None = None
+) -> Any:
+    """One value: a pure reference keeps the referenced value's type; mixed text is a string.
+    Mappings and lists are rendered entry by entry, so nested templates are filled in too.
+    `missing(path)` stands in for an absent path instead of failing (dry runs only)."""
+    if isinstance(template, Mapping):
+        return {k: render(v, scope, key=f"{key}.{k}", missing=missing) for k, v in template.items()}
+    if isinstance(template, list):
+        return [render(v, scope, key=f"{key}[{i}]", missing=missing) for i, v in enumerate(template)]
     if not isinstance(template, str):
         return template
     refs = references(template, key=key)
@@ -47,23 +60,31 @@ def render(template: Any, scope: Mapping[str, Any], *, key: str = "with") -> Any
         return template
     whole = _REFERENCE.fullmatch(template.strip())
     if whole is not None and template.strip() == template:
-        return _lookup(scope, whole.group(1).strip(), key)
+        return _lookup(scope, whole.group(1).strip(), key, missing)
 
     def substitute(match: re.Match[str]) -> str:
-        value = _lookup(scope, match.group(1).strip(), key)
+        value = _lookup(scope, match.group(1).strip(), key, missing)
         return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
     return _REFERENCE.sub(substitute, template)
 
 
-def remap(payload: Mapping[str, Any], with_: Mapping[str, Any], scope: Mapping[str, Any]) -> dict[str, Any]:
+def remap(
+    payload: Mapping[str, Any],
+    with_: Mapping[str, Any],
+    scope: Mapping[str, Any],
+    *,
+    missing: Callable[[str], Any] | None = None,
+) -> dict[str, Any]:
     """The request payload after `with:`: top-level keys added or overridden, all from one snapshot."""
-    rendered = {key: render(value, scope, key=f"with.{key}") for key, value in with_.items()}
+    rendered = {key: render(value, scope, key=f"with.{key}", missing=missing) for key, value in with_.items()}
     return {**payload, **rendered}
 
 
-def _lookup(scope: Mapping[str, Any], path: str, key: str) -> Any:
+def _lookup(scope: Mapping[str, Any], path: str, key: str, missing: Callable[[str], Any] | None) -> Any:
     value = resolve(scope, path)
+    if value is MISSING and missing is not None:
+        return missing(path)
     if value is MISSING:
         raise TemplateError(f'{key}: {{{path}}} is missing (with: never substitutes null or "")')
     return value

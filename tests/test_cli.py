@@ -134,7 +134,10 @@ def test_job_inspect_shows_transitions_attempts_and_children(cfg):
     code, child = ductile_json(cfg, "job", "inspect", job["children"][0]["job_id"])
     assert child["parent"]["job_id"] == run["job_id"]
     text = ductile(cfg, "job", "inspect", run["job_id"]).stdout
-    assert "queued -> running" in text and "child:" in text
+    assert "queued -> running" in text
+    tree = text.split("tree:\n", 1)[1].splitlines()
+    assert tree[0].split() == ["succeeded", "echo.poll", run["job_id"], "<-", "this", "job"]
+    assert tree[1].startswith("    ") and tree[1].split() == ["queued", "probe.handle", job["children"][0]["job_id"]]
     assert ductile(cfg, "job", "inspect", "no-such-id").returncode == 1
 
 

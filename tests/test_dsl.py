@@ -20,6 +20,7 @@ from pipelines.dsl import (
     PipelineSet,
     compile_pipelines,
 )
+from pipelines.router import entry_matches
 from pipelines.visualize import mermaid
 
 PLUGINS = {
@@ -96,18 +97,6 @@ PIPELINE_REFUSALS = [
         "pipelines[1].if.not.path",
         "'config.mode' is not a path under payload.* or context.*",
     ),
-    (
-        {
-            "name": "b",
-            "on-hook": "job.failed",
-            "if": {
-                "any": [{"path": "payload.plugin", "op": "eq", "value": "x"}, {"path": "context.t", "op": "exists"}]
-            },
-            "steps": [{"uses": "probe"}],
-        },
-        "pipelines[1].if.any[1].path",
-        "an on-hook predicate cannot read context.*",
-    ),
     (pipe("b", **{"if": "payload.x == 1"}), "pipelines[1].if", "is not of type 'object'"),
 ]
 
@@ -145,17 +134,19 @@ def test_a_pipeline_level_if_may_read_payload_and_context_and_a_hook_may_read_pa
     assert compiled.pipelines["h"].condition == hook["if"]
 
 
-def test_a_hook_reading_context_is_refused_even_inside_not():
-    """Spec 003 §2.1 still says hook predicates "accept" context.*, but context is never present at
-    hook time; upstream Ductile (compilePipeline, 2026-06) refuses it at load so a silently
-    dead-routed hook becomes a config error. We follow upstream."""
+def test_a_hook_may_read_context_and_it_is_absent_at_hook_time():
+    """DSL reference §2.1: hook predicates accept context.* (hooks start fresh roots, so today the
+    context is empty and such a test is false, like a payload test of a missing key)."""
     hook = {
         "name": "h",
         "on-hook": "job.completed",
-        "if": {"not": {"path": "context.x", "op": "exists"}},
+        "if": {"any": [{"path": "payload.plugin", "op": "eq", "value": "x"}, {"path": "context.t", "op": "exists"}]},
         "steps": [{"uses": "probe"}],
     }
-    assert refused(hook)[0] == "pipelines[0].if.not.path"
+    compiled = build(hook).pipelines["h"]
+    assert compiled.condition == hook["if"]
+    assert entry_matches(compiled, "echo", {"payload": {"plugin": "y"}}, {}) is False
+    assert entry_matches(compiled, "echo", {"payload": {"plugin": "x"}}, {}) is True
 
 
 # -- step-level refusals -----------------------------------------------------------------------
@@ -768,3 +759,40 @@ def test_mermaid_escapes_quotes_in_labels():
     chart = mermaid(build(pipe("a", steps=[{"id": 'say "hi"', "uses": "probe"}])).pipelines["a"])
     assert "say #quot;hi#quot;<br/>probe.handle" in chart
     assert '"hi"' not in chart
+
+
+# -- unknown keys, the automatic depth cap, config.* of a gate ---------------------------------
+
+
+def test_a_mistyped_step_key_is_refused_with_a_suggestion():
+    where, message = refused(steps_of({"id": "s", "uses": "probe", "iff": GATE}))
+    assert where == "pipelines[0].steps[0].iff"
+    assert "unknown key 'iff' (did you mean 'if'?)" in message
+
+
+def test_an_unknown_pipeline_key_is_refused():
+    where, message = refused(pipe("a", exection_mode="synchronous"))
+    assert where == "pipelines[0].exection_mode"
+    assert "did you mean 'execution_mode'?" in message
+
+
+def test_the_depth_cap_is_20_for_short_pipelines_and_the_longest_chain_for_long_ones():
+    short = pipe("short", steps=[{"uses": "probe"}, {"uses": "echo", "if": GATE}])
+    long_steps = [{"uses": "probe"} for _ in range(24)]
+    long_steps[5] = {"uses": "probe", "if": GATE}  # the switch is one more hop
+    long = pipe("long", steps=long_steps)
+    fixed = pipe("fixed", steps=long_steps, max_depth=7)
+    compiled = build(short, long, fixed).pipelines
+    assert compiled["short"].max_depth == DEFAULT_MAX_DEPTH == 20
+    assert compiled["long"].max_depth == 25
+    assert compiled["fixed"].max_depth == 7
+
+
+def test_a_gate_reading_config_over_two_plugins_is_refused_and_over_one_names_it():
+    reads_config = {"path": "config.mode", "op": "eq", "value": "fast"}
+    where, message = refused(steps_of({"id": "g", "if": reads_config, "split": [{"uses": "probe"}, {"uses": "echo"}]}))
+    assert where == "pipelines[0].steps[0].if.path"
+    assert "config.* is ambiguous" in message and "probe, echo" in message
+    nested = steps_of({"id": "g", "if": reads_config, "steps": [{"id": "inner", "uses": "echo", "if": GATE}]})
+    pipeline = build(nested).pipelines["a"]
+    assert pipeline.gated_plugin("g__switch") == "echo"  # seen through the inner switch

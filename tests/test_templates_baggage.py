@@ -100,9 +100,21 @@ def test_mixed_text_makes_a_string(template, expected):
     assert render(template, SCOPE) == expected
 
 
-@pytest.mark.parametrize("value", ["plain text", "", 2, 2.5, True, None, ["{payload.n}"]])
+@pytest.mark.parametrize("value", ["plain text", "", 2, 2.5, True, None, [1, "x"], {"a": {"b": None}}])
 def test_values_without_references_pass_through(value):
     assert render(value, SCOPE) == value
+
+
+def test_nested_values_are_rendered_at_every_depth_and_keep_types():
+    template = {"meta": {"count": "{payload.n}", "label": "n={payload.n}"}, "tags": ["{payload.n}", "fixed"]}
+    assert render(template, SCOPE) == {"meta": {"count": 7, "label": "n=7"}, "tags": [7, "fixed"]}
+
+
+def test_a_missing_path_deep_inside_a_nested_value_names_where_it_is():
+    with pytest.raises(TemplateError) as caught:
+        render({"meta": {"tags": ["ok", "{payload.nope}"]}}, SCOPE, key="with.extra")
+    assert "with.extra.meta.tags[1]" in str(caught.value)
+    assert "{payload.nope} is missing" in str(caught.value)
 
 
 @pytest.mark.parametrize(

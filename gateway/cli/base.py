@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 a failed check or job, 2 usage, 78 configuration (EX_CONFIG)
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -70,7 +71,14 @@ class DuctileCommand(BaseCommand):
         return parser
 
     def add_json(self, parser: CommandParser) -> None:
+        """`--json`, and `-v` again so it may follow the action (`pipeline dry-run X -v`)."""
         parser.add_argument("--json", action="store_true", help="machine-readable output")
+        if "-v" in parser._option_string_actions:
+            return  # a command without actions: the base parser has it already
+        # SUPPRESS: an action's own default must not reset a `-v` given before the action.
+        parser.add_argument(
+            "-v", "--verbose", dest="verbosity", action="count", default=argparse.SUPPRESS, help="explain"
+        )
 
     def execute(self, *args: Any, **options: Any) -> str | None:
         self.as_json = bool(options.get("json"))

@@ -26,7 +26,7 @@ from ledger.models.events import EventRecord
 from ledger.models.facts import write_state
 from ledger.models.telemetry import JobStopwatch
 from ledger.states import TERMINAL, JobStatus, check_transition
-from ledger.wakeups import notify_enqueued
+from ledger.wakeups import notify_enqueued, notify_finished
 
 log = logging.getLogger("ductile.queue")
 
@@ -56,6 +56,8 @@ class JobSpec:
     step: tuple[str, str, Mapping[str, Any]] | None = None
     # Why this job cannot start (depth exhausted, a baggage claim failed): it is recorded `dead`.
     refusal: str | None = None
+    # Said in the enqueue transition, e.g. "replay of <job id>".
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,8 @@ class JobQuerySet(models.QuerySet["Job"]):
             )
             job.event = trigger_event(spec, job.id, now)
             sql.insert(Job, {str(f.column): getattr(job, f.attname) for f in Job._meta.concrete_fields})
-            JobTransition.record(job, None, JobStatus.QUEUED, f"enqueued by {spec.submitted_by}", now=now)
+            reason = f"enqueued by {spec.submitted_by}" + (f": {spec.note}" if spec.note else "")
+            JobTransition.record(job, None, JobStatus.QUEUED, reason, now=now)
             if spec.refusal:
                 job.move(JobStatus.DEAD, spec.refusal, now=now, completed_at=now, last_error=spec.refusal)
             else:
@@ -280,6 +283,7 @@ class JobQuerySet(models.QuerySet["Job"]):
             try:
                 with transaction.atomic():
                     job.move(JobStatus.DEAD, reason, now=now, completed_at=now, last_error=reason)
+                    notify_finished()
             except LostJob:
                 continue
             cancelled.append(job.id)
@@ -407,6 +411,8 @@ class Job(models.Model):
                 EventRecord.record(outcome.events, job_id=self.id, now=now)
             if outcome.status != JobStatus.SUCCEEDED and outcome.retryable:
                 self._retry_or_bury(outcome.backoff_base, now=now, rng=rng)
+            if self.is_terminal:
+                notify_finished()
 
     def _retry_or_bury(self, backoff_base: float, *, now: datetime, rng: random.Random | None) -> None:
         if self.attempt >= self.max_attempts:
@@ -441,6 +447,7 @@ class Job(models.Model):
         JobLog.record(self, AttemptOutcome(status=JobStatus.FAILED, error=reason), now=now)
         if self.attempt >= self.max_attempts:
             self.move(JobStatus.DEAD, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
+            notify_finished()
         else:
             self.move(
                 JobStatus.QUEUED,

@@ -11,8 +11,10 @@ from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.events import enqueue, replay_spec
+from gateway.management.commands.pipeline import run_tree
 from gateway.reports import job_detail, log_entry, normalise_status
-from ledger.models import Job, JobLog
+from ledger.models import EventContext, Job, JobLog
 
 MAX_LOG_LIMIT = 200
 
@@ -26,14 +28,45 @@ def rfc3339(value: str | None, flag: str) -> datetime | None:
     return parsed
 
 
+def tree_lines(tree: list[dict[str, Any]], verbose: bool) -> list[str]:
+    """One line per hop, indented under its parent; baggage where a hop changed it (every hop with
+    `-v`, which also shows the event that reached the hop and the baggage paths it merged in)."""
+    level: dict[str, int] = {}
+    baggage_of: dict[str, Any] = {}
+    lines = []
+    for hop in tree:
+        parent = hop["parent_job_id"]
+        level[hop["job_id"]] = level[parent] + 1 if parent in level else 0
+        baggage_of[hop["job_id"]] = hop["baggage"]
+        pad = "  " * (level[hop["job_id"]] + 1)
+        where = f"  {hop['pipeline']}:{hop['step']}" if hop["pipeline"] else ""
+        mark = "  <- this job" if hop["this_job"] else ""
+        lines.append(f"{pad}{hop['status']:9} {hop['plugin']}.{hop['command']}{where}  {hop['job_id']}{mark}")
+        if hop["last_error"]:
+            lines.append(f"{pad}  error: {hop['last_error']}")
+        if verbose:
+            lines.append(f"{pad}  on {hop['event_type']} at depth {hop['route_depth']}")
+            if hop["baggage_added"]:
+                lines.append(f"{pad}  merged: {', '.join(hop['baggage_added'])}")
+        if hop["baggage"] and (verbose or baggage_of.get(parent) != hop["baggage"]):
+            lines.append(f"{pad}  baggage {json.dumps(hop['baggage'], sort_keys=True)}")
+    return lines
+
+
 class Command(DuctileCommand):
-    help = "Jobs: `job inspect ID`, `job logs`."
+    help = "Jobs: `job inspect ID`, `job replay ID`, `job logs`."
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-        inspect = actions.add_parser("inspect", help="a job with its transitions, attempts, parent and children")
+        inspect = actions.add_parser("inspect", help="a job with its transitions, attempts and its whole tree")
         inspect.add_argument("job_id")
         self.add_json(inspect)
+        replay = actions.add_parser("replay", help="a new job for the same step, from its stored event_context")
+        replay.add_argument("job_id")
+        replay.add_argument("--dry-run", action="store_true", help="show the job that would be enqueued")
+        replay.add_argument("--wait", action="store_true", help="block until the replay's tree is terminal")
+        replay.add_argument("--timeout", type=float, default=300.0, help="seconds --wait waits (default 300)")
+        self.add_json(replay)
         logs = actions.add_parser("logs", help="query finished attempts in job_log")
         logs.add_argument("--job-id")
         logs.add_argument("--plugin")
@@ -52,13 +85,42 @@ class Command(DuctileCommand):
         self.verbose = options["verbosity"] > 0
         if options["action"] == "inspect":
             self.inspect(options["job_id"])
+        elif options["action"] == "replay":
+            self.replay(options)
         else:
             self.logs(options)
 
-    def inspect(self, job_id: str) -> None:
+    def replay(self, options: dict[str, Any]) -> None:
+        job = self._job(options["job_id"])
+        if not job.is_terminal:
+            raise Exit(EXIT_USAGE, f"job {job.id} is still {job.status}; only a finished job can be replayed")
+        runtime = self.runtime()
+        spec = replay_spec(runtime, job, submitted_by="cli")
+        if options["dry_run"]:
+            position = EventContext.objects.filter(pk=job.event_context_id).first() if job.event_context_id else None
+            data = {
+                "replay_of": job.id,
+                "plugin": spec.plugin,
+                "command": spec.command,
+                "payload": spec.payload,
+                "parent_job_id": spec.parent_job_id,
+                "event_context_id": spec.event_context_id,
+                "pipeline": position.pipeline_name if position else None,
+                "step": position.step_id if position else None,
+                "baggage": position.accumulated_json if position else None,
+            }
+            self.emit(data, lambda: "would enqueue (dry run):\n" + json.dumps(data, indent=2))
+            return
+        run_tree(self, lambda: enqueue(runtime, [spec]), wait=options["wait"], timeout=options["timeout"])
+
+    def _job(self, job_id: str) -> Job:
         job = Job.objects.filter(pk=job_id).first()
         if job is None:
             raise Exit(EXIT_FAILED, f"no job with id {job_id!r}")
+        return job
+
+    def inspect(self, job_id: str) -> None:
+        job = self._job(job_id)
         data = job_detail(job)
 
         def text() -> str:
@@ -79,10 +141,8 @@ class Command(DuctileCommand):
                     lines.append(f"  response: {json.dumps(attempt['result'])[:2000]}")
                 if attempt["stderr"]:
                     lines.append("  stderr: " + attempt["stderr"][:2000].rstrip().replace("\n", "\n          "))
-            for child in data["children"]:
-                lines.append(f"child: {child['job_id']} {child['plugin']}.{child['command']} {child['status']}")
-            if self.verbose and data["context"]:
-                lines.append(f"context: {json.dumps(data['context'])}")
+            lines.append("tree:")
+            lines += tree_lines(data["tree"], self.verbose)
             return "\n".join(lines)
 
         self.emit(data, text)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
-from gateway.events import run_pipeline
-from gateway.reports import job_summary, latest_result
+from gateway.events import enqueue, pipeline_entries, pipeline_starts, preview
 from gateway.runtime import Runtime
-from ledger.models import Job
+from gateway.trees import TreeWaiter
 from ledger.states import JobStatus
 from pipelines.dsl import Pipeline
 from pipelines.visualize import mermaid
@@ -22,46 +21,67 @@ def payload_option(raw: str | None) -> dict[str, Any]:
     return json_object(raw, "--payload") or {}
 
 
-def wait_for_trees(root_ids: list[str], timeout: float) -> tuple[list[Job], bool]:
-    """Block until every job under `root_ids` is terminal (or the timeout passes)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        jobs = Job.objects.tree(root_ids)
-        if all(j.is_terminal for j in jobs):
-            return jobs, True
-        if time.monotonic() >= deadline:
-            return jobs, False
-        time.sleep(0.05)
-
-
-def tree_report(jobs: list[Job]) -> list[dict[str, Any]]:
-    return [{**job_summary(j), "result": latest_result(j)} for j in jobs]
-
-
-def emit_tree(command: DuctileCommand, root_ids: list[str], wait: bool, timeout: float) -> None:
+def run_tree(command: DuctileCommand, start: Callable[[], list[str]], *, wait: bool, timeout: float) -> None:
+    """Enqueue through `start`; with `wait`, block on the tree's finish wake-ups and print it.
+    Exit 1 when a job in the tree did not succeed or the tree outlived `timeout`."""
     if not wait:
-        command.emit({"job_ids": root_ids, "status": "queued"}, "\n".join(f"queued {j}" for j in root_ids))
+        ids = start()
+        command.emit({"job_ids": ids, "status": "queued"}, "\n".join(f"queued {j}" for j in ids))
         return
-    jobs, complete = wait_for_trees(root_ids, timeout)
-    failed = [j for j in jobs if j.status != JobStatus.SUCCEEDED]
-    data = {"job_ids": root_ids, "complete": complete, "tree": tree_report(jobs)}
+    with TreeWaiter() as waiter:
+        outcome = waiter.wait(start(), timeout)
+    data = {**outcome.report(), "complete": outcome.complete}
 
     def text() -> str:
         lines = [
             f"{j.created_at:%H:%M:%S} {j.status:9} {j.plugin}.{j.command} {j.id}"
             + (f"  {j.last_error}" if j.last_error else "")
-            for j in jobs
+            for j in outcome.jobs
         ]
-        lines.append("complete" if complete else f"still running after {timeout:g}s")
+        lines.append(
+            f"{outcome.status} in {outcome.duration_ms} ms" if outcome.complete else f"still running after {timeout:g}s"
+        )
         return "\n".join(lines)
 
     command.emit(data, text)
-    if failed or not complete:
+    if outcome.status != JobStatus.SUCCEEDED:
         raise SystemExit(EXIT_FAILED)
 
 
+def dry_run_text(preview: dict[str, Any], verbose: bool) -> str:
+    """The hops as an indented tree; `-v` adds the event that reached each hop and its baggage
+    even when unchanged from the parent."""
+    hops = preview["hops"]
+    if not hops:
+        return "nothing would run (no pipeline entry matched)"
+    depth_of: dict[int, int] = {}
+    lines = []
+    for hop in hops:
+        level = 0 if hop["parent"] is None else depth_of[hop["parent"]] + 1
+        depth_of[hop["index"]] = level
+        pad = "  " * level
+        where = f"{hop['pipeline']}:{hop['step']}" if hop["pipeline"] else "(route)"
+        head = f"{pad}#{hop['index']} {where}  {hop['plugin']}.{hop['command']}  depth {hop['depth']}"
+        if hop["decision"] is not None:
+            head += f"  -> {hop['decision']}"
+        if hop["refusal"]:
+            head += f"  WOULD STOP: {hop['refusal']}"
+        lines.append(head)
+        if verbose:
+            lines.append(f"{pad}   on {hop['event_type']}")
+        if hop["plugin"] != "core.switch":
+            lines.append(f"{pad}   payload {json.dumps(hop['payload'], sort_keys=True)}")
+        parent = hops[hop["parent"]] if hop["parent"] is not None else None
+        if hop["context"] and (verbose or parent is None or parent["context"] != hop["context"]):
+            lines.append(f"{pad}   baggage {json.dumps(hop['context'], sort_keys=True)}")
+    if preview["truncated"]:
+        lines.append(f"(cut after {len(hops)} hops)")
+    lines.append(f"nothing enqueued; {preview['assumption']}")
+    return "\n".join(lines)
+
+
 class Command(DuctileCommand):
-    help = "Pipelines: `pipeline list`, `show NAME`, `visualize NAME`, `run NAME`."
+    help = "Pipelines: `pipeline list`, `show NAME`, `visualize NAME`, `dry-run NAME`, `run NAME`."
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -73,12 +93,25 @@ class Command(DuctileCommand):
             sub = actions.add_parser(name, help=text)
             sub.add_argument("name")
             self.add_json(sub)
+        dry = actions.add_parser("dry-run", help="which steps would run, with payloads, baggage, switch decisions")
+        dry.add_argument("name")
+        dry.add_argument("--payload", help="JSON object: the trigger event's payload")
+        self.add_json(dry)
         run = actions.add_parser("run", help="start a pipeline at its entry steps")
         run.add_argument("name")
         run.add_argument("--payload", help="JSON object: the trigger event's payload")
         run.add_argument("--dedupe-key")
-        run.add_argument("--wait", action="store_true", help="block until the job tree is terminal and print it")
-        run.add_argument("--timeout", type=float, default=300.0, help="seconds --wait waits (default 300)")
+        run.add_argument("--dry-run", action="store_true", help="show what would run; enqueue nothing")
+        mode = run.add_mutually_exclusive_group()
+        mode.add_argument(
+            "--wait",
+            action="store_true",
+            help="block until the job tree is terminal and print it (the default for execution_mode: synchronous)",
+        )
+        mode.add_argument("--async", dest="no_wait", action="store_true", help="never wait, even when synchronous")
+        run.add_argument(
+            "--timeout", type=float, help="seconds to wait (default: the pipeline's timeout when synchronous, else 300)"
+        )
         self.add_json(run)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -98,16 +131,32 @@ class Command(DuctileCommand):
         elif options["action"] == "visualize":
             chart = mermaid(pipeline)
             self.emit({"pipeline": pipeline.name, "mermaid": chart}, chart)
+        elif options["action"] == "dry-run" or options.get("dry_run"):
+            starts = pipeline_starts(runtime, pipeline.name, payload_option(options["payload"]), source="cli")
+            data = {"pipeline": pipeline.name, **preview(runtime, starts)}
+            self.emit(data, lambda: dry_run_text(data, options["verbosity"] > 0))
         else:
-            self.open_ledger()
-            ids = run_pipeline(
-                runtime,
-                pipeline.name,
-                payload_option(options["payload"]),
-                submitted_by="cli",
-                dedupe_key=options["dedupe_key"],
+            self.run(runtime, pipeline, options)
+
+    def run(self, runtime: Runtime, pipeline: Pipeline, options: dict[str, Any]) -> None:
+        synchronous = pipeline.execution_mode == "synchronous" and not options["no_wait"]
+        wait = options["wait"] or synchronous
+        specs = pipeline_entries(
+            runtime,
+            pipeline.name,
+            payload_option(options["payload"]),
+            submitted_by="cli",
+            dedupe_key=options["dedupe_key"],
+        )
+        if synchronous and len(specs) != 1:
+            raise Exit(
+                EXIT_USAGE,
+                f"pipeline {pipeline.name!r} is synchronous but starts with {len(specs)} entry dispatches; "
+                "use --async (or --wait to wait on every tree)",
             )
-            emit_tree(self, ids, options["wait"], options["timeout"])
+        timeout = options["timeout"] if options["timeout"] is not None else (pipeline.timeout if synchronous else 300.0)
+        self.open_ledger()
+        run_tree(self, lambda: enqueue(runtime, specs), wait=wait, timeout=timeout)
 
     def _pipeline(self, runtime: Runtime, name: str) -> Pipeline:
         pipeline = runtime.pipelines.pipelines.get(name)
