@@ -3,12 +3,16 @@ refused with the command that migrates it (spec "Plugin Facts" §8, "Migrations 
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+from django.db.migrations import Migration
 from django.db.migrations.executor import MigrationExecutor
 
 
@@ -28,23 +32,49 @@ def ensure_schema() -> str:
     db = settings.DATABASES["default"]
     if db["ENGINE"].endswith("sqlite3"):
         Path(str(db["NAME"])).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    executor = MigrationExecutor(connection)
-    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
-    if not plan:
+    if not _pending():
         return "current"
-    if not executor.loader.applied_migrations and not connection.introspection.table_names():
-        try:
+    # Why the lock: processes started together on a fresh database (a daemon and a CLI call) race
+    # to migrate it; without it the loser sees a half-migrated schema and calls it "behind".
+    with _migration_lock():
+        plan = _pending()
+        if not plan:
+            return "current"  # another process migrated it while we waited
+        if not MigrationExecutor(connection).loader.applied_migrations and not connection.introspection.table_names():
             call_command("migrate", interactive=False, verbosity=0)
-        except Exception:
-            # Why: two processes starting on one fresh database race to migrate it; the loser
-            # finds the winner's tables. Only a database still behind is an error.
-            executor = MigrationExecutor(connection)
-            if executor.migration_plan(executor.loader.graph.leaf_nodes()):
-                raise
-        return "migrated"
+            return "migrated"
     pending = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan[:5]) + (" ..." if len(plan) > 5 else "")
     config_dir = os.environ.get("DUCTILE_CONFIG_DIR", "~/.config/ductile")
     raise SchemaBehind(
         f"database {describe_database()} is behind this version of the gateway ({len(plan)} migrations "
         f"pending: {pending}). Back it up, then run: ductile migrate --config-dir {config_dir}"
     )
+
+
+def _pending() -> list[tuple[Migration, bool]]:
+    executor = MigrationExecutor(connection)
+    return executor.migration_plan(executor.loader.graph.leaf_nodes())
+
+
+# Any fixed 64-bit number: it only has to be the same in every gateway process.
+_PG_MIGRATION_LOCK = 0x6475637469  # "ducti"
+
+
+@contextmanager
+def _migration_lock() -> Iterator[None]:
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        with open(f"{db['NAME']}.migrate.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [_PG_MIGRATION_LOCK])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_PG_MIGRATION_LOCK])
