@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ledger.models import EventContext, Job, JobLog, JobStopwatch, JobTransition, WorkerInstance
 from ledger.states import STATUS_ALIASES, JobStatus
+from pipelines.router import CONTROL
 
 
 def ts(value: datetime | None) -> str | None:
@@ -185,11 +186,18 @@ def job_tree(job: Job) -> list[dict[str, Any]]:
                 "pipeline": context.pipeline_name if context else None,
                 "step": context.step_id if context else None,
                 "baggage": baggage,
-                "baggage_added": added_paths(parent_context.accumulated_json if parent_context else {}, baggage or {}),
+                "baggage_added": added_paths(
+                    claims_only(parent_context.accumulated_json if parent_context else {}), claims_only(baggage)
+                ),
                 "result": latest_result(j),
             }
         )
     return hops
+
+
+def claims_only(baggage: Any) -> dict[str, Any]:
+    """Baggage without the core's per-hop control fields (`ductile.*`): what steps claimed."""
+    return {k: v for k, v in (baggage or {}).items() if k != CONTROL}
 
 
 def added_paths(before: Any, after: Any, prefix: str = "") -> list[str]:

@@ -73,7 +73,17 @@ def parse(raw: Any, *, where: str = "baggage") -> BaggageSpec:
     return BaggageSpec(tuple(claims), bulk_from.strip() if isinstance(bulk_from, str) else None, namespace)
 
 
+RESERVED = "ductile"
+
+
 def check_key(key: str, where: str, path: tuple[str, ...] = ()) -> None:
+    if key.split(".")[0] == RESERVED:
+        raise BaggageError(
+            f"{key!r}: the {RESERVED}.* namespace is reserved for the core's control fields "
+            "(pipeline, step, route_depth, pipeline_instance_id)",
+            where=where,
+            path=path,
+        )
     for part in key.split("."):
         if not _KEY_SEGMENT.fullmatch(part):
             raise BaggageError(

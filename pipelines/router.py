@@ -8,14 +8,19 @@ entry: fan-out, exact match (spec 000 §7, DSL reference §2-§4).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pipelines import predicates
-from pipelines.baggage import BaggageError, accrete
+from pipelines.baggage import RESERVED, BaggageError, accrete
 from pipelines.dsl import DEFAULT_MAX_DEPTH, STEP_SUCCEEDED, SWITCH, Pipeline, PipelineSet
 from pipelines.routing import RoutingTable
+
+# The reserved baggage namespace for the core's control fields (pipeline, step, depth, instance).
+CONTROL = RESERVED
+MAX_CONTEXT_BYTES = 1024 * 1024
 
 # Spec "Plugin Development Guide" §7.4: names the core carries from an input event to outputs.
 PROPAGATED = ("pattern", "prompt", "model", "output_dir", "output_path", "filename")
@@ -116,14 +121,32 @@ def entry_matches(
 def step_successor(
     pipeline: Pipeline, node_id: str, event: Mapping[str, Any], inherited: Mapping[str, Any], depth: int
 ) -> Successor:
+    """The hop into `node_id`. Its baggage is the inherited context plus the step's claims, and the
+    core's control fields under the reserved `ductile` namespace (claims may not write there)."""
     node = pipeline.nodes[node_id]
     refusal = _depth_refusal(depth, pipeline.max_depth, f"pipeline {pipeline.name!r}")
-    context = dict(inherited)
+    found = inherited.get(CONTROL)
+    previous: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    claims = {k: v for k, v in inherited.items() if k != CONTROL}
     if refusal is None and node.kind == "uses" and not node.baggage.empty:
         try:
-            context = accrete(inherited, node.baggage, {"payload": event.get("payload") or {}, "context": inherited})
+            claims = accrete(claims, node.baggage, {"payload": event.get("payload") or {}, "context": inherited})
+            size = len(json.dumps(claims, separators=(",", ":"), default=str).encode())
+            if size > MAX_CONTEXT_BYTES:
+                refusal = f"step {node_id!r}: accumulated context is {size} bytes, over the 1 MiB cap"
         except BaggageError as exc:
             refusal = f"step {node_id!r}: {exc}"
+    # One pipeline instance per entry: continuing steps keep it, an entry starts a new one (named
+    # by the event that started it, so the router stays pure and the id is stable on replay).
+    same_run = previous.get("pipeline") == pipeline.name and node_id not in pipeline.entries
+    instance = previous.get("pipeline_instance_id") if same_run else None
+    control = {
+        "pipeline": pipeline.name,
+        "step": node_id,
+        "route_depth": depth,
+        "pipeline_instance_id": instance or event.get("event_id"),
+    }
+    context = {**claims, CONTROL: control}
     plugin, command = (SWITCH, "handle") if node.kind == "switch" else (node.plugin, node.command)
     return Successor(plugin, command, event, event.get("dedupe_key"), depth, pipeline.name, node_id, context, refusal)
 

@@ -1,4 +1,5 @@
 """The Django admin is a read-only audit console over every ledger table."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,17 @@ from ledger.models import Job, JobSpec
 
 pytestmark = pytest.mark.django_db
 
-MODELS = ["job", "jobtransition", "joblog", "eventcontext", "pluginfact", "pluginstate", "jobstopwatch",
-          "workerinstance", "plugininstancerecord"]
+MODELS = [
+    "job",
+    "jobtransition",
+    "joblog",
+    "eventcontext",
+    "pluginfact",
+    "pluginstate",
+    "jobstopwatch",
+    "workerinstance",
+    "plugininstancerecord",
+]
 
 
 @pytest.fixture

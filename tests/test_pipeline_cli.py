@@ -58,6 +58,11 @@ def workers(cfg):
     daemon.wait(timeout=30)
 
 
+def claims(baggage):
+    """Baggage without the core's `ductile.*` control fields."""
+    return {k: v for k, v in baggage.items() if k != "ductile"}
+
+
 def run_chain(cfg, n, *extra):
     return ductile_json(cfg, "pipeline", "run", "chain", "--payload", json.dumps({"user": "ada", "n": n}), *extra)
 
@@ -160,7 +165,8 @@ def test_dry_run_shows_steps_remapped_payloads_baggage_and_switch_decisions_and_
         ("second", "echo", 0),
         ("third__switch", "core.switch", 1),
     ]
-    assert hops[0]["context"] == {"origin": {"user": "ada"}}
+    assert claims(hops[0]["context"]) == {"origin": {"user": "ada"}}
+    assert hops[1]["context"]["ductile"]["step"] == "second" and hops[1]["context"]["ductile"]["route_depth"] == 2
     assert hops[1]["payload"]["message"] == "hello ada"  # with: rendered from baggage
     assert hops[2]["decision"] == "false"  # n comes from the trigger, so the switch is decided
     assert ledger(cfg) == []
@@ -204,8 +210,17 @@ def test_job_inspect_shows_the_whole_tree_with_each_hops_baggage(cfg, workers):
         ("third__switch", False),
         ("third", False),
     ]
-    assert tree[0]["baggage"] == {"origin": {"user": "ada"}} and tree[0]["baggage_added"] == ["origin"]
-    assert tree[3]["baggage"] == {"origin": {"user": "ada"}, "echo": {"said": "Echoed: hello ada"}}
+    assert claims(tree[0]["baggage"]) == {"origin": {"user": "ada"}} and tree[0]["baggage_added"] == ["origin"]
+    assert claims(tree[3]["baggage"]) == {"origin": {"user": "ada"}, "echo": {"said": "Echoed: hello ada"}}
+    # One pipeline instance across its hops; the control fields follow each hop.
+    control = [h["baggage"]["ductile"] for h in tree]
+    assert len({c["pipeline_instance_id"] for c in control}) == 1
+    assert [(c["step"], c["route_depth"]) for c in control] == [
+        ("first", 1),
+        ("second", 2),
+        ("third__switch", 3),
+        ("third", 4),
+    ]
     assert tree[3]["baggage_added"] == ["echo"]
     assert tree[1]["event_type"] == "ductile.step.succeeded" and tree[1]["route_depth"] == 2
     text = ductile(cfg, "job", "inspect", second, "-v").stdout
@@ -224,7 +239,7 @@ def test_job_replay_runs_the_step_again_from_its_context_and_the_pipeline_contin
     again = replay["tree"][0]
     assert again["job_id"] != original["job_id"] and again["parent_job_id"] == answer["tree"][0]["job_id"]
     code, detail = ductile_json(cfg, "job", "inspect", again["job_id"])
-    assert detail["context"]["step"] == "second" and detail["context"]["baggage"] == {"origin": {"user": "ada"}}
+    assert detail["context"]["step"] == "second" and claims(detail["context"]["baggage"]) == {"origin": {"user": "ada"}}
     assert detail["transitions"][0]["reason"] == f"enqueued by cli: replay of {original['job_id']}"
     assert replay["result"]["result"]["request"]["context"]["echo"] == {"said": "Echoed: hello ada"}
 

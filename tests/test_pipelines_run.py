@@ -307,12 +307,20 @@ def test_depth_exhaustion_stops_the_chain_with_a_clear_error(config_dir):
 
 def test_failure_hook_starts_a_fresh_root_with_the_failure_fields(config_dir):
     config_dir.plugins["stress"]["notify_on_complete"] = True
-    holder = load(config_dir, [{
-        "name": "on-failure", "on-hook": "job.failed", "from_plugin": "stress",
-        "steps": [{"id": "notify", "uses": "probe"}],
-    }])
-    failing = Job.objects.enqueue(JobSpec("stress", "poll", "cli", payload={"mode": "retry_false"}, max_attempts=1),
-                                  default_dedupe_ttl=60).job_id
+    holder = load(
+        config_dir,
+        [
+            {
+                "name": "on-failure",
+                "on-hook": "job.failed",
+                "from_plugin": "stress",
+                "steps": [{"id": "notify", "uses": "probe"}],
+            }
+        ],
+    )
+    failing = Job.objects.enqueue(
+        JobSpec("stress", "poll", "cli", payload={"mode": "retry_false"}, max_attempts=1), default_dedupe_ttl=60
+    ).job_id
     drain(holder)
     hook_job = steps("on-failure")["notify"]
     assert hook_job.parent_job_id == failing and hook_job.submitted_by == "hook"
@@ -320,15 +328,25 @@ def test_failure_hook_starts_a_fresh_root_with_the_failure_fields(config_dir):
     assert payload["status"] == "failed" and payload["plugin"] == "stress" and payload["attempt"] == 1
     assert payload["error"] == "permanent input error" and payload["message"] == payload["text"]
     assert "duration_ms" in payload
-    assert {k: v for k, v in request_of(hook_job)["context"].items() if not k.startswith("ductile_")} == {}
+    context = request_of(hook_job)["context"]
+    assert {k: v for k, v in context.items() if not k.startswith("ductile")} == {}  # nothing inherited
+    assert context["ductile"]["pipeline"] == "on-failure" and context["ductile"]["route_depth"] == 1
 
 
 def test_hooks_need_the_opt_in_and_plugin_events_named_like_signals_do_not_fire_them(config_dir):
-    holder = load(config_dir, [{
-        "name": "on-complete", "on-hook": "job.completed", "steps": [{"id": "n", "uses": "probe"}],
-    }])
-    Job.objects.enqueue(JobSpec("stress", "poll", "cli", payload={"emit": 1, "event_type": "job.completed"}),
-                        default_dedupe_ttl=60)
+    holder = load(
+        config_dir,
+        [
+            {
+                "name": "on-complete",
+                "on-hook": "job.completed",
+                "steps": [{"id": "n", "uses": "probe"}],
+            }
+        ],
+    )
+    Job.objects.enqueue(
+        JobSpec("stress", "poll", "cli", payload={"emit": 1, "event_type": "job.completed"}), default_dedupe_ttl=60
+    )
     drain(holder)
     assert steps("on-complete") == {}
 
@@ -336,9 +354,16 @@ def test_hooks_need_the_opt_in_and_plugin_events_named_like_signals_do_not_fire_
 def test_a_hook_cannot_trigger_itself_forever(config_dir):
     config_dir.service["hook_max_depth"] = 2
     config_dir.plugins["probe"]["notify_on_complete"] = True
-    holder = load(config_dir, [{
-        "name": "echoing-hook", "on-hook": "job.completed", "steps": [{"id": "again", "uses": "probe"}],
-    }])
+    holder = load(
+        config_dir,
+        [
+            {
+                "name": "echoing-hook",
+                "on-hook": "job.completed",
+                "steps": [{"id": "again", "uses": "probe"}],
+            }
+        ],
+    )
     Job.objects.enqueue(JobSpec("probe", "poll", "cli"), default_dedupe_ttl=60)
     drain(holder)
     assert Job.objects.filter(plugin="probe").count() == 3  # the root plus two generations of hooks

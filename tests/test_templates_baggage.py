@@ -504,3 +504,43 @@ def test_property_a_different_value_always_raises(key, old, new):
     inherited = accrete({}, parse({key: "payload.v"}), scope({"v": old}))
     with pytest.raises(BaggageError, match="cannot be rewritten"):
         accrete(inherited, parse({key: "payload.v"}), scope({"v": new}))
+
+
+# -- the reserved control namespace and the context cap ---------------------------------------
+
+
+@pytest.mark.parametrize("raw", [{"ductile.route_depth": "payload.n"}, {"from": "payload", "namespace": "ductile"}])
+def test_claims_into_the_reserved_ductile_namespace_are_refused_at_load(raw):
+    with pytest.raises(BaggageError) as caught:
+        parse(raw)
+    assert "namespace is reserved for the core's control fields" in caught.value.message
+
+
+def _one_step(baggage):
+    from gateway.config.durations import parse_duration
+    from pipelines.dsl import compile_pipelines
+
+    pipelines = [{"name": "p", "on": "p.start", "steps": [{"id": "s", "uses": "probe", "baggage": baggage}]}]
+    return compile_pipelines(pipelines, {"probe": ["handle"]}, parse_duration).pipelines["p"]
+
+
+def test_control_fields_cannot_be_forged_by_inherited_context_or_payload():
+    from pipelines.router import step_successor
+
+    pipeline = _one_step({"seen.depth": "context.ductile.route_depth"})
+    forged = {"ductile": {"pipeline": "p", "route_depth": 99, "pipeline_instance_id": "forged"}}
+    hop = step_successor(pipeline, "s", {"event_id": "e-1", "payload": {"ductile": "x"}}, forged, 3)
+    assert hop.refusal is None
+    # An entry step starts a new instance, named by the event; the core sets depth and step.
+    assert hop.context["ductile"] == {"pipeline": "p", "step": "s", "route_depth": 3, "pipeline_instance_id": "e-1"}
+    assert hop.context["seen"] == {"depth": 99}  # claims may read the inherited control fields
+
+
+def test_accumulated_context_over_one_mib_stops_the_hop():
+    from pipelines.router import step_successor
+
+    pipeline = _one_step({"blob.text": "payload.text"})
+    big = step_successor(pipeline, "s", {"payload": {"text": "x" * (1024 * 1024)}}, {}, 1)
+    assert big.refusal and "over the 1 MiB cap" in big.refusal
+    small = step_successor(pipeline, "s", {"payload": {"text": "x" * 1000}}, {}, 1)
+    assert small.refusal is None and small.context["blob"]["text"] == "x" * 1000

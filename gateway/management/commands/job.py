@@ -13,7 +13,7 @@ from django.utils.dateparse import parse_datetime
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.events import enqueue, replay_spec
 from gateway.management.commands.pipeline import run_tree
-from gateway.reports import job_detail, log_entry, normalise_status
+from gateway.reports import claims_only, job_detail, log_entry, normalise_status
 from ledger.models import EventContext, Job, JobLog
 
 MAX_LOG_LIMIT = 200
@@ -30,7 +30,8 @@ def rfc3339(value: str | None, flag: str) -> datetime | None:
 
 def tree_lines(tree: list[dict[str, Any]], verbose: bool) -> list[str]:
     """One line per hop, indented under its parent; baggage where a hop changed it (every hop with
-    `-v`, which also shows the event that reached the hop and the baggage paths it merged in)."""
+    `-v`, which also shows the core's `ductile.*` control fields, the event that reached the hop and
+    the baggage paths it merged in)."""
     level: dict[str, int] = {}
     baggage_of: dict[str, Any] = {}
     lines = []
@@ -48,8 +49,9 @@ def tree_lines(tree: list[dict[str, Any]], verbose: bool) -> list[str]:
             lines.append(f"{pad}  on {hop['event_type']} at depth {hop['route_depth']}")
             if hop["baggage_added"]:
                 lines.append(f"{pad}  merged: {', '.join(hop['baggage_added'])}")
-        if hop["baggage"] and (verbose or baggage_of.get(parent) != hop["baggage"]):
-            lines.append(f"{pad}  baggage {json.dumps(hop['baggage'], sort_keys=True)}")
+        shown = hop["baggage"] if verbose else claims_only(hop["baggage"])
+        if shown and (verbose or claims_only(baggage_of.get(parent)) != shown):
+            lines.append(f"{pad}  baggage {json.dumps(shown, sort_keys=True)}")
     return lines
 
 

@@ -10,6 +10,7 @@ from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
 from gateway.events import enqueue, pipeline_entries, pipeline_starts, preview
+from gateway.reports import claims_only
 from gateway.runtime import Runtime
 from gateway.trees import TreeWaiter
 from ledger.states import JobStatus
@@ -72,8 +73,9 @@ def dry_run_text(preview: dict[str, Any], verbose: bool) -> str:
         if hop["plugin"] != "core.switch":
             lines.append(f"{pad}   payload {json.dumps(hop['payload'], sort_keys=True)}")
         parent = hops[hop["parent"]] if hop["parent"] is not None else None
-        if hop["context"] and (verbose or parent is None or parent["context"] != hop["context"]):
-            lines.append(f"{pad}   baggage {json.dumps(hop['context'], sort_keys=True)}")
+        shown = hop["context"] if verbose else claims_only(hop["context"])
+        if shown and (verbose or parent is None or claims_only(parent["context"]) != shown):
+            lines.append(f"{pad}   baggage {json.dumps(shown, sort_keys=True)}")
     if preview["truncated"]:
         lines.append(f"(cut after {len(hops)} hops)")
     lines.append(f"nothing enqueued; {preview['assumption']}")
