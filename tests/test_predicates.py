@@ -381,3 +381,13 @@ def test_find_root_names_the_first_node_reading_a_root():
     assert find_root(condition, "context") == ("all", 1, "any", 1, "not", "path")
     assert find_root(condition, "config") is None
     assert find_root(atom("context", "exists"), "context") == ("path",)
+
+
+def test_regex_is_re2_like_the_originals_go_regexp():
+    scope = {"payload": {"name": "Zoë", "s": "a" * 64 + "!"}}
+    assert evaluate(atom("payload.name", "regex", r"\p{L}+"), scope) is True  # Go syntax Python's re lacks
+    # Nested quantifiers that make a backtracking engine take exponential time: RE2 answers at once.
+    assert evaluate(atom("payload.s", "regex", r"(a+)+$"), scope) is False
+    with pytest.raises(InvalidCondition) as caught:
+        validate(atom("payload.s", "regex", r"(a)\1"))  # backreferences do not exist in RE2
+    assert "invalid regex (RE2 syntax" in caught.value.message and "invalid escape sequence" in caught.value.message

@@ -35,7 +35,7 @@ LOAD_AT_START = os.getloadavg()[0]
 NOP_SCRIPT = '#!/bin/sh\ncat >/dev/null; printf \'{"status":"ok","result":"x"}\'\n'
 
 
-def manifest(name: str, entrypoint: str = "run.sh") -> dict[str, Any]:
+def manifest(name: str, entrypoint: str = "run.sh", commands: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
         "manifest_spec": "ductile.plugin",
         "manifest_version": 1,
@@ -43,14 +43,14 @@ def manifest(name: str, entrypoint: str = "run.sh") -> dict[str, Any]:
         "version": "1.0.0",
         "protocol": 2,
         "entrypoint": entrypoint,
-        "commands": [{"name": "poll", "type": "read"}],
+        "commands": commands or [{"name": "poll", "type": "read"}],
     }
 
 
-def write_plugin(root: Path, name: str, script: str) -> Path:
+def write_plugin(root: Path, name: str, script: str, commands: list[dict[str, Any]] | None = None) -> Path:
     directory = root / name
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "manifest.yaml").write_text(yaml.safe_dump(manifest(name), sort_keys=False))
+    (directory / "manifest.yaml").write_text(yaml.safe_dump(manifest(name, commands=commands), sort_keys=False))
     entry = directory / "run.sh"
     entry.write_text(script)
     entry.chmod(0o755)
@@ -58,14 +58,27 @@ def write_plugin(root: Path, name: str, script: str) -> Path:
 
 
 class BenchConfig:
-    """A config directory with one plugin root and one SQLite ledger, under a temp dir."""
+    """A config directory with one plugin root and one SQLite ledger, under a temp dir.
+    `commands`: the plugins' manifest commands (default: `poll`, read); `extra`: more top-level
+    config keys (e.g. `pipelines`)."""
 
-    def __init__(self, base: Path, plugins: dict[str, str], *, max_workers: int = 2, parallelism: int = 2):
+    def __init__(
+        self,
+        base: Path,
+        plugins: dict[str, str],
+        *,
+        max_workers: int = 2,
+        parallelism: int = 2,
+        commands: list[dict[str, Any]] | None = None,
+        extra: dict[str, Any] | None = None,
+    ):
         self.base = base
         self.path = base / "config"
         self.path.mkdir(parents=True)
         self.plugin_root = base / "plugins"
-        self.entrypoints = {name: write_plugin(self.plugin_root, name, script) for name, script in plugins.items()}
+        self.entrypoints = {
+            name: write_plugin(self.plugin_root, name, script, commands) for name, script in plugins.items()
+        }
         doc = {
             "service": {"max_workers": max_workers, "lease_ttl": "60s"},
             "plugin_roots": [str(self.plugin_root)],
@@ -74,6 +87,7 @@ class BenchConfig:
                 name: {"config": {}, "parallelism": parallelism, "retry": {"max_attempts": 1}} for name in plugins
             },
             "routes": [],
+            **(extra or {}),
         }
         (self.path / "config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 

@@ -2,10 +2,15 @@
 
     python tests/bench/_ledger_helper.py CONFIG_DIR enqueue N PLUGIN
     python tests/bench/_ledger_helper.py CONFIG_DIR trickle N INTERVAL_MS PLUGIN
+    python tests/bench/_ledger_helper.py CONFIG_DIR pipeline N GAP_MS PIPELINE
 
 Prints one JSON line. `trickle` records, per job, the wall-clock time (time.time_ns) of the
 enqueuing transaction's commit: the first on_commit callback of the outermost transaction runs
 right after COMMIT returns and before the gateway's own callback that pokes the idle workers.
+`pipeline` runs N synchronous pipeline runs one after another, GAP_MS apart (measured from the
+previous run's return), each through `gateway.events.run_synchronously` (entry jobs resolved,
+TreeWaiter entered, root enqueued, waited on until the tree is terminal: what the synchronous
+API calls) and records time.time_ns() just before the call and just after it returns.
 """
 
 from __future__ import annotations
@@ -52,6 +57,21 @@ def trickle(count: int, interval_ms: float, plugin: str) -> dict[str, object]:
     return {"jobs": rows}
 
 
+def pipeline(count: int, gap_ms: float, name: str) -> dict[str, object]:
+    from gateway.events import run_synchronously
+    from gateway.runtime import RUNTIME
+
+    runtime = RUNTIME.get()
+    rows = []
+    for n in range(count):
+        time.sleep(gap_ms / 1000)
+        before = time.time_ns()
+        outcome = run_synchronously(runtime, name, {"n": n}, submitted_by="bench", timeout=60)
+        after = time.time_ns()
+        rows.append({"root": outcome.root_ids[0], "before_ns": before, "after_ns": after, "status": outcome.status})
+    return {"trees": rows}
+
+
 if __name__ == "__main__":
     ensure_schema()
     action = sys.argv[2]
@@ -59,6 +79,8 @@ if __name__ == "__main__":
         out = enqueue(int(sys.argv[3]), sys.argv[4])
     elif action == "trickle":
         out = trickle(int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])
+    elif action == "pipeline":
+        out = pipeline(int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])
     else:
         raise SystemExit(f"unknown action {action!r}")
     print(json.dumps(out))
