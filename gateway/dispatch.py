@@ -37,6 +37,9 @@ from pipelines.templates import TemplateError, remap
 
 log = logger("dispatch")
 
+# `submitted_by` of scheduled jobs: only their outcomes move circuit breakers (spec 000 §5.8).
+SCHEDULER = "scheduler"
+
 
 def iso(dt: Any) -> str:
     return dt.isoformat().replace("+00:00", "Z")
@@ -258,6 +261,9 @@ class Executor:
 
     def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
         self._hooks(job, outcome, runtime)
+        instance = runtime.registry.instances.get(job.plugin)
+        if job.submitted_by == SCHEDULER and instance is not None:
+            outcome.breaker_threshold = instance.config.circuit_breaker.threshold
         try:
             job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
         except LostJob as exc:

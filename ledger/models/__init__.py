@@ -1,17 +1,23 @@
 from __future__ import annotations
 
+from ledger.models.breakers import BreakerState, CircuitBreaker, CircuitBreakerTransition, Gate
 from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
 from ledger.models.facts import PluginFact, PluginState, StorageSequence
 from ledger.models.jobs import AttemptOutcome, EnqueueResult, Job, JobLog, JobSpec, JobTransition, LostJob
+from ledger.models.schedules import ScheduleEntry, ScheduleStatus
 from ledger.models.telemetry import JobStopwatch
 from ledger.models.workers import PluginInstanceRecord, WorkerInstance
 
 __all__ = [
     "AttemptOutcome",
+    "BreakerState",
+    "CircuitBreaker",
+    "CircuitBreakerTransition",
     "EnqueueResult",
     "EventContext",
     "EventRecord",
+    "Gate",
     "Job",
     "JobLog",
     "JobSpec",
@@ -21,6 +27,8 @@ __all__ = [
     "PluginFact",
     "PluginInstanceRecord",
     "PluginState",
+    "ScheduleEntry",
+    "ScheduleStatus",
     "StorageSequence",
     "WorkerInstance",
 ]

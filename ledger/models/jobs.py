@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from ledger import sql
 from ledger.ids import new_id
+from ledger.models.breakers import record_scheduled_outcome
 from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
 from ledger.models.facts import write_state
@@ -82,6 +83,8 @@ class AttemptOutcome:
     stopwatch: dict[str, Any] | None = None
     # Appended to event_log in the same transaction: preflight, emitted and lifecycle events.
     events: list[dict[str, Any]] = field(default_factory=list)
+    # Set for scheduler-originated jobs: the circuit breaker's failure threshold for this target.
+    breaker_threshold: int | None = None
 
 
 def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
@@ -409,6 +412,15 @@ class Job(models.Model):
                 write_state(*outcome.state_write, job_id=self.id, command=self.command, now=now)
             if outcome.events:
                 EventRecord.record(outcome.events, job_id=self.id, now=now)
+            if outcome.breaker_threshold is not None:
+                record_scheduled_outcome(
+                    self.plugin,
+                    self.command,
+                    self.id,
+                    succeeded=outcome.status == JobStatus.SUCCEEDED,
+                    threshold=outcome.breaker_threshold,
+                    now=now,
+                )
             if outcome.status != JobStatus.SUCCEEDED and outcome.retryable:
                 self._retry_or_bury(outcome.backoff_base, now=now, rng=rng)
             if self.is_terminal:
