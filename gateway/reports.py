@@ -9,7 +9,19 @@ from typing import Any
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from ledger.models import EventContext, Job, JobLog, JobStopwatch, JobTransition, WorkerInstance
+from gateway.scheduler.spec import Schedule
+from gateway.scheduler.timing import next_run
+from ledger.models import (
+    CircuitBreaker,
+    CircuitBreakerTransition,
+    EventContext,
+    Job,
+    JobLog,
+    JobStopwatch,
+    JobTransition,
+    ScheduleEntry,
+    WorkerInstance,
+)
 from ledger.states import STATUS_ALIASES, JobStatus
 from pipelines.router import CONTROL
 
@@ -212,3 +224,58 @@ def added_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
         else:
             out += added_paths(before[key], value, path)
     return out
+
+
+def breaker_report(breaker: CircuitBreaker, limit: int = 20) -> dict[str, Any]:
+    history = CircuitBreakerTransition.objects.filter(plugin=breaker.plugin, command=breaker.command)
+    return {
+        "plugin": breaker.plugin,
+        "command": breaker.command,
+        "state": breaker.state,
+        "failure_count": breaker.failure_count,
+        "opened_at": ts(breaker.opened_at),
+        "last_failure_at": ts(breaker.last_failure_at),
+        "last_job_id": breaker.last_job_id,
+        "updated_at": ts(breaker.updated_at),
+        "history": [
+            {
+                "from": t.from_state,
+                "to": t.to_state,
+                "reason": t.reason,
+                "failure_count": t.failure_count,
+                "job_id": t.job_id,
+                "at": ts(t.created_at),
+            }
+            for t in history.order_by("-created_at")[:limit]
+        ],
+    }
+
+
+def schedule_report(schedule: Schedule | None, row: ScheduleEntry | None, now: datetime) -> dict[str, Any]:
+    """One schedule entry as `system scheduler` shows it: the config's definition and the
+    scheduler's durable state. Before `runscheduler` first sees it, the next run is computed."""
+    assert schedule is not None or row is not None
+    when = None
+    if schedule is not None:
+        when = {"every": schedule.every, "cron": schedule.cron, "at": schedule.at, "after": schedule.after}[
+            schedule.kind.value
+        ]
+    next_run_at = row.next_run_at if row else None
+    if row is None and schedule is not None:
+        run = next_run(schedule, now, started_at=now)
+        next_run_at = run.due if run else None
+    return {
+        "plugin": schedule.plugin if schedule else row.plugin,  # type: ignore[union-attr]
+        "schedule_id": schedule.id if schedule else row.schedule_id,  # type: ignore[union-attr]
+        "command": schedule.command if schedule else row.command,  # type: ignore[union-attr]
+        "kind": schedule.kind.value if schedule else None,
+        "when": str(when) if when is not None else None,
+        "timezone": str(schedule.timezone) if schedule else None,
+        "status": row.status if row else "not_started",
+        "reason": row.reason if row else ("runscheduler has not run with this entry yet" if schedule else None),
+        "next_run_at": ts(next_run_at),
+        "last_fired_at": ts(row.last_fired_at) if row else None,
+        "last_job_id": row.last_job_id if row else None,
+        "last_success_at": ts(row.last_success_at) if row else None,
+        "last_success_job_id": row.last_success_job_id if row else None,
+    }

@@ -279,7 +279,7 @@ def test_spec_plugin_definition_example_loads(tmp_path: Path) -> None:
     )["echo"]
     assert plugin.parallelism == 1
     assert plugin.notify_on_complete is True
-    assert plugin.schedules == ({"id": "default", "every": "5m"},)
+    assert [(s.id, s.command, s.every and s.every.seconds) for s in plugin.schedules] == [("default", "poll", 300)]
     assert plugin.config == {"message": "Hello"}
 
 
@@ -926,7 +926,7 @@ def test_the_original_projects_example_config_loads_with_warnings_only(tmp_path:
     config = load(tmp_path)
     assert warning_keys(config) == ["secrets"]
     assert config.webhooks == {"listen": "127.0.0.1:8091"}
-    assert config.plugins["echo"].schedules == ({"every": "5m"},)
+    assert [(s.id, s.every and s.every.text) for s in config.plugins["echo"].schedules] == [("default", "5m")]
 
 
 # -- validation: file, key, line, expectation; never half-loaded ---------------------------------

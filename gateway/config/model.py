@@ -18,6 +18,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from gateway.scheduler.spec import Schedule, parse_schedules
+
 from .durations import parse_duration
 from .errors import ConfigError, ConfigProblem
 from .frozen import freeze
@@ -75,7 +77,7 @@ class PluginConfig:
     timeouts: Mapping[str, float]
     retry: RetryPolicy
     notify_on_complete: bool
-    schedules: tuple[Mapping[str, Any], ...]
+    schedules: tuple[Schedule, ...]
     max_outstanding_polls: int
     circuit_breaker: CircuitBreakerPolicy
     source: Path | None = None
@@ -301,6 +303,9 @@ class _Builder:
                 )
             )
         cb_raw = raw.get("circuit_breaker") or {}
+        schedules = parse_schedules(name, raw.get("schedules"), self.merged.problem)
+        self.problems.extend(schedules.problems)
+        self.merged.warnings.extend(schedules.warnings)
         origin = self.merged.origin_of(p)
         return PluginConfig(
             name=name,
@@ -311,7 +316,7 @@ class _Builder:
             timeouts=freeze(timeouts),
             retry=retry,
             notify_on_complete=raw.get("notify_on_complete", False),
-            schedules=freeze(raw.get("schedules") or []),
+            schedules=schedules.entries,
             max_outstanding_polls=raw.get("max_outstanding_polls", 1),
             circuit_breaker=CircuitBreakerPolicy(
                 threshold=cb_raw.get("threshold", 3),

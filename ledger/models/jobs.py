@@ -59,6 +59,9 @@ class JobSpec:
     refusal: str | None = None
     # Said in the enqueue transition, e.g. "replay of <job id>".
     note: str | None = None
+    # The producer applied its own duplicate policy (the scheduler's if_running and poll guard):
+    # the key is kept for tracing and same-key run exclusion, not checked again here.
+    dedupe_checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         """The one way work enters the queue (idiom 1). Dedupe is per target (plugin + command)."""
         now = now or timezone.now()
         with transaction.atomic():
-            if spec.dedupe_key:
+            if spec.dedupe_key and not spec.dedupe_checked:
                 existing = self._duplicate_of(spec, default_dedupe_ttl, now)
                 if existing is not None:
                     log.info(
@@ -278,11 +281,17 @@ class JobQuerySet(models.QuerySet["Job"]):
             recovered.append(job)
         return recovered
 
-    def cancel_queued(self, plugins: Iterable[str], reason: str, now: datetime | None = None) -> list[str]:
-        """Queued jobs of removed or disabled plugins go `dead` with the reason (spec §11.3)."""
+    def cancel_queued(
+        self, plugins: Iterable[str], reason: str, now: datetime | None = None, dedupe_key: str | None = None
+    ) -> list[str]:
+        """Queued jobs of removed or disabled plugins (spec §11.3), or one schedule's queued runs
+        (`if_running: cancel`), go `dead` with the reason."""
         now = now or timezone.now()
         cancelled = []
-        for job in list(self.queued().filter(plugin__in=list(plugins))):
+        waiting = self.queued().filter(plugin__in=list(plugins))
+        if dedupe_key is not None:
+            waiting = waiting.filter(dedupe_key=dedupe_key)
+        for job in list(waiting):
             try:
                 with transaction.atomic():
                     job.move(JobStatus.DEAD, reason, now=now, completed_at=now, last_error=reason)

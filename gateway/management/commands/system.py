@@ -1,27 +1,117 @@
-"""`system status`."""
+"""`system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN [--command C]`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.core.management.base import CommandParser
+from django.db import transaction
+from django.utils import timezone
 
-from gateway.cli.base import DuctileCommand
+from gateway.cli.base import EXIT_FAILED, DuctileCommand, Exit
 from gateway.database import describe_database
-from gateway.reports import queue_status
-from ledger.models import PluginInstanceRecord
+from gateway.reports import breaker_report, queue_status, schedule_report
+from gateway.scheduler.spec import scheduled_entries
+from ledger.models import CircuitBreaker, PluginInstanceRecord, ScheduleEntry
 from ledger.models.workers import PluginHealth
 
 
 class Command(DuctileCommand):
-    help = "System: `system status`."
+    help = "System: `system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN`."
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         status = actions.add_parser("status", help="config, database, plugins, queue and live workers")
         self.add_json(status)
+        breaker = actions.add_parser("breaker", help="circuit breakers: state and transition history")
+        breaker.add_argument("plugin", nargs="?")
+        breaker.add_argument("--limit", type=int, default=20, help="history rows per breaker (default 20)")
+        self.add_json(breaker)
+        scheduler = actions.add_parser("scheduler", help="every schedule entry: next run, status and reason")
+        self.add_json(scheduler)
+        reset = actions.add_parser("reset", help="close a plugin's circuit breakers (after fixing the cause)")
+        reset.add_argument("plugin")
+        reset.add_argument("--command", help="only this command's breaker")
+        reset.add_argument("--dry-run", action="store_true", help="show what would be reset")
+        self.add_json(reset)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["action"] == "breaker":
+            self.breakers(options["plugin"], options["limit"])
+        elif options["action"] == "scheduler":
+            self.scheduler()
+        elif options["action"] == "reset":
+            self.reset(options["plugin"], options["command"], options["dry_run"])
+        else:
+            self.status()
+
+    def breakers(self, plugin: str | None, limit: int) -> None:
+        self.open_ledger()
+        rows = CircuitBreaker.objects.order_by("plugin", "command")
+        if plugin:
+            rows = rows.filter(plugin=plugin)
+        data = {"breakers": [breaker_report(b, limit) for b in rows]}
+
+        def text() -> str:
+            lines = []
+            for b in data["breakers"]:
+                lines.append(
+                    f"{b['plugin']}.{b['command']}: {b['state']} ({b['failure_count']} consecutive failures)"
+                    + (f", opened {b['opened_at']}" if b["opened_at"] else "")
+                )
+                lines += [
+                    f"  {t['at']}  {t['from'] or '-'} -> {t['to']}  {t['reason']}"
+                    + (f"  job {t['job_id']}" if t["job_id"] else "")
+                    for t in b["history"]
+                ]
+            return "\n".join(lines) or "(no circuit breakers yet: no scheduled job has finished)"
+
+        self.emit(data, text)
+
+    def scheduler(self) -> None:
+        runtime = self.open_ledger()
+        rows = {(r.plugin, r.schedule_id): r for r in ScheduleEntry.objects.all()}
+        now = timezone.now()
+        entries = []
+        for schedule in scheduled_entries(runtime.config):
+            row = rows.pop((schedule.plugin, schedule.id), None)
+            entries.append(schedule_report(schedule, row, now))
+        entries += [schedule_report(None, row, now) for row in rows.values()]  # no longer configured
+        data = {"entries": entries}
+
+        def text() -> str:
+            lines = []
+            for e in entries:
+                lines.append(
+                    f"{e['plugin']}:{e['schedule_id']:12} {e['status']:15} {e['command']:8} "
+                    f"next {e['next_run_at'] or '-'}  {e['when'] or ''}"
+                )
+                if e["reason"]:
+                    lines.append(f"    {e['reason']}")
+                if e["last_fired_at"]:
+                    lines.append(f"    last fired {e['last_fired_at']}, last success {e['last_success_at'] or '-'}")
+            return "\n".join(lines) or "(no schedules configured)"
+
+        self.emit(data, text)
+
+    def reset(self, plugin: str, command: str | None, dry_run: bool) -> None:
+        self.open_ledger()
+        rows = CircuitBreaker.objects.filter(plugin=plugin)
+        if command:
+            rows = rows.filter(command=command)
+        targets = list(rows.tripped().values_list("command", flat=True))
+        if not rows.exists():
+            raise Exit(EXIT_FAILED, f"no circuit breaker for {plugin}" + (f".{command}" if command else ""))
+        if not dry_run:
+            now = timezone.now()
+            for name in targets:
+                with transaction.atomic():
+                    CircuitBreaker.locked(plugin, name).reset(now=now)
+        data = {"plugin": plugin, "reset": targets, "dry_run": dry_run}
+        verb = "would reset" if dry_run else "reset"
+        self.emit(data, f"{verb}: " + (", ".join(f"{plugin}.{c}" for c in targets) or "nothing (all closed)"))
+
+    def status(self) -> None:
         runtime = self.open_ledger()
         registry = runtime.registry
         queue = queue_status(lease_ttl=runtime.config.service.lease_ttl)
@@ -37,6 +127,7 @@ class Command(DuctileCommand):
             "plugins_disabled": sorted(registry.disabled),
             "plugins_skipped": dict(registry.skipped),
             "plugins_unhealthy": unhealthy,
+            "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
             "daemon_running": bool(queue["workers"]),
             **queue,
         }

@@ -1,0 +1,25 @@
+"""`runscheduler`: fires schedule entries through the queue. Only parses flags; Scheduler does the rest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from gateway.cli.base import DuctileCommand
+from gateway.runtime import RUNTIME
+from gateway.scheduler.loop import Scheduler
+
+
+class Command(DuctileCommand):
+    help = "Run the scheduler: enqueue due schedule entries (SIGTERM stops, SIGHUP reloads)."
+    logs_to_stdout = True
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="sync and run one tick, then exit")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        runtime = self.open_ledger()
+        for warning in runtime.config.warnings:
+            self.stderr.write(f"warning: {warning}")
+        Scheduler(RUNTIME, once=options["once"]).run()
