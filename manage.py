@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Django's command-line utility; the same commands as the `ductile` console script."""
+
 from __future__ import annotations
 
 import sys

@@ -45,7 +45,7 @@ def scheduler(config_dir, clock, **plugin_fields) -> Scheduler:
     if RUNTIME.error:
         raise RUNTIME.error
     loop = Scheduler(RUNTIME, clock=clock, install_signals=False)
-    loop.sync(clock())
+    loop.start(clock())
     return loop
 
 
@@ -155,8 +155,15 @@ def test_at_and_after_fire_once_then_are_exhausted(config_dir):
     assert [f.address for f in loop.tick(T0 + timedelta(minutes=10))] == ["stress:later"]
     assert row(schedule_id="later").status == ScheduleStatus.EXHAUSTED
     assert loop.tick(T0 + timedelta(days=1)) == []
-    loop.sync(T0 + timedelta(days=1))  # a restart or reload does not re-arm a fired one-shot
+    loop.sync(T0 + timedelta(days=1))  # a reload re-arms neither
     assert row(schedule_id="past").status == ScheduleStatus.EXHAUSTED
+    assert row(schedule_id="later").status == ScheduleStatus.EXHAUSTED
+    # A restart re-arms `after` (its delay counts from each start), never a fired `at`.
+    restarted = Scheduler(RUNTIME, clock=Clock(T0 + timedelta(days=2)), install_signals=False)
+    restarted.start(T0 + timedelta(days=2))
+    assert row(schedule_id="past").status == ScheduleStatus.EXHAUSTED
+    later = row(schedule_id="later")
+    assert later.status == ScheduleStatus.ACTIVE and later.next_run_at == T0 + timedelta(days=2, minutes=10)
 
 
 def test_two_schedulers_racing_for_one_due_run_fire_it_once(config_dir):

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from types import FrameType
 
 import blake3
-from django.db import close_old_connections, connections, transaction
+from django.db import IntegrityError, close_old_connections, connections, transaction
 from django.db.models import F, Min, Q
 from django.utils import timezone
 
@@ -27,7 +27,7 @@ from gateway.config.frozen import thaw
 from gateway.database import ensure_schema
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
-from gateway.scheduler.spec import IfRunning, Schedule, scheduled_entries
+from gateway.scheduler.spec import IfRunning, Kind, Schedule, scheduled_entries
 from gateway.scheduler.timing import catch_up, next_run
 from ledger.models import CircuitBreaker, Gate, Job, JobSpec, ScheduleEntry, ScheduleStatus
 from ledger.states import JobStatus
@@ -78,7 +78,7 @@ class Scheduler:
         ensure_schema()
         if self.install_signals:
             self._install_signal_handlers()
-        self.sync(self.clock())
+        self.start(self.clock())
         log.info("runscheduler started: %d schedule entries", len(self.schedules))
         try:
             while not self.stopping.is_set():
@@ -124,6 +124,17 @@ class Scheduler:
 
     # -- config -> schedule_entries ----------------------------------------------------------
 
+    def start(self, now: datetime) -> None:
+        """A service start: sync, and re-arm `after:` one-shots, whose delay counts from each
+        start ("one-shot delay from service start": a boot notification fires on every boot)."""
+        self.sync(now)
+        for (plugin, schedule_id), schedule in self.schedules.items():
+            if schedule.kind is not Kind.AFTER:
+                continue
+            row = ScheduleEntry.objects.get(plugin=plugin, schedule_id=schedule_id)
+            if row.status == ScheduleStatus.EXHAUSTED:
+                row.resume(next_run_at=self._first(schedule, now), now=now)
+
     def sync(self, now: datetime) -> None:
         """Create rows for new entries, restart changed ones, and pause (with the reason) those
         whose plugin or command cannot run; a manual pause survives all of this."""
@@ -135,15 +146,7 @@ class Scheduler:
             print_ = fingerprint(schedule)
             problem = self._unrunnable(runtime, schedule)
             if row is None:
-                row = ScheduleEntry.objects.create(
-                    plugin=schedule.plugin,
-                    schedule_id=schedule.id,
-                    command=schedule.command,
-                    fingerprint=print_,
-                    next_run_at=self._first(schedule, now),
-                    created_at=now,
-                    updated_at=now,
-                )
+                row = self._create(schedule, print_, now)
             elif row.fingerprint != print_:
                 row.redefine(
                     command=schedule.command, fingerprint=print_, next_run_at=self._first(schedule, now), now=now
@@ -159,6 +162,23 @@ class Scheduler:
                 reason = f"no longer configured (plugin {row.plugin!r} removed, disabled or without this schedule)"
                 if row.reason != reason:
                     row.pause(reason, manual=False, now=now)
+
+    def _create(self, schedule: Schedule, print_: str, now: datetime) -> ScheduleEntry:
+        try:
+            with transaction.atomic():
+                return ScheduleEntry.objects.create(
+                    plugin=schedule.plugin,
+                    schedule_id=schedule.id,
+                    command=schedule.command,
+                    fingerprint=print_,
+                    next_run_at=self._first(schedule, now),
+                    created_at=now,
+                    updated_at=now,
+                )
+        except IntegrityError:
+            # Why: schedulers started together both find no row; the unique key lets one create
+            # it and the other adopts that row (same config, same next run).
+            return ScheduleEntry.objects.get(plugin=schedule.plugin, schedule_id=schedule.id)
 
     def _unrunnable(self, runtime: Runtime, schedule: Schedule) -> str | None:
         instance = runtime.registry.instances.get(schedule.plugin)
