@@ -10,7 +10,9 @@ right after COMMIT returns and before the gateway's own callback that pokes the 
 `pipeline` runs N synchronous pipeline runs one after another, GAP_MS apart (measured from the
 previous run's return), each through `gateway.events.run_synchronously` (entry jobs resolved,
 TreeWaiter entered, root enqueued, waited on until the tree is terminal: what the synchronous
-API calls) and records time.time_ns() just before the call and just after it returns.
+API calls) and records time.time_ns() just before the call and just after it returns; a subclass
+of TreeWaiter (installed as gateway.events.TreeWaiter) adds readings after the waiter's __enter__
+and when its wait() returns, before its __exit__.
 """
 
 from __future__ import annotations
@@ -58,17 +60,39 @@ def trickle(count: int, interval_ms: float, plugin: str) -> dict[str, object]:
 
 
 def pipeline(count: int, gap_ms: float, name: str) -> dict[str, object]:
+    import gateway.events
     from gateway.events import run_synchronously
     from gateway.runtime import RUNTIME
+    from gateway.trees import TreeWaiter
 
+    stamps: dict[str, int] = {}
+
+    class StampedWaiter(TreeWaiter):
+        """The product's waiter, plus two clock readings: after __enter__ (socket bound, listener
+        thread started) and when wait() returns (the tree read as terminal), before __exit__."""
+
+        def __enter__(self) -> StampedWaiter:
+            super().__enter__()
+            stamps["entered_ns"] = time.time_ns()
+            return self
+
+        def wait(self, root_ids, timeout):  # type: ignore[no-untyped-def]
+            outcome = super().wait(root_ids, timeout)
+            stamps["waited_ns"] = time.time_ns()
+            return outcome
+
+    gateway.events.TreeWaiter = StampedWaiter  # run_synchronously looks the name up per call
     runtime = RUNTIME.get()
     rows = []
     for n in range(count):
         time.sleep(gap_ms / 1000)
+        stamps.clear()
         before = time.time_ns()
         outcome = run_synchronously(runtime, name, {"n": n}, submitted_by="bench", timeout=60)
         after = time.time_ns()
-        rows.append({"root": outcome.root_ids[0], "before_ns": before, "after_ns": after, "status": outcome.status})
+        rows.append(
+            {"root": outcome.root_ids[0], "before_ns": before, "after_ns": after, "status": outcome.status, **stamps}
+        )
     return {"trees": rows}
 
 

@@ -2,9 +2,11 @@
 
     .venv/bin/python tests/bench/run_all.py [--out-dir DIR] [--quick]
 
-Writes DIR/throughput.json, latency.json, idle.json and queue_ops.json (DIR defaults to a new
-temporary directory, printed at the end) and prints a one-screen summary. About 3 minutes on a
-2-core VM; --quick runs one throughput repetition and a 10 s idle window instead.
+Writes DIR/throughput.json, latency.json, idle.json, queue_ops.json and pipeline.json (DIR
+defaults to a new temporary directory, printed at the end) and prints a one-screen summary. About
+5 minutes on a 2-core VM; --quick runs one throughput repetition, a 10 s idle window and 50
+pipeline trees instead. The pipeline benchmark runs once here; `bench_pipeline.py` alone runs
+three times by default.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def main() -> None:
         "latency": ["bench_latency.py"],
         "idle": ["bench_idle.py", *(["--window", "10"] if args.quick else [])],
         "queue_ops": ["bench_queue_ops.py"],
+        "pipeline": ["bench_pipeline.py", "--runs", "1", *(["--trees", "50", "--cli-runs", "3"] if args.quick else [])],
     }
     results = {}
     for name, cmd in plan.items():
@@ -41,7 +44,8 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )
         results[name] = json.loads((out / f"{name}.json").read_text())
-    t, lat, idle, ops = (results[k] for k in plan)
+    t, lat, idle, ops, pipe = (results[k] for k in plan)
+    pipe_ms = pipe["runs"][0]["ms"]
     s = t["summary"]
     lines = [
         f"machine: {t['machine']}",
@@ -56,6 +60,9 @@ def main() -> None:
         f"ledger CPU per job (queue_ops): {ops['worker_ledger_cpu_us_per_job']} us"
         f" (claim_next {ops['claim_next_us']['cpu']}, record_outcome {ops['record_outcome_us']['cpu']},"
         f" pre-check {ops['precheck_exists_us']['cpu']}, state {ops['plugin_state_current_us']['cpu']})",
+        f"pipeline, 3 steps, gateway overhead: p50 {pipe_ms['overhead']['p50']} ms (target <= 30),"
+        f" p99 {pipe_ms['overhead']['p99']} ms; synchronous caller p50 {pipe_ms['caller']['p50']} ms"
+        f" (TreeWaiter exit {pipe_ms['caller.waiter_exit']['p50']} ms)",
         f"results: {out}",
     ]
     print("\n".join(lines))
