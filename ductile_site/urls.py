@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("", include("gateway.api.urls")),
 ]
+
+# Errors outside DRF views are JSON too: an agent never has to parse an HTML page.
+handler404 = "gateway.api.errors.not_found"
+handler500 = "gateway.api.errors.server_error"

@@ -91,6 +91,36 @@ def log_entry(row: JobLog, *, include_result: bool = True) -> dict[str, Any]:
     return entry
 
 
+MAX_LOGS = 200
+
+
+def find_logs(
+    filters: dict[str, str | None],
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    limit: int = 50,
+    include_result: bool = False,
+) -> tuple[list[dict[str, Any]], int]:
+    """`job logs` and `GET /job-logs`: finished attempts, newest first. ValueError names a bad filter."""
+    if not 1 <= limit <= MAX_LOGS:
+        raise ValueError(f"limit must be between 1 and {MAX_LOGS}")
+    rows = JobLog.objects.all()
+    for name in ("job_id", "plugin", "command", "submitted_by"):
+        if filters.get(name):
+            rows = rows.filter(**{name: filters[name]})
+    if filters.get("status"):
+        rows = rows.filter(status=normalise_status(str(filters["status"])))
+    if start is not None:
+        rows = rows.filter(completed_at__gte=start)
+    if end is not None:
+        rows = rows.filter(completed_at__lte=end)
+    if query := filters.get("query"):
+        rows = rows.filter(Q(last_error__icontains=query) | Q(stderr__icontains=query) | Q(result__icontains=query))
+    entries = [log_entry(r, include_result=include_result) for r in rows.order_by("-completed_at")[:limit]]
+    return entries, rows.count()
+
+
 def job_detail(job: Job) -> dict[str, Any]:
     """`job inspect`: the job, every transition and attempt, its timing, context, parent and children."""
     parent = Job.objects.filter(pk=job.parent_job_id).first() if job.parent_job_id else None

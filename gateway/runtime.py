@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 
+from gateway.api.tokens import TokenRegistry, load_tokens
 from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigError
 from gateway.config.frozen import thaw
@@ -30,6 +31,7 @@ class Runtime:
     pipelines: PipelineSet = field(default_factory=PipelineSet)
     # The environment every plugin process gets, fixed at load: clean plus the passthrough list.
     plugin_env: Mapping[str, str] = field(default_factory=dict)
+    tokens: TokenRegistry = field(default_factory=TokenRegistry)
     # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
     loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -42,7 +44,12 @@ def build_runtime(config_dir: Path, environ: Mapping[str, str] | None = None) ->
     pipelines = compile_config_pipelines(config, registry)
     env = plugin_environment(config.service.plugin_env_passthrough)
     return Runtime(
-        config=config, registry=registry, routing=routing, pipelines=pipelines, plugin_env=MappingProxyType(env)
+        config=config,
+        registry=registry,
+        routing=routing,
+        pipelines=pipelines,
+        plugin_env=MappingProxyType(env),
+        tokens=load_tokens(config),
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import django
@@ -11,13 +10,7 @@ from django.core.management.base import CommandParser
 
 from gateway.cli.base import DuctileCommand
 from gateway.protocol import PROTOCOL_VERSION
-
-
-def gateway_version() -> str:
-    try:
-        return version("ductile-django")
-    except PackageNotFoundError:
-        return "0.1.0+source"
+from gateway.version import gateway_version
 
 
 class Command(DuctileCommand):

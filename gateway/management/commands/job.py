@@ -7,16 +7,13 @@ from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandParser
-from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.events import enqueue, replay_spec
 from gateway.management.commands.pipeline import run_tree
-from gateway.reports import claims_only, job_detail, log_entry, normalise_status
-from ledger.models import EventContext, Job, JobLog
-
-MAX_LOG_LIMIT = 200
+from gateway.reports import MAX_LOGS, claims_only, find_logs, job_detail
+from ledger.models import EventContext, Job
 
 
 def rfc3339(value: str | None, flag: str) -> datetime | None:
@@ -78,7 +75,7 @@ class Command(DuctileCommand):
         logs.add_argument("--from", dest="from_", metavar="RFC3339", help="completed at or after")
         logs.add_argument("--to", metavar="RFC3339", help="completed at or before")
         logs.add_argument("--query", help="text searched in last_error, stderr and result")
-        logs.add_argument("--limit", type=int, default=50, help=f"rows (default 50, at most {MAX_LOG_LIMIT})")
+        logs.add_argument("--limit", type=int, default=50, help=f"rows (default 50, at most {MAX_LOGS})")
         logs.add_argument("--include-result", action="store_true", help="include each full plugin response")
         self.add_json(logs)
 
@@ -150,29 +147,16 @@ class Command(DuctileCommand):
         self.emit(data, text)
 
     def logs(self, options: dict[str, Any]) -> None:
-        limit = options["limit"]
-        if not 1 <= limit <= MAX_LOG_LIMIT:
-            raise Exit(EXIT_USAGE, f"--limit must be between 1 and {MAX_LOG_LIMIT}")
-        rows = JobLog.objects.all()
-        for field in ("job_id", "plugin", "command", "submitted_by"):
-            if options[field]:
-                rows = rows.filter(**{field: options[field]})
-        if options["status"]:
-            try:
-                rows = rows.filter(status=normalise_status(options["status"]))
-            except ValueError as exc:
-                raise Exit(EXIT_USAGE, str(exc)) from exc
-        if (start := rfc3339(options["from_"], "--from")) is not None:
-            rows = rows.filter(completed_at__gte=start)
-        if (end := rfc3339(options["to"], "--to")) is not None:
-            rows = rows.filter(completed_at__lte=end)
-        if options["query"]:
-            q = options["query"]
-            rows = rows.filter(Q(last_error__icontains=q) | Q(stderr__icontains=q) | Q(result__icontains=q))
-        total = rows.count()
-        entries = [
-            log_entry(r, include_result=options["include_result"]) for r in rows.order_by("-completed_at")[:limit]
-        ]
+        try:
+            entries, total = find_logs(
+                {k: options[k] for k in ("job_id", "plugin", "command", "submitted_by", "status", "query")},
+                start=rfc3339(options["from_"], "--from"),
+                end=rfc3339(options["to"], "--to"),
+                limit=options["limit"],
+                include_result=options["include_result"],
+            )
+        except ValueError as exc:
+            raise Exit(EXIT_USAGE, str(exc)) from exc
         data = {"logs": entries, "total": total}
 
         def text() -> str:

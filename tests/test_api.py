@@ -1,0 +1,206 @@
+"""The HTTP API in-process (DRF test client, real config, real queue): discovery, the token and
+scope rules, the triggers and the job queries, every error as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import blake3
+import pytest
+from rest_framework.test import APIClient
+
+from gateway.runtime import RUNTIME
+from ledger.models import Job
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+TOKENS = {
+    "admin": ["*"],
+    "reader": ["jobs:ro"],
+    "plugin-ro": ["plugin:ro"],
+    "echo-rw": ["echo:rw"],
+    "runner": ["plugin:rw", "jobs:ro"],
+}
+
+
+@pytest.fixture
+def api(config_dir):
+    config_dir.extra["api"] = {
+        "enabled": True,
+        "auth": {"tokens": [{"name": n, "token": f"tok-{n}", "scopes": s} for n, s in TOKENS.items()]},
+    }
+    scopes = config_dir.file("scopes/ci.json", json.dumps({"scopes": ["read:jobs", "write:events"]}))
+    good_hash = "blake3:" + blake3.blake3(scopes.read_bytes()).hexdigest()
+    config_dir.extra["tokens"] = [
+        {"name": "ci", "key": "tok-ci", "scopes_file": "scopes/ci.json", "scopes_hash": good_hash},
+        {"name": "tampered", "key": "tok-tampered", "scopes_file": "scopes/ci.json", "scopes_hash": "blake3:00"},
+        {"name": "hook-secret", "key": "s3cret"},
+    ]
+    config_dir.extra["pipelines"] = [
+        {"name": "flow", "on": "flow.start", "steps": [{"id": "a", "uses": "echo"}]},
+        {
+            "name": "fan",
+            "on": "fan.start",
+            "execution_mode": "synchronous",
+            "steps": [{"split": [{"uses": "echo"}, {"uses": "probe"}]}],
+        },
+    ]
+    config_dir.write()
+    RUNTIME.load(config_dir.path, os.environ)
+    if RUNTIME.error:
+        raise RUNTIME.error
+    return APIClient()
+
+
+def as_(client, name):
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer tok-{name}")
+    return client
+
+
+@pytest.mark.parametrize("path", ["/", "/healthz", "/plugins", "/skills", "/.well-known/ai-plugin.json"])
+def test_discovery_is_open(api, path):
+    response = api.get(path)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("application/json")
+
+
+def test_discovery_contents(api):
+    assert api.get("/").json()["discovery"]["openapi"] == "/openapi.json"
+    plugins = {p["name"]: p for p in api.get("/plugins").json()["plugins"]}
+    assert "poll" in plugins["echo"]["commands"]
+    skills = {s["name"]: s for s in api.get("/skills").json()["skills"]}
+    assert skills["plugin.echo.poll"]["tier"] == "READ" and skills["plugin.echo.handle"]["tier"] == "WRITE"
+    assert skills["pipeline.flow"]["execution_mode"] == "asynchronous"
+    assert skills["pipeline.fan"]["execution_mode"] == "synchronous"
+    health = api.get("/healthz").json()
+    assert health["status"] == "ok" and health["plugins_circuit_open"] == 0 and health["queue_depth"] == 0
+
+
+@pytest.mark.parametrize(
+    ("header", "code"),
+    [(None, 401), ("Bearer nope", 401), ("Basic tok-admin", 401), ("Bearer", 401), ("Bearer tok-tampered", 401)],
+)
+def test_missing_malformed_unknown_or_refused_tokens_are_401(api, header, code):
+    if header:
+        api.credentials(HTTP_AUTHORIZATION=header)
+    response = api.get("/jobs")
+    assert response.status_code == code
+    assert set(response.json()) == {"error"}
+
+
+def test_a_tampered_scope_file_refuses_that_token_and_says_why(api):
+    problems = RUNTIME.get().tokens.problems
+    assert any("'tampered'" in p and "does not match scopes_hash" in p for p in problems)
+    assert all("tok-" not in p for p in problems)  # secrets never appear in messages
+
+
+@pytest.mark.parametrize(
+    ("token", "method", "path", "code"),
+    [
+        ("reader", "get", "/jobs", 200),
+        ("ci", "get", "/jobs", 200),  # `read:jobs` in a registry scope file
+        ("plugin-ro", "get", "/jobs", 403),
+        ("reader", "post", "/plugin/echo/poll", 403),
+        ("plugin-ro", "post", "/plugin/echo/poll", 202),  # poll is a read command
+        ("plugin-ro", "post", "/plugin/echo/handle", 403),  # handle writes
+        ("echo-rw", "post", "/plugin/echo/handle", 202),  # per-plugin write scope
+        ("echo-rw", "post", "/plugin/echo/poll", 202),  # ...which implies its read
+        ("echo-rw", "post", "/plugin/probe/handle", 403),
+        ("echo-rw", "get", "/plugin/echo", 200),
+        ("plugin-ro", "get", "/plugin/echo", 200),
+        ("reader", "get", "/plugin/echo", 403),
+        ("runner", "post", "/pipeline/flow", 202),
+        ("plugin-ro", "post", "/pipeline/flow", 403),
+        ("runner", "get", "/analytics/queue", 403),
+        ("admin", "get", "/analytics/queue", 200),
+        ("admin", "get", "/analytics/summary", 200),
+    ],
+)
+def test_scope_matrix(api, token, method, path, code):
+    as_(api, token)
+    response = getattr(api, method)(path, {"payload": {}} if method == "post" else None, format="json")
+    assert response.status_code == code, response.content
+    if code >= 400:
+        assert set(response.json()) == {"error"}
+
+
+def test_plugin_trigger_enqueues_one_job_as_the_api(api):
+    as_(api, "admin")
+    response = api.post("/plugin/echo/handle", {"payload": {"message": "hi"}}, format="json")
+    assert response.status_code == 202
+    body = response.json()
+    assert (body["status"], body["plugin"], body["command"]) == ("queued", "echo", "handle")
+    job = Job.objects.get(pk=body["job_id"])
+    assert (job.submitted_by, job.payload) == ("api", {"message": "hi"})
+    assert job.event["type"] == "api.trigger" and job.event["payload"] == {"message": "hi"}
+    detail = api.get(f"/job/{job.id}").json()
+    assert detail["status"] == "queued" and detail["result"] is None
+    assert [j["job_id"] for j in api.get(f"/job/{job.id}/tree").json()] == [job.id]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "code", "words"),
+    [
+        ("/plugin/nope/poll", {}, 404, "no loaded plugin named 'nope'"),
+        ("/plugin/echo/nope", {}, 404, "has no command 'nope'"),
+        ("/plugin/echo/poll", {"payload": [1]}, 400, "payload: must be a JSON object"),
+        ("/plugin/echo/poll", "not json", 400, "JSON"),
+        ("/pipeline/nope", {}, 404, "no pipeline named 'nope'"),
+        ("/pipeline/fan", {}, 400, "needs exactly one"),
+    ],
+)
+def test_trigger_errors_are_json_with_the_reason(api, path, body, code, words):
+    as_(api, "admin")
+    if isinstance(body, str):
+        response = api.generic("POST", path, body, content_type="application/json")
+    else:
+        response = api.post(path, body, format="json")
+    assert response.status_code == code, response.content
+    assert words in response.json()["error"]
+    assert Job.objects.count() == 0
+
+
+def test_async_pipeline_trigger_and_the_async_override(api):
+    as_(api, "admin")
+    body = api.post("/pipeline/flow", {"payload": {"x": 1}}, format="json").json()
+    assert body["status"] == "queued" and body["command"] == "flow"
+    fan = api.post("/pipeline/fan?async=true", {}, format="json")
+    assert fan.status_code == 202 and len(fan.json()["job_ids"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("query", "code"),
+    [
+        ("", 200),
+        ("?status=pending", 200),
+        ("?status=ok&plugin=echo", 200),
+        ("?status=bogus", 400),
+        ("?limit=0", 400),
+        ("?limit=x", 400),
+    ],
+)
+def test_jobs_filters_validate(api, query, code):
+    as_(api, "admin")
+    api.post("/plugin/echo/poll", {}, format="json")
+    response = api.get(f"/jobs{query}")
+    assert response.status_code == code, response.content
+    if query == "?status=pending":
+        assert response.json()["total"] == 1 and response.json()["jobs"][0]["status"] == "queued"
+
+
+@pytest.mark.parametrize(
+    ("query", "code"),
+    [("", 200), ("?from=2026-01-01T00:00:00Z", 200), ("?from=yesterday", 400), ("?limit=201", 400), ("?query=x", 200)],
+)
+def test_job_logs_filters_validate(api, query, code):
+    as_(api, "admin")
+    assert api.get(f"/job-logs{query}").status_code == code
+
+
+def test_unknown_paths_and_methods_are_json(api):
+    response = api.get("/no/such/thing")
+    assert response.status_code == 404 and "error" in response.json()
+    as_(api, "admin")
+    response = api.delete("/jobs")
+    assert response.status_code == 405 and "error" in response.json()
