@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import include, path
 
 from gateway.api import views
 
 urlpatterns = [
+    path("", include("gateway.api.openapi_urls")),
+    path("", include("gateway.api.ops_urls")),
     path("", views.Root.as_view(), name="root"),
     path("healthz", views.Health.as_view(), name="healthz"),
     path("plugins", views.Plugins.as_view(), name="plugins"),
