@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from gateway.cli.base import EXIT_FAILED, DuctileCommand, Exit
+from gateway.daemon.supervisor import Supervisor, plan
 from gateway.database import describe_database
 from gateway.reports import breaker_report, queue_status, schedule_report
 from gateway.scheduler.spec import scheduled_entries
@@ -27,6 +28,9 @@ class Command(DuctileCommand):
         breaker.add_argument("plugin", nargs="?")
         breaker.add_argument("--limit", type=int, default=20, help="history rows per breaker (default 20)")
         self.add_json(breaker)
+        start = actions.add_parser("start", help="run the API, webhooks, workers and scheduler as one process tree")
+        start.add_argument("--no-workers", action="store_true", help="do not start runworkers (run them elsewhere)")
+        start.add_argument("--no-scheduler", action="store_true", help="do not start runscheduler")
         scheduler = actions.add_parser("scheduler", help="every schedule entry: next run, status and reason")
         self.add_json(scheduler)
         reset = actions.add_parser("reset", help="close a plugin's circuit breakers (after fixing the cause)")
@@ -36,7 +40,9 @@ class Command(DuctileCommand):
         self.add_json(reset)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["action"] == "breaker":
+        if options["action"] == "start":
+            self.start(options)
+        elif options["action"] == "breaker":
             self.breakers(options["plugin"], options["limit"])
         elif options["action"] == "scheduler":
             self.scheduler()
@@ -67,6 +73,21 @@ class Command(DuctileCommand):
             return "\n".join(lines) or "(no circuit breakers yet: no scheduled job has finished)"
 
         self.emit(data, text)
+
+    def start(self, options: dict[str, Any]) -> None:
+        runtime = self.open_ledger()
+        for warning in (*runtime.config.warnings, *runtime.registry.warnings):
+            self.stderr.write(f"warning: {warning}")
+        for problem in runtime.tokens.problems:
+            self.stderr.write(f"warning: {problem}")
+        children = plan(
+            runtime,
+            runtime.config.config_dir,
+            workers=not options["no_workers"],
+            scheduler=not options["no_scheduler"],
+        )
+        pid_file = runtime.config.state_path.parent / "ductile.pid"
+        raise SystemExit(Supervisor(children, pid_file).run())
 
     def scheduler(self) -> None:
         runtime = self.open_ledger()

@@ -1,0 +1,185 @@
+"""`system start`: the API (gunicorn), the webhook listener (a second gunicorn on its own port),
+`runworkers` and `runscheduler`, as one supervised process tree (ARCHITECTURE "Processes").
+
+SIGHUP is passed to every child (gunicorn re-forks its workers on the new config; the daemons
+reload); SIGTERM/SIGINT too (each drains), and the supervisor waits for them. A child that dies
+is restarted with a growing delay; one that cannot stay up (a port in use, a broken config) stops
+the whole tree with exit 1 rather than flapping forever. The PID file lets `system reload` find us.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from gateway.config.frozen import thaw
+from gateway.database import ensure_schema
+from gateway.logs import logger
+from gateway.runtime import Runtime
+
+log = logger("supervisor")
+
+REPO = Path(__file__).resolve().parent.parent.parent
+GUNICORN_CONFIG = REPO / "ductile_site" / "gunicorn.py"
+# A child that dies this many times within FLAP_WINDOW seconds is not coming up: stop everything.
+FLAP_LIMIT, FLAP_WINDOW = 5, 60.0
+STOP_GRACE = 60.0
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    env: Mapping[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    deaths: list[float] = field(default_factory=list)
+    restart_at: float = 0.0
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.argv, env={**os.environ, **self.env}, cwd=REPO)
+        log.info("started %s (pid %d)", self.name, self.process.pid)
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signum)
+
+
+def listen_address(value: object, default: str) -> str:
+    text = str(value or default)
+    return text if ":" in text else f"{text}:8080"
+
+
+def plan(runtime: Runtime, config_dir: Path, *, workers: bool = True, scheduler: bool = True) -> list[Child]:
+    """The children this config asks for."""
+    python = sys.executable
+    manage = str(REPO / "manage.py")
+    common = ["--config-dir", str(config_dir)]
+    env = {"DUCTILE_CONFIG_DIR": str(config_dir)}
+    children = []
+    api = thaw(runtime.config.api) or {}
+    if api.get("enabled", True):
+        bind = listen_address(api.get("listen"), "localhost:8080")
+        argv = [python, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--bind", bind, "ductile_site.wsgi:application"]
+        children.append(Child("api", argv, env))
+    hooks = thaw(runtime.config.webhooks) or {}
+    if isinstance(hooks, dict) and hooks.get("listen"):
+        bind = listen_address(hooks["listen"], "localhost:8091")
+        argv = [python, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--bind", bind, "ductile_site.wsgi:application"]
+        children.append(Child("webhooks", argv, {**env, "DJANGO_SETTINGS_MODULE": "ductile_site.settings_webhooks"}))
+    if workers:
+        children.append(Child("runworkers", [python, manage, "runworkers", *common], env))
+    if scheduler:
+        children.append(Child("runscheduler", [python, manage, "runscheduler", *common], env))
+    return children
+
+
+class Supervisor:
+    def __init__(self, children: Sequence[Child], pid_file: Path, *, install_signals: bool = True):
+        self.children = list(children)
+        self.pid_file = pid_file
+        self.install_signals = install_signals
+        self.stopping = False
+        self._pending: list[int] = []
+
+    def run(self) -> int:
+        ensure_schema()  # once, here: the children then find a current database
+        self._write_pid()
+        if self.install_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(signum, self._on_signal)
+        for child in self.children:
+            child.start()
+        code = 0
+        try:
+            while True:
+                self._handle_signals()
+                if self.stopping:
+                    break
+                if not self._watch():
+                    code = 1
+                    self._stop_all(signal.SIGTERM)
+                    break
+                time.sleep(0.2)
+            self._wait_all()
+        finally:
+            self._remove_pid()
+        log.info("system stopped")
+        return code
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._pending.append(signum)
+
+    def _handle_signals(self) -> None:
+        while self._pending:
+            signum = self._pending.pop(0)
+            if signum == signal.SIGHUP:
+                log.info("SIGHUP: reloading every process")
+                for child in self.children:
+                    child.signal(signal.SIGHUP)
+            elif not self.stopping:
+                log.info("signal %d: draining every process (send again to force)", signum)
+                self.stopping = True
+                self._stop_all(signal.SIGTERM)
+            else:
+                log.warning("second signal: forcing every process down")
+                self._stop_all(signal.SIGTERM)  # each daemon treats a second signal as "force"
+
+    def _watch(self) -> bool:
+        """Restart children that died; False when one keeps dying (the tree must stop)."""
+        now = time.monotonic()
+        for child in self.children:
+            if child.process is None:
+                if now >= child.restart_at:
+                    child.start()
+                continue
+            code = child.process.poll()
+            if code is None:
+                continue
+            child.deaths = [t for t in child.deaths if now - t < FLAP_WINDOW] + [now]
+            if len(child.deaths) >= FLAP_LIMIT:
+                log.error(
+                    "%s exited %d times within %.0fs (last exit %s); stopping",
+                    child.name,
+                    FLAP_LIMIT,
+                    FLAP_WINDOW,
+                    code,
+                )
+                return False
+            delay = min(2 ** len(child.deaths), 30)
+            log.warning("%s exited with %s; restarting in %ds", child.name, code, delay)
+            child.process, child.restart_at = None, now + delay
+        return True
+
+    def _stop_all(self, signum: int) -> None:
+        for child in self.children:
+            child.signal(signum)
+
+    def _wait_all(self) -> None:
+        deadline = time.monotonic() + STOP_GRACE
+        for child in self.children:
+            if child.process is None:
+                continue
+            try:
+                child.process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0fs; killing it", child.name, STOP_GRACE)
+                child.process.kill()
+                child.process.wait()
+
+    def _write_pid(self) -> None:
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_file.write_text(f"{os.getpid()}\n")
+
+    def _remove_pid(self) -> None:
+        try:
+            if self.pid_file.read_text().strip() == str(os.getpid()):
+                self.pid_file.unlink()
+        except OSError:
+            pass

@@ -1,0 +1,152 @@
+"""`system start` as an operator runs it: gunicorn serving the API, runworkers and runscheduler
+under one supervisor, driven over real HTTP: a plugin trigger run to completion, synchronous
+pipelines (success, timeout, 429), SIGHUP reloading everything, SIGTERM draining everything."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.support import REPO, cli_env, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+TOKEN = "tok-admin"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Api:
+    def __init__(self, port: int):
+        self.base = f"http://127.0.0.1:{port}"
+
+    def call(self, method: str, path: str, body: dict | None = None, token: str | None = TOKEN, timeout: float = 60):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def up(self) -> bool:
+        try:
+            return self.call("GET", "/healthz", token=None, timeout=2)[0] == 200
+        except OSError:
+            return False
+
+
+@pytest.fixture
+def system(process_db):
+    port = free_port()
+    cfg = process_db
+    cfg.extra["api"] = {
+        "listen": f"127.0.0.1:{port}",
+        "max_concurrent_sync": 1,
+        "max_sync_timeout": "20s",
+        "auth": {"tokens": [{"name": "admin", "token": TOKEN, "scopes": ["*"]}]},
+    }
+    cfg.extra["pipelines"] = [
+        {
+            "name": "quick",
+            "on": "quick.start",
+            "execution_mode": "synchronous",
+            "steps": [
+                {"id": "a", "uses": "echo", "with": {"message": "hi {payload.who}"}},
+                {"id": "b", "uses": "probe"},
+            ],
+        },
+        {
+            "name": "slow",
+            "on": "slow.start",
+            "execution_mode": "synchronous",
+            "timeout": "2s",
+            "steps": [{"id": "nap", "uses": "stress", "with": {"mode": "ok", "sleep": 4}}],
+        },
+    ]
+    cfg.write()
+    # One API process, so max_concurrent_sync: 1 is one caller for the whole listener.
+    env = cli_env(cfg, DUCTILE_API_PROCESSES="1")
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "system", "start", "--config-dir", str(cfg.path)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    api = Api(port)
+    try:
+        wait_for(api.up, timeout=60, what="the API to answer /healthz")
+        yield api, proc, cfg
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_a_plugin_trigger_runs_to_completion_through_the_whole_tree(system):
+    api, _, _ = system
+    code, queued = api.call("POST", "/plugin/echo/poll", {"payload": {"message": "over http"}})
+    assert code == 202
+    wait_for(lambda: api.call("GET", f"/job/{queued['job_id']}")[1]["status"] == "succeeded", what="the job to run")
+    code, job = api.call("GET", f"/job/{queued['job_id']}")
+    assert job["submitted_by"] == "api" and job["result"]["status"] == "ok"
+    assert api.call("GET", "/healthz", token=None)[1]["workers"] >= 1
+
+
+def test_synchronous_pipelines_answer_with_the_result_or_202_past_their_timeout(system):
+    api, _, _ = system
+    code, answer = api.call("POST", "/pipeline/quick", {"payload": {"who": "ada"}})
+    assert code == 200, answer
+    assert answer["status"] == "succeeded" and len(answer["tree"]) == 2
+    assert answer["result"]["result"]["request"]["event"]["payload"]["who"] == "ada"  # probe, the last step
+    code, late = api.call("POST", "/pipeline/slow", {})
+    assert code == 202 and late["timeout_exceeded"] is True and late["status"] == "running"
+    assert api.call("POST", "/pipeline/quick?async=true", {"payload": {"who": "bo"}})[0] == 202
+
+
+def test_past_max_concurrent_sync_the_next_caller_gets_429(system):
+    api, _, _ = system
+    results: list[int] = []
+    first = threading.Thread(target=lambda: results.append(api.call("POST", "/pipeline/slow", {})[0]))
+    first.start()
+    wait_for(lambda: api.call("GET", "/jobs?plugin=stress&status=running")[1]["total"] == 1, what="the slow run")
+    code, body = api.call("POST", "/pipeline/quick", {"payload": {"who": "x"}})
+    first.join(timeout=30)
+    assert code == 429 and "max_concurrent_sync" in body["error"]
+    assert results == [202]
+
+
+def test_sighup_reloads_and_sigterm_drains_every_process(system):
+    api, proc, cfg = system
+    cfg.extra["pipelines"].append({"name": "added", "on": "added.start", "steps": [{"uses": "echo"}]})
+    cfg.write()
+    proc.send_signal(signal.SIGHUP)
+    wait_for(
+        lambda: any(s["name"] == "pipeline.added" for s in api.call("GET", "/skills", token=None)[1]["skills"]),
+        timeout=30,
+        what="the API to serve the reloaded config",
+    )
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=90) == 0
+    assert not api.up()
+    assert not (cfg.db_path.parent / "ductile.pid").exists()
