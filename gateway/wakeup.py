@@ -102,8 +102,18 @@ class WakeListener:
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=2)
+        if self._sock is not None and self._path:
+            # Why the self-poke: the loop sits in recv() for up to its timeout; without this every
+            # synchronous caller would wait that long after its tree finished.
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as poke:
+                    poke.sendto(b"!", self._path)
+            except OSError:
+                pass
+            for thread in self._threads:
+                thread.join(timeout=2)
+        # A LISTEN thread is not joined: it notices the flag within its 0.5 s poll and closes its
+        # own connection; a caller must not wait for that.
         if self._sock is not None:
             self._sock.close()
         if self._path:

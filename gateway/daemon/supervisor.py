@@ -43,7 +43,9 @@ class Child:
     restart_at: float = 0.0
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.argv, env={**os.environ, **self.env}, cwd=REPO)
+        # Own session: a terminal's Ctrl+C reaches only the supervisor, which forwards it once; a
+        # child receiving it twice (directly and forwarded) would take it as "force".
+        self.process = subprocess.Popen(self.argv, env={**os.environ, **self.env}, cwd=REPO, start_new_session=True)
         log.info("started %s (pid %d)", self.name, self.process.pid)
 
     def signal(self, signum: int) -> None:
