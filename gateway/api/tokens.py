@@ -20,6 +20,9 @@ import blake3
 
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig
+from gateway.logs import logger
+
+log = logger("api")
 
 ADMIN = "*"
 RESOURCES = ("plugin", "jobs", "events")
@@ -101,6 +104,8 @@ def load_tokens(config: GatewayConfig) -> TokenRegistry:
             problems.append(scopes)
             continue
         tokens.append(ApiToken(name, key, scopes))
+    for problem in problems:
+        log.warning("API token refused: %s", problem)
     return TokenRegistry(tuple(tokens), secrets, tuple(problems))
 
 
