@@ -19,6 +19,7 @@ from gateway.config.model import GatewayConfig, load_gateway_config
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.registry import Registry, build_registry
 from gateway.runner import plugin_environment
+from gateway.webhooks.endpoints import load_webhooks
 from pipelines.dsl import PipelineErrors, PipelineSet, compile_pipelines
 from pipelines.routing import RouteRule, RoutingTable
 
@@ -42,6 +43,9 @@ def build_runtime(config_dir: Path, environ: Mapping[str, str] | None = None) ->
     registry = build_registry(config, discovery)
     routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
     pipelines = compile_config_pipelines(config, registry)
+    tokens = load_tokens(config)
+    # webhooks.yaml is a high-security file: a bad one stops every process (exit 78).
+    load_webhooks(config, registry, tokens)
     env = plugin_environment(config.service.plugin_env_passthrough)
     return Runtime(
         config=config,
@@ -49,7 +53,7 @@ def build_runtime(config_dir: Path, environ: Mapping[str, str] | None = None) ->
         routing=routing,
         pipelines=pipelines,
         plugin_env=MappingProxyType(env),
-        tokens=load_tokens(config),
+        tokens=tokens,
     )
 
 

@@ -4,6 +4,8 @@ pipelines (success, timeout, 429), SIGHUP reloading everything, SIGTERM draining
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import signal
 import socket
@@ -53,8 +55,15 @@ class Api:
 
 @pytest.fixture
 def system(process_db):
-    port = free_port()
+    port, hook_port = free_port(), free_port()
     cfg = process_db
+    cfg.extra["webhooks"] = {
+        "listen": f"127.0.0.1:{hook_port}",
+        "endpoints": [
+            {"path": "/hook/echo", "plugin": "echo", "secret_ref": "hook", "signature_header": "X-Signature-256"}
+        ],
+    }
+    cfg.extra["tokens"] = [{"name": "hook", "key": "hook-secret"}]
     cfg.extra["api"] = {
         "listen": f"127.0.0.1:{port}",
         "max_concurrent_sync": 1,
@@ -91,6 +100,7 @@ def system(process_db):
         text=True,
     )
     api = Api(port)
+    api.hook_base = f"http://127.0.0.1:{hook_port}"
     try:
         wait_for(api.up, timeout=60, what="the API to answer /healthz")
         yield api, proc, cfg
@@ -150,3 +160,29 @@ def test_sighup_reloads_and_sigterm_drains_every_process(system):
     assert proc.wait(timeout=90) == 0
     assert not api.up()
     assert not (cfg.db_path.parent / "ductile.pid").exists()
+
+
+def test_the_webhook_listener_runs_on_its_own_port(system):
+    api, _, _ = system
+    body = b'{"message": "from a webhook"}'
+    signature = "sha256=" + hmac.new(b"hook-secret", body, hashlib.sha256).hexdigest()
+
+    def post(headers):
+        request = urllib.request.Request(api.hook_base + "/hook/echo", data=body, method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    wait_for(lambda: post({"X-Signature-256": "sha256=00"})[0] == 403, what="the webhook listener")
+    code, accepted = post({"X-Signature-256": signature, "Content-Type": "application/json"})
+    assert code == 202
+    wait_for(lambda: api.call("GET", f"/job/{accepted['job_id']}")[1]["status"] == "succeeded", what="the job")
+    assert api.call("GET", f"/job/{accepted['job_id']}")[1]["submitted_by"] == "webhook"
+    # The API's routes are not served on the webhook port.
+    assert post({"X-Signature-256": signature})[0] == 202
+    request = urllib.request.Request(api.hook_base + "/jobs")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code in (404, 405)

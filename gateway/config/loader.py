@@ -84,6 +84,8 @@ def load_config_tree(config_dir: Path, environ: Mapping[str, str]) -> MergedConf
         raise ConfigError(problems)
     for doc in reader.docs:
         body = {k: v for k, v in doc.data.items() if k not in _DIRECTIVES and not str(k).startswith("x-")}
+        if isinstance(body.get("webhooks"), list):
+            _merge_webhook_list(merged, doc, body.pop("webhooks"))
         _merge(merged, merged.data, body, doc, (), ())
     _fill_empty_entries(merged.data)
     return merged
@@ -91,7 +93,7 @@ def load_config_tree(config_dir: Path, environ: Mapping[str, str]) -> MergedConf
 
 def _fill_empty_entries(data: dict[str, Any]) -> None:
     """An empty section (`plugins:`) or plugin entry (`echo:`) means "nothing set", not null."""
-    for section in ("plugins", "routes", "pipelines"):
+    for section in ("plugins", "routes", "pipelines", "webhooks"):
         if section in data and data[section] is None:
             del data[section]
     plugins = data.get("plugins")
@@ -279,6 +281,23 @@ def _merge(
         else:
             target[key] = copy.deepcopy(value)
             _record(merged, doc, tpath, spath)
+
+
+def _merge_webhook_list(merged: MergedConfig, doc: YamlDocument, endpoints: list[Any]) -> None:
+    """`webhooks:` written as a bare list (Configuration Specification §4.3) means
+    `webhooks: {endpoints: …}` (WEBHOOKS.md). Merged as such, so a list in webhooks.yaml appends to
+    the endpoints of config.yaml's `webhooks: {listen: …}` instead of replacing the map."""
+    target = merged.data.get("webhooks")
+    if not isinstance(target, dict):
+        target = merged.data["webhooks"] = {}
+        merged.origins[("webhooks",)] = Origin(doc.file, doc.line_of(("webhooks",)))
+    existing = target.get("endpoints")
+    if not isinstance(existing, list):
+        existing = target["endpoints"] = []
+    offset = len(existing)
+    existing.extend(copy.deepcopy(endpoints))
+    for index in range(len(endpoints)):
+        _record(merged, doc, ("webhooks", "endpoints", offset + index), ("webhooks", index))
 
 
 def _record(merged: MergedConfig, doc: YamlDocument, tpath: KeyPath, spath: KeyPath) -> None:

@@ -58,6 +58,10 @@ def listen_address(value: object, default: str) -> str:
     return text if ":" in text else f"{text}:8080"
 
 
+def gunicorn(app: str, bind: str) -> list[str]:
+    return [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--bind", bind, app]
+
+
 def plan(runtime: Runtime, config_dir: Path, *, workers: bool = True, scheduler: bool = True) -> list[Child]:
     """The children this config asks for."""
     python = sys.executable
@@ -68,13 +72,11 @@ def plan(runtime: Runtime, config_dir: Path, *, workers: bool = True, scheduler:
     api = thaw(runtime.config.api) or {}
     if api.get("enabled", True):
         bind = listen_address(api.get("listen"), "localhost:8080")
-        argv = [python, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--bind", bind, "ductile_site.wsgi:application"]
-        children.append(Child("api", argv, env))
+        children.append(Child("api", gunicorn("ductile_site.wsgi:application", bind), env))
     hooks = thaw(runtime.config.webhooks) or {}
     if isinstance(hooks, dict) and hooks.get("listen"):
         bind = listen_address(hooks["listen"], "localhost:8091")
-        argv = [python, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--bind", bind, "ductile_site.wsgi:application"]
-        children.append(Child("webhooks", argv, {**env, "DJANGO_SETTINGS_MODULE": "ductile_site.settings_webhooks"}))
+        children.append(Child("webhooks", gunicorn("gateway.webhooks.wsgi:application", bind), env))
     if workers:
         children.append(Child("runworkers", [python, manage, "runworkers", *common], env))
     if scheduler:

@@ -1,0 +1,116 @@
+"""The listener's HTTP surface (spec 000 §10). Plain Django views, not DRF: the raw body must be read,
+bounded, before anything parses it. Every answer is JSON; a failed signature says no more than
+`forbidden` (§10.2), and the log says why, naming the endpoint, never the secret or the signature."""
+
+from __future__ import annotations
+
+import time
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from gateway.logs import logger
+from gateway.runtime import RUNTIME
+from gateway.webhooks.delivery import UnstorableBody, enqueue_delivery
+from gateway.webhooks.endpoints import load_webhooks
+from gateway.webhooks.signatures import signature_matches
+from ledger.models import CircuitBreaker, Job
+
+log = logger("webhooks")
+_STARTED = time.monotonic()
+
+
+# Exempt from CSRF: senders are other servers, authenticated by the signature alone.
+@csrf_exempt
+def receive(request: HttpRequest) -> HttpResponse:
+    runtime = RUNTIME.get()
+    endpoint = load_webhooks(runtime.config, runtime.registry, runtime.tokens).by_path.get(request.path_info)
+    if endpoint is None:
+        return page_not_found(request)
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    extra = {"plugin": endpoint.plugin, "command": endpoint.command}
+    # The size comes first (§10.2): an oversized body is refused unread and unverified.
+    body = read_body(request, endpoint.max_body_size)
+    if body is None:
+        log.warning("webhook %s rejected: body over %d bytes", endpoint.name, endpoint.max_body_size, extra=extra)
+        return JsonResponse({"error": "payload too large"}, status=413)
+    presented = request.headers.get(endpoint.signature_header)
+    if not signature_matches(endpoint.secret, body, presented):
+        reason = f"no {endpoint.signature_header} header" if not presented else "signature does not match"
+        log.warning("webhook %s rejected: %s", endpoint.name, reason, extra=extra)
+        return JsonResponse({"error": "forbidden"}, status=403)
+    try:
+        job_id = enqueue_delivery(runtime, endpoint, body)
+    except UnstorableBody as exc:
+        log.warning("webhook %s rejected: %s", endpoint.name, exc, extra=extra)
+        return JsonResponse({"error": str(exc)}, status=400)
+    log.info("webhook %s accepted", endpoint.name, extra={**extra, "job_id": job_id})
+    return JsonResponse({"job_id": job_id, "status": "queued"}, status=202)
+
+
+def read_body(request: HttpRequest, limit: int) -> bytes | None:
+    """The raw body, or None when it is longer than `limit`. A declared Content-Length over the
+    limit is refused without reading; whatever is declared, no more than `limit + 1` bytes are read."""
+    declared = request.META.get("CONTENT_LENGTH")
+    if declared:
+        if declared.isdigit() and int(declared) > limit:
+            return None
+        read = request.read
+    elif request.META.get("wsgi.input_terminated"):
+        # A chunked body has no Content-Length, and Django reads such a body as empty; the server
+        # says its input stream ends with the body, so it is read from there.
+        read = request.META["wsgi.input"].read
+    else:
+        return b""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return None if size > limit else b"".join(chunks)
+
+
+@csrf_exempt
+def health(request: HttpRequest) -> HttpResponse:
+    """§10.3: `/healthz` on the listener's port, unauthenticated."""
+    if request.method not in ("GET", "HEAD"):
+        return _method_not_allowed("GET, HEAD")
+    runtime = RUNTIME.get()
+    return JsonResponse(
+        {
+            "status": "ok",
+            "uptime_seconds": int(time.monotonic() - _STARTED),
+            "queue_depth": Job.objects.queued().count(),
+            "plugins_loaded": len(runtime.registry.instances),
+            "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
+        }
+    )
+
+
+def _method_not_allowed(allowed: str) -> JsonResponse:
+    response = JsonResponse({"error": "method not allowed"}, status=405)
+    response["Allow"] = allowed
+    return response
+
+
+# Django's error handlers (the URLconf names them), so even its own errors are JSON.
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse({"error": "bad request"}, status=400)
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse({"error": "forbidden"}, status=403)
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse({"error": "not found"}, status=404)
+
+
+def server_error(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"error": "internal server error"}, status=500)
