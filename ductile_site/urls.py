@@ -9,5 +9,7 @@ urlpatterns = [
 ]
 
 # Errors outside DRF views are JSON too: an agent never has to parse an HTML page.
+handler400 = "gateway.api.errors.bad_request"
+handler403 = "gateway.api.errors.forbidden"
 handler404 = "gateway.api.errors.not_found"
 handler500 = "gateway.api.errors.server_error"

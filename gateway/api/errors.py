@@ -36,5 +36,13 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonR
     return JsonResponse({"error": f"no such endpoint: {request.path}"}, status=404)
 
 
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse({"error": "bad request"}, status=400)
+
+
+def forbidden(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse({"error": "forbidden"}, status=403)
+
+
 def server_error(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"error": "internal server error"}, status=500)

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from django.db.models import Count
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ParseError, Throttled, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gateway.api import serializers as shapes
+from gateway.api.serializers import errors
 from gateway.config.durations import parse_duration
 from gateway.config.frozen import thaw
 from gateway.events import SyncRefused, enqueue, pipeline_entries, run_synchronously, sync_timeout
@@ -43,6 +47,31 @@ class Endpoint(APIView):
         return RUNTIME.get()
 
 
+# PostgreSQL refuses NUL in text and JSON, and unpaired surrogates in JSON, even in a query's
+# parameters; JSON can carry both (`\u0000`, `\udc00`) and URLs can carry NUL. Refused up front,
+# they are a 400 (a 404 for a job id), not a 500.
+NOT_STORABLE = "must not contain NUL characters or unpaired surrogates"
+
+
+def storable_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
+def storable(value: Any) -> bool:
+    """Whether every string in a parsed JSON value, keys included, is `storable_text`."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return all(storable_text(k) and storable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(storable(v) for v in value)
+    return True
+
+
 def body_payload(request: Request) -> dict[str, Any]:
     data = request.data if isinstance(request.data, dict) else None
     if data is None:
@@ -52,6 +81,8 @@ def body_payload(request: Request) -> dict[str, Any]:
         payload = {}
     if not isinstance(payload, dict):
         raise ValidationError({"payload": "must be a JSON object"})
+    if not storable(payload):
+        raise ValidationError({"payload": f"strings {NOT_STORABLE}"})
     return payload
 
 
@@ -68,12 +99,41 @@ def command_scopes(plugin: str, kind: str) -> tuple[str, ...]:
     return (f"plugin:{access}", f"{plugin}:{access}")
 
 
+# -- OpenAPI annotations (drf-spectacular): what each operation takes and every answer it gives.
+# Each operation names its own description so the `Endpoint` docstring does not leak into them.
+
+
+def path_param(name: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.PATH, description=description)
+
+
+def query_param(name: str, schema: dict[str, Any], description: str) -> OpenApiParameter:
+    return OpenApiParameter(name, schema, OpenApiParameter.QUERY, description=description)
+
+
+STATUS_FILTER = query_param(
+    "status",
+    {"type": "string", "enum": [*JobStatus.values, "pending", "ok", "error"]},
+    "Job status; `pending`, `ok` and `error` are aliases of `queued`, `succeeded` and `failed`.",
+)
+EXACT_FILTERS = [
+    query_param(name, {"type": "string"}, f"Exact `{name}` to match.") for name in ("plugin", "command", "submitted_by")
+]
+
+
 # -- discovery (open) ------------------------------------------------------------------------
 
 
 class Root(Endpoint):
     needs = OPEN
 
+    @extend_schema(
+        operation_id="root",
+        tags=["discovery"],
+        summary="Discovery index",
+        description="Where to find health, skills, plugins and the OpenAPI document. Open.",
+        responses={200: shapes.RootSerializer, **errors(401)},
+    )
     def get(self, request: Request) -> Response:
         return Response(
             {
@@ -102,6 +162,13 @@ def uptime_seconds() -> int:
 class Health(Endpoint):
     needs = OPEN
 
+    @extend_schema(
+        operation_id="healthz",
+        tags=["discovery"],
+        summary="Health",
+        description="Uptime, queue depth, loaded plugins, open circuits and live workers. Open.",
+        responses={200: shapes.HealthSerializer, **errors(401)},
+    )
     def get(self, request: Request) -> Response:
         runtime = self.runtime
         queue = queue_status(lease_ttl=runtime.config.service.lease_ttl)
@@ -122,6 +189,13 @@ class Health(Endpoint):
 class Plugins(Endpoint):
     needs = OPEN
 
+    @extend_schema(
+        operation_id="plugins",
+        tags=["discovery"],
+        summary="List plugins",
+        description="Every loaded plugin with its command names. Open.",
+        responses={200: shapes.PluginListSerializer, **errors(401)},
+    )
     def get(self, request: Request) -> Response:
         return Response(
             {
@@ -142,6 +216,15 @@ class PluginDetail(Endpoint):
     def scopes(self, request: Request) -> Sequence[str]:
         return ("plugin:ro", f"{self.kwargs['name']}:ro")
 
+    @extend_schema(
+        operation_id="plugin",
+        tags=["plugins"],
+        summary="Describe a plugin",
+        description="The plugin's manifest: version, protocol and every command with its type and schemas. "
+        "Needs `plugin:ro` or `{name}:ro` (or a write scope, or `*`).",
+        parameters=[path_param("name", "A loaded plugin (instance) name.")],
+        responses={200: shapes.PluginDetailSerializer, **errors(401, 403, 404)},
+    )
     def get(self, request: Request, name: str) -> Response:
         inst = plugin_or_404(self.runtime, name)
         return Response(
@@ -168,6 +251,13 @@ class PluginDetail(Endpoint):
 class Skills(Endpoint):
     needs = OPEN
 
+    @extend_schema(
+        operation_id="skills",
+        tags=["discovery"],
+        summary="List skills",
+        description="Every plugin command and callable pipeline, with the endpoint that invokes it. Open.",
+        responses={200: shapes.SkillListSerializer, **errors(401)},
+    )
     def get(self, request: Request) -> Response:
         runtime = self.runtime
         skills: list[dict[str, Any]] = []
@@ -204,6 +294,13 @@ class Skills(Endpoint):
 class AiPlugin(Endpoint):
     needs = OPEN
 
+    @extend_schema(
+        operation_id="ai_plugin",
+        tags=["discovery"],
+        summary="AI plugin manifest",
+        description="OpenAI-style discovery manifest pointing at /openapi.json. Open.",
+        responses={200: shapes.AiPluginSerializer, **errors(401)},
+    )
     def get(self, request: Request) -> Response:
         return Response(
             {
@@ -233,6 +330,18 @@ class PluginTrigger(Endpoint):
         spec = instance.command(command) if instance else None
         return command_scopes(name, spec.type if spec else "write")
 
+    @extend_schema(
+        operation_id="plugin_trigger",
+        tags=["plugins"],
+        summary="Invoke a plugin command",
+        description="Enqueues exactly one job, bypassing pipeline routing; for `handle` the payload is wrapped "
+        "as an `api.trigger` event. A `read` command needs `plugin:ro` or `{plugin}:ro`, any other "
+        "`plugin:rw` or `{plugin}:rw` (or `*`). Each discovered command also has its own operation, "
+        "with its input schema, at `/plugin/{plugin}/{command}`.",
+        parameters=[path_param("plugin", "A loaded plugin name."), path_param("command", "One of its commands.")],
+        request=shapes.PluginTriggerRequestSerializer,
+        responses={202: shapes.TriggerAcceptedSerializer, **errors(400, 401, 403, 404, 415)},
+    )
     def post(self, request: Request, plugin: str, command: str) -> Response:
         runtime = self.runtime
         instance = plugin_or_404(runtime, plugin)
@@ -244,6 +353,10 @@ class PluginTrigger(Endpoint):
         dedupe_key = data.get("dedupe_key")
         if dedupe_key is not None and not isinstance(dedupe_key, str):
             raise ValidationError({"dedupe_key": "must be a string"})
+        if dedupe_key is not None and len(dedupe_key) > shapes.DEDUPE_KEY_MAX:
+            raise ValidationError({"dedupe_key": f"must be at most {shapes.DEDUPE_KEY_MAX} characters"})
+        if dedupe_key is not None and not storable_text(dedupe_key):
+            raise ValidationError({"dedupe_key": NOT_STORABLE})
         spec = JobSpec(
             plugin=plugin,
             command=command,
@@ -284,6 +397,32 @@ SYNC_GATE = _SyncGate()
 class PipelineTrigger(Endpoint):
     needs = ("plugin:rw",)
 
+    @extend_schema(
+        operation_id="pipeline_trigger",
+        tags=["pipelines"],
+        summary="Start a pipeline",
+        description="Asynchronous pipelines (and `?async=true`) answer 202 with the root jobs. Synchronous ones "
+        "wait for the whole tree: 200 with the terminal step's result and the tree, or 202 with "
+        "`timeout_exceeded` once the timeout (capped by `api.max_sync_timeout`) passes; more than one "
+        "entry dispatch is refused with 400. Needs `plugin:rw` (or `*`).",
+        parameters=[
+            path_param("name", "A callable (non-hook) pipeline."),
+            query_param("async", {"type": "boolean"}, "Answer 202 at once even for a synchronous pipeline."),
+        ],
+        request=shapes.PipelineTriggerRequestSerializer,
+        responses={
+            200: OpenApiResponse(shapes.PipelineRunSerializer, description="A synchronous pipeline finished."),
+            202: OpenApiResponse(
+                PolymorphicProxySerializer(
+                    component_name="PipelineAccepted",
+                    serializers=[shapes.PipelineQueuedSerializer, shapes.PipelineRunSerializer],
+                    resource_type_field_name=None,
+                ),
+                description="Queued (asynchronous), or still running at the timeout (synchronous).",
+            ),
+            **errors(400, 401, 403, 404, 415, 429),
+        },
+    )
     def post(self, request: Request, name: str) -> Response:
         runtime = self.runtime
         pipeline = runtime.pipelines.pipelines.get(name)
@@ -320,15 +459,26 @@ def _seconds(value: Any) -> float | None:
 
 
 def job_or_404(job_id: str) -> Job:
-    job = Job.objects.filter(pk=job_id).first()
+    job = Job.objects.filter(pk=job_id).first() if storable_text(job_id) else None
     if job is None:
         raise NotFound(f"no job with id {job_id!r}")
     return job
 
 
+JOB_ID = path_param("job_id", "A job id, as returned by the triggers and the job queries.")
+
+
 class JobDetail(Endpoint):
     needs = ("jobs:ro",)
 
+    @extend_schema(
+        operation_id="job",
+        tags=["jobs"],
+        summary="Job status and result",
+        description="The job and the latest attempt's result. Needs `jobs:ro` (or `jobs:rw`, `*`).",
+        parameters=[JOB_ID],
+        responses={200: shapes.JobSerializer, **errors(401, 403, 404)},
+    )
     def get(self, request: Request, job_id: str) -> Response:
         job = job_or_404(job_id)
         return Response({**job_summary(job), "result": latest_result(job)})
@@ -337,6 +487,15 @@ class JobDetail(Endpoint):
 class JobTree(Endpoint):
     needs = ("jobs:ro",)
 
+    @extend_schema(
+        operation_id="job_tree",
+        tags=["jobs"],
+        summary="Job tree",
+        description="The job and every job it led to, parents before children, each with its latest result. "
+        "Needs `jobs:ro` (or `jobs:rw`, `*`).",
+        parameters=[JOB_ID],
+        responses={200: shapes.JobSerializer(many=True), **errors(401, 403, 404)},
+    )
     def get(self, request: Request, job_id: str) -> Response:
         job_or_404(job_id)
         return Response([{**job_summary(j), "result": latest_result(j)} for j in Job.objects.tree([job_id])])
@@ -355,6 +514,14 @@ def int_param(request: Request, name: str, default: int, low: int, high: int) ->
     return value
 
 
+def text_param(request: Request, name: str) -> str | None:
+    """A query parameter that filters a text column."""
+    value = request.query_params.get(name)
+    if value is not None and not storable_text(value):
+        raise ValidationError({name: NOT_STORABLE})
+    return value
+
+
 def status_param(request: Request) -> str | None:
     raw = request.query_params.get("status")
     if not raw:
@@ -368,10 +535,22 @@ def status_param(request: Request) -> str | None:
 class Jobs(Endpoint):
     needs = ("jobs:ro",)
 
+    @extend_schema(
+        operation_id="jobs",
+        tags=["jobs"],
+        summary="List jobs",
+        description="Jobs newest first, filtered. Needs `jobs:ro` (or `jobs:rw`, `*`).",
+        parameters=[
+            *EXACT_FILTERS,
+            STATUS_FILTER,
+            query_param("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}, "Rows at most."),
+        ],
+        responses={200: shapes.JobListSerializer, **errors(400, 401, 403)},
+    )
     def get(self, request: Request) -> Response:
         rows = Job.objects.order_by("-created_at")
         for name in ("plugin", "command", "submitted_by"):
-            if value := request.query_params.get(name):
+            if value := text_param(request, name):
                 rows = rows.filter(**{name: value})
         if (wanted := status_param(request)) is not None:
             rows = rows.filter(status=wanted)
@@ -405,15 +584,38 @@ def time_param(request: Request, name: str) -> Any:
     parsed = parse_datetime(raw.replace("Z", "+00:00"))
     if parsed is None or parsed.tzinfo is None:
         raise ValidationError({name: f"must be an RFC 3339 timestamp such as 2026-11-21T10:00:00Z, got {raw!r}"})
-    return parsed
+    try:
+        # In UTC: PostgreSQL refuses offsets past ±15:59, which Python accepts up to ±23:59.
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError({name: f"is out of range in UTC, got {raw!r}"}) from None
 
 
 class JobLogs(Endpoint):
     needs = ("jobs:ro",)
 
+    @extend_schema(
+        operation_id="job_logs",
+        tags=["jobs"],
+        summary="Query job logs",
+        description="Finished attempts, newest first, filtered. Needs `jobs:ro` (or `jobs:rw`, `*`).",
+        parameters=[
+            query_param("job_id", {"type": "string"}, "Exact job id to match."),
+            *EXACT_FILTERS,
+            STATUS_FILTER,
+            query_param("from", {"type": "string", "format": "date-time"}, "Completed at or after (RFC 3339)."),
+            query_param("to", {"type": "string", "format": "date-time"}, "Completed at or before (RFC 3339)."),
+            query_param("query", {"type": "string"}, "Text to find in last_error, stderr or the result."),
+            query_param(
+                "limit", {"type": "integer", "minimum": 1, "maximum": MAX_LOGS, "default": 50}, "Rows at most."
+            ),
+            query_param("include_result", {"type": "boolean"}, "Include each attempt's full result."),
+        ],
+        responses={200: shapes.JobLogListSerializer, **errors(400, 401, 403)},
+    )
     def get(self, request: Request) -> Response:
         q = request.query_params
-        filters = {k: q.get(k) for k in ("job_id", "plugin", "command", "submitted_by", "query")}
+        filters = {k: text_param(request, k) for k in ("job_id", "plugin", "command", "submitted_by", "query")}
         filters["status"] = status_param(request)
         include = str(q.get("include_result", "")).lower() in ("1", "true", "yes")
         try:
@@ -433,11 +635,25 @@ class JobLogs(Endpoint):
 
 
 class AnalyticsQueue(Endpoint):
+    @extend_schema(
+        operation_id="analytics_queue",
+        tags=["analytics"],
+        summary="Queue metrics",
+        description="Jobs per status, queue depth, retries waiting and live workers. Needs `*`.",
+        responses={200: shapes.QueueStatusSerializer, **errors(401, 403)},
+    )
     def get(self, request: Request) -> Response:
         return Response(queue_status(lease_ttl=self.runtime.config.service.lease_ttl))
 
 
 class AnalyticsSummary(Endpoint):
+    @extend_schema(
+        operation_id="analytics_summary",
+        tags=["analytics"],
+        summary="Last 24 hours",
+        description="Finished attempts per status over the last 24 hours. Needs `*`.",
+        responses={200: shapes.SummarySerializer, **errors(401, 403)},
+    )
     def get(self, request: Request) -> Response:
         since = timezone.now() - timedelta(hours=24)
         counts = dict(
