@@ -89,8 +89,7 @@ def system(process_db):
         },
     ]
     cfg.write()
-    # One API process, so max_concurrent_sync: 1 is one caller for the whole listener.
-    env = cli_env(cfg, DUCTILE_API_PROCESSES="1")
+    env = cli_env(cfg)
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "manage.py"), "system", "start", "--config-dir", str(cfg.path)],
         env=env,

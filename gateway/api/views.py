@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from datetime import UTC, timedelta
 from typing import Any
@@ -21,6 +20,7 @@ from rest_framework.views import APIView
 
 from gateway.api import serializers as shapes
 from gateway.api.serializers import errors
+from gateway.api.syncgate import Busy, sync_slot
 from gateway.config.durations import parse_duration
 from gateway.config.frozen import thaw
 from gateway.events import SyncRefused, enqueue, pipeline_entries, run_synchronously, sync_timeout
@@ -372,28 +372,6 @@ class PluginTrigger(Endpoint):
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
-class _SyncGate:
-    """`api.max_concurrent_sync` callers may wait at once (per API process); the next gets 429."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.waiting = 0
-
-    def enter(self, limit: int) -> bool:
-        with self._lock:
-            if self.waiting >= limit:
-                return False
-            self.waiting += 1
-            return True
-
-    def leave(self) -> None:
-        with self._lock:
-            self.waiting -= 1
-
-
-SYNC_GATE = _SyncGate()
-
-
 class PipelineTrigger(Endpoint):
     needs = ("plugin:rw",)
 
@@ -437,16 +415,17 @@ class PipelineTrigger(Endpoint):
         api = thaw(runtime.config.api)
         limit = int(api.get("max_concurrent_sync") or 10)
         cap = _seconds(api.get("max_sync_timeout"))
-        if not SYNC_GATE.enter(limit):
-            raise Throttled(detail=f"{limit} synchronous callers are already waiting (api.max_concurrent_sync)")
         try:
-            outcome = run_synchronously(
-                runtime, name, payload, submitted_by="api", timeout=sync_timeout(pipeline, None, cap)
-            )
+            with sync_slot(runtime.config.state_path.parent / "sync-slots", limit):
+                outcome = run_synchronously(
+                    runtime, name, payload, submitted_by="api", timeout=sync_timeout(pipeline, None, cap)
+                )
+        except Busy:
+            raise Throttled(
+                detail=f"{limit} synchronous callers are already waiting (api.max_concurrent_sync)"
+            ) from None
         except SyncRefused as exc:
             raise ValidationError(str(exc) + "; add ?async=true") from exc
-        finally:
-            SYNC_GATE.leave()
         code = status.HTTP_200_OK if outcome.complete else status.HTTP_202_ACCEPTED
         return Response(outcome.report(), status=code)
 
