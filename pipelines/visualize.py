@@ -7,7 +7,7 @@ import re
 from pipelines.dsl import SWITCH_FALSE, SWITCH_SUFFIX, SWITCH_TRUE, Pipeline
 
 
-def _label(text: str) -> str:
+def mermaid_label(text: str) -> str:
     """Text that is safe inside a quoted Mermaid label."""
     return text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
@@ -25,12 +25,12 @@ def mermaid(pipeline: Pipeline) -> str:
     trigger = ("hook " if pipeline.is_hook else "on ") + pipeline.trigger
     if pipeline.from_plugin:
         trigger += f" from {pipeline.from_plugin}"
-    lines = ["flowchart TD", f'    trigger(["{_label(trigger)}"])']
+    lines = ["flowchart TD", f'    trigger(["{mermaid_label(trigger)}"])']
     for node in pipeline.nodes.values():
         if node.kind == "switch":
-            lines.append(f'    {ids[node.id]}{{"if: {_label(node.id.removesuffix(SWITCH_SUFFIX))}"}}')
+            lines.append(f'    {ids[node.id]}{{"if: {mermaid_label(node.id.removesuffix(SWITCH_SUFFIX))}"}}')
         else:
-            label = f"{_label(node.id)}<br/>{_label(node.plugin)}.{_label(node.command)}"
+            label = f"{mermaid_label(node.id)}<br/>{mermaid_label(node.plugin)}.{mermaid_label(node.command)}"
             lines.append(f'    {ids[node.id]}["{label}"]')
     for entry in pipeline.entries:
         lines.append(f"    trigger -->{'|if|' if pipeline.condition else ''} {ids[entry]}")

@@ -1,0 +1,165 @@
+"""`GET /events`: the live `event_log` as Server-Sent Events, resumable by row id.
+
+Ordering. `event_log.id` is allocated in insert order on both backends (SQLite AUTOINCREMENT,
+PostgreSQL identity), so it is the cursor; `created_at` is not, being the writer's clock read
+before its transaction. But ids become visible in *commit* order. On SQLite the two agree: one
+writer holds the lock from its first insert to its commit. On PostgreSQL a transaction that took
+id 10 may commit after one that took id 11, and a reader that moved past 11 would never see 10.
+So the cursor also watches the gaps it skipped, for GAP_GRACE_SECONDS, and sends a row that fills
+one when it appears (out of id order, with its own id). A gap that stays empty was a rolled-back
+insert or a pruned row.
+
+Waking. Streams sleep on the finished-job wake-up (jobs write their events in the transaction that
+finishes them) and re-check the database at least every POLL_SECONDS, which also covers events
+written without a finish (retries). One listener serves every stream of the process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from django.db.models import Max, Q
+
+from gateway.reports import ts
+from gateway.wakeup import WakeListener
+from ledger import wakeups
+from ledger.models import EventRecord
+
+POLL_SECONDS = 0.25
+KEEPALIVE_SECONDS = 15.0
+GAP_GRACE_SECONDS = 10.0
+MAX_GAPS = 256  # beyond this the oldest gaps are given up: a bound on each poll's query
+BATCH = 500
+
+
+@dataclass
+class Gap:
+    low: int
+    high: int
+    expires: float
+
+
+@dataclass
+class EventCursor:
+    """The rows a stream still owes: every id above `last`, and the recent gaps below it."""
+
+    last: int
+    gaps: list[Gap] = field(default_factory=list)
+
+    def pending(self, now: float) -> Q:
+        self.gaps = [gap for gap in self.gaps if gap.expires > now]
+        condition = Q(id__gt=self.last)
+        for gap in self.gaps:
+            condition |= Q(id__gte=gap.low, id__lte=gap.high)
+        return condition
+
+    def advance(self, ids: Sequence[int], now: float) -> None:
+        """Record rows as sent (`ids` ascending): ids past `last` open gaps for what they skip;
+        ids inside a gap fill it."""
+        for row_id in ids:
+            if row_id > self.last:
+                if row_id > self.last + 1:
+                    self.gaps.append(Gap(self.last + 1, row_id - 1, now + GAP_GRACE_SECONDS))
+                self.last = row_id
+                continue
+            for index, gap in enumerate(self.gaps):
+                if gap.low <= row_id <= gap.high:
+                    parts = [Gap(gap.low, row_id - 1, gap.expires), Gap(row_id + 1, gap.high, gap.expires)]
+                    self.gaps[index : index + 1] = [part for part in parts if part.low <= part.high]
+                    break
+        del self.gaps[:-MAX_GAPS]
+
+
+def latest_id() -> int:
+    return EventRecord.objects.aggregate(last=Max("id"))["last"] or 0
+
+
+class Bell:
+    """Rings every open stream of this process when a job finishes anywhere (a same-host socket or
+    LISTEN on PostgreSQL, started with the first stream and stopped with the last) or in-process."""
+
+    def __init__(self, channel: str = wakeups.FINISHED):
+        self.channel = channel
+        self._lock = threading.Lock()
+        self._waiters: set[threading.Event] = set()
+        self._listener: WakeListener | None = None
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._waiters)
+
+    def subscribe(self) -> threading.Event:
+        waiter = threading.Event()
+        with self._lock:
+            if not self._waiters:
+                self._listener = WakeListener(self.ring, self.channel)
+                self._listener.start()
+                wakeups.add_listener(self.ring, self.channel)
+            self._waiters.add(waiter)
+        return waiter
+
+    def unsubscribe(self, waiter: threading.Event) -> None:
+        with self._lock:
+            self._waiters.discard(waiter)
+            if self._waiters or self._listener is None:
+                return
+            listener, self._listener = self._listener, None
+            wakeups.remove_listener(self.ring, self.channel)
+        # Outside the lock: stopping joins the listener's thread, which may be waiting in ring().
+        listener.stop()
+
+    def ring(self) -> None:
+        with self._lock:
+            waiters = list(self._waiters)
+        for waiter in waiters:
+            waiter.set()
+
+
+BELL = Bell()
+
+
+def frame(row: EventRecord) -> bytes:
+    data = {
+        "id": row.id,
+        "type": row.type,
+        "event_id": row.event_id,
+        "source": row.source,
+        "job_id": row.job_id,
+        "payload": row.payload,
+        "created_at": ts(row.created_at),
+    }
+    # A line break in a plugin-chosen type would end the `event:` field early; `data` keeps it exact.
+    name = " ".join(row.type.splitlines())
+    return f"id: {row.id}\nevent: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def stream(cursor: EventCursor, types: frozenset[str], bell: Bell = BELL) -> Iterator[bytes]:
+    """SSE frames until the client goes away: the server's write fails, the WSGI server closes
+    this generator, and `finally` lets go of the wake-up. A keep-alive comment every
+    KEEPALIVE_SECONDS of silence both holds proxies open and finds a dead client within that."""
+    waiter = bell.subscribe()
+    try:
+        # The id sets the client's Last-Event-ID before any event arrives, so a reconnect resumes
+        # from here rather than from whenever it reconnects.
+        yield f": stream open\nid: {cursor.last}\n\n".encode()
+        quiet_since = time.monotonic()
+        while True:
+            waiter.clear()  # before reading: a wake-up during the read makes the next wait return
+            rows = list(EventRecord.objects.filter(cursor.pending(time.monotonic())).order_by("id")[:BATCH])
+            cursor.advance([row.id for row in rows], time.monotonic())
+            for row in rows:
+                # Filtered here, not in SQL, so the cursor sees every id and gaps are only real gaps.
+                if not types or row.type in types:
+                    yield frame(row)
+                    quiet_since = time.monotonic()
+            if time.monotonic() - quiet_since >= KEEPALIVE_SECONDS:
+                yield b": keep-alive\n\n"
+                quiet_since = time.monotonic()
+            if len(rows) < BATCH:
+                waiter.wait(POLL_SECONDS)
+    finally:
+        bell.unsubscribe(waiter)
