@@ -2,11 +2,12 @@
 
     .venv/bin/python tests/bench/run_all.py [--out-dir DIR] [--quick]
 
-Writes DIR/throughput.json, latency.json, idle.json, queue_ops.json and pipeline.json (DIR
-defaults to a new temporary directory, printed at the end) and prints a one-screen summary. About
-5 minutes on a 2-core VM; --quick runs one throughput repetition, a 10 s idle window and 50
-pipeline trees instead. The pipeline benchmark runs once here; `bench_pipeline.py` alone runs
-three times by default.
+Writes DIR/throughput.json, latency.json, idle.json, queue_ops.json, pipeline.json and
+scheduler.json (DIR defaults to a new temporary directory, printed at the end) and prints a
+one-screen summary. About 15 minutes on a 2-core VM; --quick (about 6 minutes) runs one
+throughput repetition, a 10 s idle window, 50 pipeline trees and a 30 s scheduler window with a
+2,000-job history instead. The pipeline and scheduler benchmarks run once here (SQLite only for
+the scheduler); `bench_pipeline.py` and `bench_scheduler.py` alone run three times by default.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def main() -> None:
         "idle": ["bench_idle.py", *(["--window", "10"] if args.quick else [])],
         "queue_ops": ["bench_queue_ops.py"],
         "pipeline": ["bench_pipeline.py", "--runs", "1", *(["--trees", "50", "--cli-runs", "3"] if args.quick else [])],
+        "scheduler": [
+            "bench_scheduler.py",
+            "--runs",
+            "1",
+            *(["--window", "30", "--history", "2000"] if args.quick else []),
+        ],
     }
     results = {}
     for name, cmd in plan.items():
@@ -44,7 +51,9 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )
         results[name] = json.loads((out / f"{name}.json").read_text())
-    t, lat, idle, ops, pipe = (results[k] for k in plan)
+    t, lat, idle, ops, pipe, sched = (results[k] for k in plan)
+    ticks = sched["runs"][0]["ticks"]
+    fires = {f["scenario"]: f for f in sched["runs"][0]["fire"]}
     pipe_ms = pipe["runs"][0]["ms"]
     s = t["summary"]
     lines = [
@@ -63,6 +72,14 @@ def main() -> None:
         f"pipeline, 3 steps, gateway overhead: p50 {pipe_ms['overhead']['p50']} ms (target <= 30),"
         f" p99 {pipe_ms['overhead']['p99']} ms; synchronous caller p50 {pipe_ms['caller']['p50']} ms"
         f" (TreeWaiter exit {pipe_ms['caller.waiter_exit']['p50']} ms)",
+        f"scheduler, 1,000 entries: idle tick p50 {ticks['idle_tick_ms']['wall']['p50']} ms,"
+        f" p99 {ticks['idle_tick_ms']['wall']['p99']} ms (target <= 20);"
+        f" per fired entry p50 {ticks['due_tick_ms'][2]['per_fired_entry_wall']['p50']} ms (k = 100)",
+        *(
+            f"scheduler fire time ({name}): commit - due p99 {f['commit_minus_due_ms']['p99']} ms,"
+            f" created_at - due p99 {f['created_minus_due_ms']['p99']} ms (target <= 1000)"
+            for name, f in fires.items()
+        ),
         f"results: {out}",
     ]
     print("\n".join(lines))
