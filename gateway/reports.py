@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from gateway.runtime import Runtime
 from gateway.scheduler.spec import Schedule
 from gateway.scheduler.timing import next_run
 from ledger.models import (
@@ -173,8 +174,7 @@ def job_detail(job: Job) -> dict[str, Any]:
 def queue_status(now: datetime | None = None, lease_ttl: float = 60.0) -> dict[str, Any]:
     now = now or timezone.now()
     counts = dict(Job.objects.values_list("status").annotate(n=Count("id")).order_by())
-    fresh = now - timedelta(seconds=lease_ttl)
-    workers = WorkerInstance.objects.alive().filter(heartbeat_at__gte=fresh).order_by("started_at")
+    workers = WorkerInstance.objects.heartbeating(now, lease_ttl).order_by("started_at")
     return {
         "queue": {status: counts.get(status, 0) for status in JobStatus.values},
         "queue_depth": counts.get(JobStatus.QUEUED, 0),
@@ -191,6 +191,17 @@ def queue_status(now: datetime | None = None, lease_ttl: float = 60.0) -> dict[s
             }
             for w in workers
         ],
+    }
+
+
+def health_status(runtime: Runtime, uptime_seconds: int) -> dict[str, Any]:
+    """The `/healthz` fields the API and the webhook listener share (spec 000 §9, §10.3)."""
+    return {
+        "status": "ok",
+        "uptime_seconds": uptime_seconds,
+        "queue_depth": Job.objects.queued().count(),
+        "plugins_loaded": len(runtime.registry.instances),
+        "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
     }
 
 

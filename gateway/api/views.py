@@ -25,10 +25,18 @@ from gateway.config.durations import parse_duration
 from gateway.config.frozen import thaw
 from gateway.events import SyncRefused, enqueue, pipeline_entries, run_synchronously, sync_timeout
 from gateway.plugins.registry import PluginInstance
-from gateway.reports import MAX_LOGS, find_logs, job_summary, latest_result, normalise_status, queue_status
+from gateway.reports import (
+    MAX_LOGS,
+    find_logs,
+    health_status,
+    job_summary,
+    latest_result,
+    normalise_status,
+    queue_status,
+)
 from gateway.runtime import RUNTIME, Runtime
 from gateway.version import gateway_version
-from ledger.models import CircuitBreaker, Job, JobLog, JobSpec
+from ledger.models import Job, JobLog, JobSpec, WorkerInstance
 from ledger.states import JobStatus
 
 OPEN = None  # `scopes` answer for endpoints anyone may call
@@ -171,15 +179,11 @@ class Health(Endpoint):
     )
     def get(self, request: Request) -> Response:
         runtime = self.runtime
-        queue = queue_status(lease_ttl=runtime.config.service.lease_ttl)
+        workers = WorkerInstance.objects.heartbeating(timezone.now(), runtime.config.service.lease_ttl).count()
         return Response(
             {
-                "status": "ok",
-                "uptime_seconds": uptime_seconds(),
-                "queue_depth": queue["queue_depth"],
-                "plugins_loaded": len(runtime.registry.instances),
-                "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
-                "workers": len(queue["workers"]),
+                **health_status(runtime, uptime_seconds()),
+                "workers": workers,
                 "config_path": str(runtime.config.config_dir),
                 "version": gateway_version(),
             }

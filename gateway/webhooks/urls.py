@@ -12,7 +12,7 @@ urlpatterns = [
     re_path(r"^.*$", views.receive, name="webhooks-receive"),
 ]
 
-handler400 = views.bad_request
-handler403 = views.permission_denied
+handler400 = "gateway.api.errors.bad_request"
+handler403 = "gateway.api.errors.forbidden"
 handler404 = views.page_not_found
-handler500 = views.server_error
+handler500 = "gateway.api.errors.server_error"

@@ -10,11 +10,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from gateway.logs import logger
+from gateway.reports import health_status
 from gateway.runtime import RUNTIME
 from gateway.webhooks.delivery import UnstorableBody, enqueue_delivery
 from gateway.webhooks.endpoints import load_webhooks
 from gateway.webhooks.signatures import signature_matches
-from ledger.models import CircuitBreaker, Job
 
 log = logger("webhooks")
 _STARTED = time.monotonic()
@@ -79,16 +79,7 @@ def health(request: HttpRequest) -> HttpResponse:
     """§10.3: `/healthz` on the listener's port, unauthenticated."""
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed("GET, HEAD")
-    runtime = RUNTIME.get()
-    return JsonResponse(
-        {
-            "status": "ok",
-            "uptime_seconds": int(time.monotonic() - _STARTED),
-            "queue_depth": Job.objects.queued().count(),
-            "plugins_loaded": len(runtime.registry.instances),
-            "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
-        }
-    )
+    return JsonResponse(health_status(RUNTIME.get(), int(time.monotonic() - _STARTED)))
 
 
 def _method_not_allowed(allowed: str) -> JsonResponse:
@@ -97,20 +88,8 @@ def _method_not_allowed(allowed: str) -> JsonResponse:
     return response
 
 
-# Django's error handlers (the URLconf names them), so even its own errors are JSON.
-
-
-def bad_request(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return JsonResponse({"error": "bad request"}, status=400)
-
-
-def permission_denied(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return JsonResponse({"error": "forbidden"}, status=403)
+# Django's 404 for the listener (its 400, 403 and 500 are the API's: gateway.api.errors).
 
 
 def page_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     return JsonResponse({"error": "not found"}, status=404)
-
-
-def server_error(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"error": "internal server error"}, status=500)

@@ -4,7 +4,7 @@ configured plugin)."""
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import models
 from django.utils import timezone
@@ -19,6 +19,10 @@ class WorkerState(models.TextChoices):
 class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
     def alive(self) -> WorkerInstanceQuerySet:
         return self.filter(state=WorkerState.RUNNING)
+
+    def heartbeating(self, now: datetime, lease_ttl: float) -> WorkerInstanceQuerySet:
+        """Running and heard from within one lease: what status reports count as live."""
+        return self.alive().filter(heartbeat_at__gte=now - timedelta(seconds=lease_ttl))
 
     def dead_on_host(self, hostname: str, *, exclude: str) -> list[str]:
         """Ids of workers on this host whose process is gone: their claims need no lease wait."""
