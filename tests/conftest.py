@@ -17,7 +17,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ductile_site.settings")
 
 import pytest  # noqa: E402
 
-from tests.support import ConfigDir  # noqa: E402
+from tests.support import ConfigDir, installed_runtime  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,15 +31,8 @@ def config_dir(tmp_path: Path) -> ConfigDir:
 @pytest.fixture
 def runtime(config_dir: ConfigDir):
     """Install `config_dir`'s runtime as the process runtime for in-process tests."""
-    from gateway.runtime import RUNTIME
-
-    previous = (RUNTIME._current, RUNTIME.error, RUNTIME.config_dir)
-    config_dir.write()
-    RUNTIME.load(config_dir.path, os.environ)
-    if RUNTIME.error:
-        raise RUNTIME.error
-    yield RUNTIME
-    RUNTIME._current, RUNTIME.error, RUNTIME.config_dir = previous
+    with installed_runtime(config_dir) as runtime:
+        yield runtime
 
 
 @pytest.fixture

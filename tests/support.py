@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,30 @@ class ConfigDir:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         return target
+
+
+def load_runtime(config: ConfigDir, environ: Mapping[str, str] | None = None) -> Any:
+    """Write the config and make it the process runtime (gateway.runtime.RUNTIME); a config
+    error fails the test with its message."""
+    from gateway.runtime import RUNTIME
+
+    config.write()
+    RUNTIME.load(config.path, os.environ if environ is None else environ)
+    if RUNTIME.error:
+        raise RUNTIME.error
+    return RUNTIME
+
+
+@contextmanager
+def installed_runtime(config: ConfigDir, environ: Mapping[str, str] | None = None) -> Iterator[Any]:
+    """`load_runtime` for the length of a block; the previous process runtime comes back after."""
+    from gateway.runtime import RUNTIME
+
+    previous = (RUNTIME._current, RUNTIME.error, RUNTIME.config_dir)
+    try:
+        yield load_runtime(config, environ)
+    finally:
+        RUNTIME._current, RUNTIME.error, RUNTIME.config_dir = previous
 
 
 def cli_env(config: ConfigDir, **extra: str) -> dict[str, str]:

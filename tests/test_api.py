@@ -4,7 +4,6 @@ scope rules, the triggers and the job queries, every error as JSON."""
 from __future__ import annotations
 
 import json
-import os
 
 import blake3
 import pytest
@@ -12,6 +11,7 @@ from rest_framework.test import APIClient
 
 from gateway.runtime import RUNTIME
 from ledger.models import Job
+from tests.support import installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -46,11 +46,8 @@ def api(config_dir):
             "steps": [{"split": [{"uses": "echo"}, {"uses": "probe"}]}],
         },
     ]
-    config_dir.write()
-    RUNTIME.load(config_dir.path, os.environ)
-    if RUNTIME.error:
-        raise RUNTIME.error
-    return APIClient()
+    with installed_runtime(config_dir):
+        yield APIClient()
 
 
 def as_(client, name):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import time
 from datetime import timedelta
@@ -24,7 +23,7 @@ from gateway import eventstream
 from gateway.redaction import REDACTED, config_view, redact
 from gateway.runtime import RUNTIME
 from ledger.models import EventRecord, JobStopwatch
-from tests.support import wait_for
+from tests.support import installed_runtime, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -88,13 +87,8 @@ def ops(config_dir, monkeypatch):
             "steps": [{"id": "page", "uses": "probe"}],
         },
     ]
-    previous = (RUNTIME._current, RUNTIME.error, RUNTIME.config_dir)
-    config_dir.write()
-    RUNTIME.load(config_dir.path, os.environ)
-    if RUNTIME.error:
-        raise RUNTIME.error
-    yield config_dir
-    RUNTIME._current, RUNTIME.error, RUNTIME.config_dir = previous
+    with installed_runtime(config_dir):
+        yield config_dir
 
 
 @pytest.fixture

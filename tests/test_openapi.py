@@ -6,7 +6,6 @@ is scoped to one plugin; Swagger UI works offline; and the live API conforms to 
 from __future__ import annotations
 
 import json
-import os
 import re
 from itertools import product
 from typing import Any
@@ -27,7 +26,7 @@ from schemathesis import GenerationMode
 from gateway.api.openapi import SwaggerDocs, expand_input_schema
 from gateway.runtime import RUNTIME
 from ledger.models import Job
-from tests.support import PLUGIN_ROOTS
+from tests.support import PLUGIN_ROOTS, load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -245,8 +244,7 @@ def test_expand_input_schema(declared, expanded):
 def test_a_reload_shows_in_the_document(api, config_dir):
     assert "/plugin/py-greet/poll" in document(api)["paths"]
     del config_dir.plugins["py-greet"]
-    config_dir.write()
-    RUNTIME.load(config_dir.path, os.environ)
+    load_runtime(config_dir)
     doc = document(api)
     assert "/plugin/py-greet/poll" not in doc["paths"]
     assert "py-greet" not in {t["name"] for t in doc["tags"]}

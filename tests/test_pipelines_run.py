@@ -4,14 +4,13 @@ split, call, `if:` true and false, from_plugin, depth exhaustion (DSL reference 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from gateway.dispatch import Executor
-from gateway.runtime import RUNTIME
 from ledger.models import EventContext, Job, JobLog, JobSpec
 from ledger.states import JobStatus
+from tests.support import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -19,11 +18,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 def load(config_dir, pipelines, **plugins):
     config_dir.plugins.update(plugins)
     config_dir.extra["pipelines"] = pipelines
-    config_dir.write()
-    RUNTIME.load(config_dir.path, os.environ)
-    if RUNTIME.error:
-        raise RUNTIME.error
-    return RUNTIME
+    return load_runtime(config_dir)
 
 
 def drain(holder, limit=50):

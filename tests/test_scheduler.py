@@ -5,7 +5,6 @@ manual pause, and the circuit breaker sequence through real failing jobs."""
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -23,6 +22,7 @@ from ledger.models import (
     ScheduleStatus,
 )
 from ledger.states import JobStatus
+from tests.support import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -40,10 +40,7 @@ class Clock:
 def scheduler(config_dir, clock, **plugin_fields) -> Scheduler:
     for name, fields in plugin_fields.items():
         config_dir.plugins[name] = {**config_dir.plugins.get(name, {}), **fields}
-    config_dir.write()
-    RUNTIME.load(config_dir.path, os.environ)
-    if RUNTIME.error:
-        raise RUNTIME.error
+    load_runtime(config_dir)
     loop = Scheduler(RUNTIME, clock=clock, install_signals=False)
     loop.start(clock())
     return loop

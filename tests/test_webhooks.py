@@ -29,7 +29,7 @@ from gateway.dispatch import Executor
 from gateway.runtime import RUNTIME, build_runtime
 from gateway.webhooks.endpoints import DEFAULT_MAX_BODY_SIZE, Webhooks, load_webhooks, parse_size
 from ledger.models import Job, JobLog, JobTransition
-from tests.support import REPO, ConfigDir, cli_env, ledger, wait_for
+from tests.support import REPO, ConfigDir, cli_env, installed_runtime, ledger, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -76,14 +76,9 @@ def write_config(cfg: ConfigDir, webhooks: str = WEBHOOKS, *, listen: str | None
 @pytest.fixture
 def listener(config_dir: ConfigDir) -> Iterator[Client]:
     """An in-process listener on `config_dir` (the webhook URLconf, the real queue)."""
-    previous = (RUNTIME._current, RUNTIME.error, RUNTIME.config_dir)
     write_config(config_dir)
-    RUNTIME.load(config_dir.path, {**os.environ, **ENV})
-    if RUNTIME.error:
-        raise RUNTIME.error
-    with override_settings(ROOT_URLCONF="gateway.webhooks.urls"):
+    with installed_runtime(config_dir, {**os.environ, **ENV}), override_settings(ROOT_URLCONF="gateway.webhooks.urls"):
         yield Client()
-    RUNTIME._current, RUNTIME.error, RUNTIME.config_dir = previous
 
 
 HUB = "X-Hub-Signature-256"
@@ -265,16 +260,10 @@ def test_healthz_reports_the_spec_fields(listener: Client) -> None:
 
 def test_without_webhooks_yaml_the_listener_has_no_endpoints(config_dir: ConfigDir) -> None:
     """WEBHOOKS.md: "If webhooks.yaml is not included, the listener will start without endpoints"."""
-    previous = (RUNTIME._current, RUNTIME.error, RUNTIME.config_dir)
-    config_dir.write()
-    RUNTIME.load(config_dir.path, os.environ)
-    try:
-        with override_settings(ROOT_URLCONF="gateway.webhooks.urls"):
-            client = Client()
-            assert post(client, "/webhook/github", BODY, {HUB: sign(BODY)}).status_code == 404
-            assert client.get("/healthz").status_code == 200
-    finally:
-        RUNTIME._current, RUNTIME.error, RUNTIME.config_dir = previous
+    with installed_runtime(config_dir), override_settings(ROOT_URLCONF="gateway.webhooks.urls"):
+        client = Client()
+        assert post(client, "/webhook/github", BODY, {HUB: sign(BODY)}).status_code == 404
+        assert client.get("/healthz").status_code == 200
 
 
 # -- what the plugin receives ---------------------------------------------------------------------
