@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Count, Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from gateway.runtime import Runtime
 from gateway.scheduler.spec import Schedule
@@ -29,6 +30,18 @@ from pipelines.router import CONTROL
 
 def ts(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def parse_rfc3339(raw: str) -> datetime:
+    """A filter's timestamp, in UTC. ValueError says what is wrong (the caller names the filter)."""
+    parsed = parse_datetime(raw.replace("Z", "+00:00")) if raw else None
+    if parsed is None or parsed.tzinfo is None:
+        raise ValueError(f"must be an RFC 3339 timestamp such as 2026-11-21T10:00:00Z, got {raw!r}")
+    try:
+        # In UTC: PostgreSQL refuses offsets past ±15:59, which Python accepts up to ±23:59.
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"is out of range in UTC, got {raw!r}") from None
 
 
 def parse_response(text: str | None) -> Any:

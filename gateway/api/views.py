@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Count
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
@@ -32,7 +31,9 @@ from gateway.reports import (
     job_summary,
     latest_result,
     normalise_status,
+    parse_rfc3339,
     queue_status,
+    ts,
 )
 from gateway.runtime import RUNTIME, Runtime
 from gateway.version import gateway_version
@@ -556,22 +557,14 @@ class Jobs(Endpoint):
         return Response({"jobs": jobs, "total": rows.count()})
 
 
-def ts(value: Any) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
 def time_param(request: Request, name: str) -> Any:
     raw = request.query_params.get(name)
     if not raw:
         return None
-    parsed = parse_datetime(raw.replace("Z", "+00:00"))
-    if parsed is None or parsed.tzinfo is None:
-        raise ValidationError({name: f"must be an RFC 3339 timestamp such as 2026-11-21T10:00:00Z, got {raw!r}"})
     try:
-        # In UTC: PostgreSQL refuses offsets past ±15:59, which Python accepts up to ±23:59.
-        return parsed.astimezone(UTC)
-    except OverflowError:
-        raise ValidationError({name: f"is out of range in UTC, got {raw!r}"}) from None
+        return parse_rfc3339(raw)
+    except ValueError as exc:
+        raise ValidationError({name: str(exc)}) from None
 
 
 class JobLogs(Endpoint):

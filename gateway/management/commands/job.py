@@ -7,22 +7,21 @@ from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandParser
-from django.utils.dateparse import parse_datetime
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.events import enqueue, replay_spec
 from gateway.management.commands.pipeline import run_tree
-from gateway.reports import MAX_LOGS, claims_only, find_logs, job_detail
+from gateway.reports import MAX_LOGS, claims_only, find_logs, job_detail, parse_rfc3339
 from ledger.models import EventContext, Job
 
 
 def rfc3339(value: str | None, flag: str) -> datetime | None:
     if value is None:
         return None
-    parsed = parse_datetime(value.replace("Z", "+00:00")) if value else None
-    if parsed is None or parsed.tzinfo is None:
-        raise Exit(EXIT_USAGE, f"{flag} must be an RFC 3339 timestamp such as 2026-11-21T10:00:00Z, got {value!r}")
-    return parsed
+    try:
+        return parse_rfc3339(value)
+    except ValueError as exc:
+        raise Exit(EXIT_USAGE, f"{flag} {exc}") from None
 
 
 def tree_lines(tree: list[dict[str, Any]], verbose: bool) -> list[str]:
