@@ -5,13 +5,14 @@ manual pause, and the circuit breaker sequence through real failing jobs."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gateway.dispatch import Executor
 from gateway.runtime import RUNTIME
-from gateway.scheduler.loop import Scheduler
+from gateway.scheduler.loop import FIRE_BATCH, Scheduler
 from ledger.models import (
     BreakerState,
     CircuitBreaker,
@@ -172,8 +173,8 @@ def test_two_schedulers_racing_for_one_due_run_fire_it_once(config_dir):
     # Both read the due row before either fires it.
     seen_by_first, seen_by_second = row(), row()
     schedule = first.schedules[("stress", "default")]
-    assert first.fire(schedule, seen_by_first, due) is not None
-    assert second.fire(schedule, seen_by_second, due) is None
+    assert [f.address for f in first.fire([(schedule, seen_by_first)], due)] == ["stress:default"]
+    assert second.fire([(schedule, seen_by_second)], due) == []
     assert len(jobs()) == 1
 
 
@@ -264,3 +265,71 @@ def test_the_breaker_opens_on_scheduled_failures_probes_after_cooldown_and_close
     assert row().last_success_job_id is None  # learnt at the next tick
     loop.tick(at + timedelta(minutes=1))
     assert row().last_success_job_id == jobs()[-1].id and jobs()[-1].status == JobStatus.SUCCEEDED
+
+
+def test_a_burst_of_due_entries_fires_every_one_across_batches(config_dir):
+    # More entries than one transaction fires (FIRE_BATCH), all due at the same instant.
+    count = FIRE_BATCH * 2 + 50
+    clock = Clock(T0)
+    entries = [{"id": f"e{n:03d}", "at": "2026-11-23T09:05:00Z"} for n in range(count)]
+    loop = scheduler(config_dir, clock, stress=stress(*entries, max_outstanding_polls=count))
+    fired = loop.tick(T0 + timedelta(minutes=5))
+    assert sorted(f.address for f in fired) == [f"stress:e{n:03d}" for n in range(count)]
+    assert all(len(f.job_ids) == 1 and f.skipped is None for f in fired)
+    by_key = {j.dedupe_key: j for j in jobs()}
+    assert len(by_key) == count
+    for entry in ScheduleEntry.objects.all():
+        assert entry.status == ScheduleStatus.EXHAUSTED
+        assert entry.last_job_id == by_key[f"stress:poll:{entry.schedule_id}"].id
+    assert loop.tick(T0 + timedelta(minutes=6)) == []
+
+
+def test_the_poll_guard_counts_the_runs_its_batch_admitted_before(config_dir):
+    clock = Clock(T0)
+    loop = scheduler(config_dir, clock, stress=stress({"id": "a", "every": "5m"}, {"id": "b", "every": "5m"}))
+    fired = loop.tick(T0 + timedelta(minutes=5))  # both due together, one poll allowed
+    assert len(jobs()) == 1
+    (skipped,) = [f for f in fired if f.skipped]
+    assert "1 scheduled poll(s) outstanding (max_outstanding_polls: 1)" in skipped.skipped
+
+
+def test_a_half_open_breaker_sends_one_probe_when_two_entries_of_its_target_are_due_together(config_dir):
+    clock = Clock(T0)
+    loop = scheduler(
+        config_dir,
+        clock,
+        stress=stress({"id": "a", "every": "5m"}, {"id": "b", "every": "5m"}, max_outstanding_polls=5),
+    )
+    CircuitBreaker.objects.create(
+        plugin="stress", command="poll", state=BreakerState.OPEN, failure_count=3, opened_at=T0 - timedelta(hours=1)
+    )
+    fired = loop.tick(T0 + timedelta(minutes=5))
+    (probe,) = jobs()
+    assert sorted((f.job_ids, f.skipped) for f in fired) == [((), "circuit breaker half_open"), ((probe.id,), None)]
+    breaker = CircuitBreaker.objects.get(plugin="stress")
+    assert (breaker.state, breaker.last_job_id) == (BreakerState.HALF_OPEN, probe.id)
+
+
+def test_an_entry_that_cannot_fire_does_not_hold_up_the_rest_of_its_batch(config_dir, monkeypatch, caplog):
+    clock = Clock(T0)
+    loop = scheduler(
+        config_dir,
+        clock,
+        stress=stress(*({"id": name, "every": "5m"} for name in ("a", "b", "c")), max_outstanding_polls=5),
+    )
+    planned = Scheduler._plan
+
+    def broken_b(self, schedule, row, now):
+        if schedule.id == "b":
+            raise RuntimeError("cannot compute b's next run")
+        return planned(self, schedule, row, now)
+
+    monkeypatch.setattr(Scheduler, "_plan", broken_b)
+    monkeypatch.setattr(logging.getLogger("ductile"), "propagate", True)  # to caplog
+    fired = loop.tick(T0 + timedelta(minutes=5))
+    assert sorted(f.address for f in fired) == ["stress:a", "stress:c"]
+    assert sorted(j.dedupe_key for j in jobs()) == ["stress:poll:a", "stress:poll:c"]
+    assert "schedule stress:b: firing failed; retried at the next tick" in caplog.text
+    assert row(schedule_id="b").next_run_at == T0 + timedelta(minutes=5)  # still due, nothing lost
+    monkeypatch.setattr(Scheduler, "_plan", planned)
+    assert [f.address for f in loop.tick(T0 + timedelta(minutes=6))] == ["stress:b"]

@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from types import FrameType
 
 import blake3
 from django.db import IntegrityError, close_old_connections, connections, transaction
-from django.db.models import Exists, F, Min, OuterRef, Q
+from django.db.models import Count, Exists, F, Min, OuterRef, Q
 from django.utils import timezone
 
 from gateway.config.errors import ConfigError
@@ -30,12 +31,18 @@ from gateway.runtime import Runtime, RuntimeHolder
 from gateway.scheduler.spec import IfRunning, Kind, Schedule, scheduled_entries
 from gateway.scheduler.timing import catch_up, next_run
 from ledger.models import CircuitBreaker, Gate, Job, JobSpec, ScheduleEntry, ScheduleStatus
+from ledger.models.schedules import Take
 from ledger.states import JobStatus
 
 log = logger("scheduler")
 
 SUBMITTED_BY = "scheduler"
 IN_FLIGHT = (JobStatus.QUEUED, JobStatus.RUNNING)
+# Due entries fired per transaction. Why batches: 1,000 entries due at one instant, fired one
+# transaction each, took 2.2 s (SQLite) to 5 s (PostgreSQL); a batch shares its reads, inserts and
+# commit. Why not one transaction for all: a batch holds SQLite's write lock, and workers claiming
+# jobs should get it between batches (docs/performance.md, "Scheduler").
+FIRE_BATCH = 100
 
 
 def fingerprint(schedule: Schedule) -> str:
@@ -51,6 +58,109 @@ class Fired:
     address: str
     job_ids: tuple[str, ...]
     skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class Due:
+    """A due entry and what it owes: the dedupe keys of the runs to enqueue (one, or catch-up's
+    choice after downtime; none when catch_up skips them) and where its next run moves."""
+
+    row: ScheduleEntry
+    schedule: Schedule
+    due_at: datetime  # the `next_run_at` read, which the take compares against
+    runs: list[str]
+    following: datetime | None
+
+
+class _Gates:
+    """The breaker and overlap rules for one batch of taken runs (spec 000 "Circuit Breaker",
+    §4.4-§4.5), read with one query each for the whole batch and kept current as the batch
+    admits runs, so each entry sees the runs admitted before it as if fired one at a time."""
+
+    def __init__(self, runtime: Runtime, batch: Sequence[Due], now: datetime):
+        self.runtime, self.now = runtime, now
+        schedules = [d.schedule for d in batch]
+        self.breakers = CircuitBreaker.objects.locked_for((s.plugin, s.command) for s in schedules)
+        self.probing: dict[tuple[str, str], CircuitBreaker] = {}
+        skip_keys = [s.dedupe_key for s in schedules if s.if_running is IfRunning.SKIP]
+        self.in_flight = set(
+            Job.objects.filter(status__in=IN_FLIGHT, dedupe_key__in=skip_keys).values_list(
+                "plugin", "command", "dedupe_key"
+            )
+        )
+        self.polls = _scheduled_polls({s.plugin for s in schedules if s.command == "poll"})
+
+    def admit(self, due: Due) -> tuple[list[str], str | None]:
+        """The runs this entry may enqueue now, or why none."""
+        schedule = due.schedule
+        if not due.runs:
+            return [], "catch_up: skip"
+        target = (schedule.plugin, schedule.command)
+        gate = self._gate(target)
+        if gate == Gate.BLOCKED:
+            return [], f"circuit breaker {self.breakers[target].state}"
+        blocked = self._overlap(schedule)
+        if blocked:
+            return [], blocked
+        runs = due.runs
+        if gate == Gate.PROBE:
+            self.probing[target] = self.breakers[target]
+            runs = runs[:1]  # half-open lets exactly one job through
+        if schedule.command == "poll":
+            self.polls[schedule.plugin] += len(runs)
+        return runs, None
+
+    def sent(self, due: Due, first_job_id: str) -> None:
+        breaker = self.probing.pop((due.schedule.plugin, due.schedule.command), None)
+        if breaker is not None:
+            breaker.probe_sent(first_job_id, now=self.now)
+
+    def _gate(self, target: tuple[str, str]) -> Gate:
+        breaker = self.breakers.get(target)
+        if breaker is None:
+            return Gate.PASS  # no row: closed, nothing counted yet
+        if target in self.probing:
+            return Gate.BLOCKED  # an earlier entry of this batch is the probe
+        policy = self.runtime.config.plugins[target[0]].circuit_breaker
+        probe = breaker.last_job_id
+        probe_finished = probe is not None and Job.objects.filter(pk=probe).exclude(status__in=IN_FLIGHT).exists()
+        return breaker.gate(reset_after=policy.reset_after, probe_finished=probe_finished, now=self.now)
+
+    def _overlap(self, schedule: Schedule) -> str | None:
+        """Why this run must wait for the previous ones (if_running, the poll guard), or None."""
+        if schedule.if_running is IfRunning.QUEUE:
+            return None  # enqueued regardless; same-key run exclusion still runs them one at a time
+        if (
+            schedule.if_running is IfRunning.SKIP
+            and (schedule.plugin, schedule.command, schedule.dedupe_key) in self.in_flight
+        ):
+            return "a previous run is still queued or running (if_running: skip)"
+        if schedule.if_running is IfRunning.CANCEL:
+            reason = f"cancelled by schedule {schedule.plugin}:{schedule.id} (if_running: cancel)"
+            cancelled = Job.objects.cancel_queued(
+                [schedule.plugin], reason, now=self.now, dedupe_key=schedule.dedupe_key
+            )
+            if cancelled:
+                log.info("schedule %s:%s cancelled %s", schedule.plugin, schedule.id, ", ".join(cancelled))
+                self.polls.update(_scheduled_polls({schedule.plugin}))
+        if schedule.command == "poll":
+            limit = self.runtime.config.plugins[schedule.plugin].max_outstanding_polls
+            if self.polls[schedule.plugin] >= limit:
+                return f"{self.polls[schedule.plugin]} scheduled poll(s) outstanding (max_outstanding_polls: {limit})"
+        return None
+
+
+def _scheduled_polls(plugins: set[str]) -> Counter[str]:
+    """The scheduler's queued or running polls per plugin: what max_outstanding_polls bounds."""
+    counts = Counter({plugin: 0 for plugin in plugins})
+    rows = (
+        Job.objects.filter(plugin__in=plugins, command="poll", submitted_by=SUBMITTED_BY, status__in=IN_FLIGHT)
+        .values_list("plugin")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    counts.update(dict(rows))
+    return counts
 
 
 class Scheduler:
@@ -198,86 +308,82 @@ class Scheduler:
 
     def tick(self, now: datetime) -> list[Fired]:
         self._record_successes()
-        fired = []
+        due = []
         for row in ScheduleEntry.objects.due(now):
             schedule = self.schedules.get((row.plugin, row.schedule_id))
-            if schedule is None:
-                continue  # configured by another scheduler's newer config; ours will sync on reload
-            result = self.fire(schedule, row, now)
-            if result is not None:
-                fired.append(result)
+            if schedule is not None:  # else configured by another scheduler's newer config; ours syncs on reload
+                due.append((schedule, row))
+        fired: list[Fired] = []
+        for start in range(0, len(due), FIRE_BATCH):
+            fired += self._fire_isolated(due[start : start + FIRE_BATCH], now)
         return fired
 
-    def fire(self, schedule: Schedule, row: ScheduleEntry, now: datetime) -> Fired | None:
-        """Take the due run and enqueue what the policies allow, all in one transaction."""
+    def _fire_isolated(self, batch: list[tuple[Schedule, ScheduleEntry]], now: datetime) -> list[Fired]:
+        """A batch fires in one transaction; if that fails, each of its entries is fired alone, so
+        one entry that cannot fire (its error logged, retried next tick) never holds up the rest."""
+        try:
+            return self.fire(batch, now)
+        except Exception:
+            if len(batch) == 1:
+                raise
+            log.exception("firing %d due entries together failed; firing them one at a time", len(batch))
+        fired = []
+        for schedule, row in batch:
+            try:
+                fired += self.fire([(schedule, row)], now)
+            except Exception:
+                log.exception("schedule %s: firing failed; retried at the next tick", row.address)
+        return fired
+
+    def _plan(self, schedule: Schedule, row: ScheduleEntry, now: datetime) -> Due:
+        """Which runs a due entry owes (pure): its due run, or after downtime what catch_up allows."""
         due = row.next_run_at
         assert due is not None
         if schedule.one_shot:
-            runs, following = [(due, schedule.dedupe_key)], None
-        else:
-            after = next_run(schedule, due)
-            assert after is not None
-            if after.due > now:  # on time: the usual run
-                runs, following = [(due, schedule.dedupe_key)], after.due
-            else:  # downtime: more than one run is past due; catch_up decides which fire
-                missed = catch_up(schedule, last_fired_at=due - timedelta(microseconds=1), now=now)
-                runs = [(m.nominal, m.dedupe_key) for m in missed]
-                upcoming = next_run(schedule, now)
-                following = upcoming.due if upcoming else None
+            return Due(row, schedule, due, [schedule.dedupe_key], None)
+        after = next_run(schedule, due)
+        assert after is not None
+        if after.due > now:  # on time: the usual run
+            return Due(row, schedule, due, [schedule.dedupe_key], after.due)
+        # Downtime: more than one run is past due; catch_up decides which fire.
+        missed = catch_up(schedule, last_fired_at=due - timedelta(microseconds=1), now=now)
+        upcoming = next_run(schedule, now)
+        return Due(row, schedule, due, [m.dedupe_key for m in missed], upcoming.due if upcoming else None)
+
+    def fire(self, entries: Sequence[tuple[Schedule, ScheduleEntry]], now: datetime) -> list[Fired]:
+        """Take these due entries' runs and enqueue what the policies allow, all in one
+        transaction: a crash either fires a run and moves its entry on, or does neither."""
+        planned = [self._plan(schedule, row, now) for schedule, row in entries]
+        takes = [Take(d.row.pk, d.due_at, d.following, d.schedule.one_shot) for d in planned]
+        fired: list[Fired] = []
         with transaction.atomic():
-            if not row.take(next_run_at=following, now=now, exhausted=schedule.one_shot):
-                return None  # another scheduler fired this run
-            if not runs:
-                log.info("schedule %s: missed runs skipped (catch_up: skip)", row.address)
-                return Fired(row.address, (), skipped="catch_up: skip")
-            breaker = CircuitBreaker.locked(schedule.plugin, schedule.command)
-            gate = self._gate(breaker, schedule, now)
-            blocked = self._overlap(schedule, now) if gate != Gate.BLOCKED else f"circuit breaker {breaker.state}"
-            if blocked:
-                log.info("schedule %s: not enqueued: %s", row.address, blocked)
-                return Fired(row.address, (), skipped=blocked)
-            if gate == Gate.PROBE:
-                runs = runs[:1]  # half-open lets exactly one job through
-            job_ids = [self._enqueue(schedule, key, now) for _, key in runs]
-            row.fired(job_ids[-1], now=now)
-            if gate == Gate.PROBE:
-                breaker.probe_sent(job_ids[0], now=now)
-        log.info("schedule %s: enqueued %s", row.address, ", ".join(job_ids))
-        return Fired(row.address, tuple(job_ids))
+            won = ScheduleEntry.objects.take(takes, now=now)
+            batch = [d for d in planned if d.row.pk in won]  # the others another scheduler fired
+            gates = _Gates(self.holder.get(), batch, now)
+            admitted: list[tuple[Due, list[JobSpec]]] = []
+            for due in batch:
+                runs, skipped = gates.admit(due)
+                if skipped:
+                    log.info("schedule %s: not enqueued: %s", due.row.address, skipped)
+                    fired.append(Fired(due.row.address, (), skipped=skipped))
+                else:
+                    admitted.append((due, [self._job(due.schedule, key) for key in runs]))
+            job_ids = iter(Job.objects.enqueue_many([spec for _, specs in admitted for spec in specs], now=now))
+            last_jobs = {}
+            for due, specs in admitted:
+                ids = tuple(next(job_ids) for _ in specs)
+                last_jobs[due.row.pk] = ids[-1]
+                gates.sent(due, ids[0])
+                fired.append(Fired(due.row.address, ids))
+            ScheduleEntry.objects.record_fired(last_jobs, now=now)
+        for result in fired:
+            if result.job_ids:
+                log.info("schedule %s: enqueued %s", result.address, ", ".join(result.job_ids))
+        return fired
 
-    def _gate(self, breaker: CircuitBreaker, schedule: Schedule, now: datetime) -> Gate:
-        policy = self.holder.get().config.plugins[schedule.plugin].circuit_breaker
-        probe = breaker.last_job_id
-        probe_finished = probe is not None and Job.objects.filter(pk=probe).exclude(status__in=IN_FLIGHT).exists()
-        return breaker.gate(reset_after=policy.reset_after, probe_finished=probe_finished, now=now)
-
-    def _overlap(self, schedule: Schedule, now: datetime) -> str | None:
-        """Why this run must wait for the previous ones (if_running, the poll guard), or None."""
+    def _job(self, schedule: Schedule, dedupe_key: str) -> JobSpec:
         config = self.holder.get().config.plugins[schedule.plugin]
-        if schedule.if_running is IfRunning.QUEUE:
-            return None  # enqueued regardless; same-key run exclusion still runs them one at a time
-        outstanding = Job.objects.filter(
-            plugin=schedule.plugin, command=schedule.command, dedupe_key=schedule.dedupe_key, status__in=IN_FLIGHT
-        )
-        if schedule.if_running is IfRunning.SKIP and outstanding.exists():
-            return "a previous run is still queued or running (if_running: skip)"
-        if schedule.if_running is IfRunning.CANCEL:
-            reason = f"cancelled by schedule {schedule.plugin}:{schedule.id} (if_running: cancel)"
-            cancelled = Job.objects.cancel_queued([schedule.plugin], reason, now=now, dedupe_key=schedule.dedupe_key)
-            if cancelled:
-                log.info("schedule %s:%s cancelled %s", schedule.plugin, schedule.id, ", ".join(cancelled))
-        if schedule.command == "poll":
-            polls = Job.objects.filter(
-                plugin=schedule.plugin, command="poll", submitted_by=SUBMITTED_BY, status__in=IN_FLIGHT
-            ).count()
-            if polls >= config.max_outstanding_polls:
-                return f"{polls} scheduled poll(s) outstanding (max_outstanding_polls: {config.max_outstanding_polls})"
-        return None
-
-    def _enqueue(self, schedule: Schedule, dedupe_key: str, now: datetime) -> str:
-        runtime = self.holder.get()
-        config = runtime.config.plugins[schedule.plugin]
-        spec = JobSpec(
+        return JobSpec(
             plugin=schedule.plugin,
             command=schedule.command,
             submitted_by=SUBMITTED_BY,
@@ -287,7 +393,6 @@ class Scheduler:
             max_attempts=config.retry.max_attempts,
             note=f"schedule {schedule.id}",
         )
-        return Job.objects.enqueue(spec, default_dedupe_ttl=runtime.config.service.dedupe_ttl, now=now).job_id
 
     def _record_successes(self) -> None:
         """Carry each entry's latest succeeded run into `last_success_*` (the workers record the

@@ -8,6 +8,7 @@ transaction that records the attempt.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import models, transaction
@@ -40,6 +41,16 @@ class Gate(models.TextChoices):
 class CircuitBreakerQuerySet(models.QuerySet["CircuitBreaker"]):
     def tripped(self) -> CircuitBreakerQuerySet:
         return self.exclude(state=BreakerState.CLOSED)
+
+    def locked_for(self, targets: Iterable[tuple[str, str]]) -> dict[tuple[str, str], CircuitBreaker]:
+        """The existing rows of these (plugin, command) targets, locked for update; a target with
+        no row is closed and needs none until an outcome is counted. Call inside a transaction."""
+        targets = set(targets)
+        plugins, commands = {p for p, _ in targets}, {c for _, c in targets}
+        # Why the row lock: see `CircuitBreaker.locked`. Why in id order: two schedulers locking
+        # overlapping sets of rows in different orders could deadlock each other on PostgreSQL.
+        rows = self.select_for_update().filter(plugin__in=plugins, command__in=commands).order_by("pk")
+        return {(b.plugin, b.command): b for b in rows if (b.plugin, b.command) in targets}
 
 
 class CircuitBreaker(models.Model):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
@@ -111,6 +111,35 @@ def trigger_event(spec: JobSpec, job_id: str, now: datetime) -> dict[str, Any]:
     return event
 
 
+def _new_job(spec: JobSpec, context_id: str | None, now: datetime) -> Job:
+    job = Job(
+        id=new_id(),
+        plugin=spec.plugin,
+        command=spec.command,
+        payload=dict(spec.payload) if spec.payload is not None else None,
+        status=JobStatus.QUEUED,
+        attempt=1,
+        max_attempts=spec.max_attempts,
+        submitted_by=spec.submitted_by,
+        dedupe_key=spec.dedupe_key,
+        created_at=now,
+        parent_job_id=spec.parent_job_id,
+        source_event_id=spec.source_event_id,
+        event_context_id=context_id,
+        route_depth=spec.route_depth,
+    )
+    job.event = trigger_event(spec, job.id, now)
+    return job
+
+
+def _job_row(job: Job) -> dict[str, Any]:
+    return {str(f.column): getattr(job, f.attname) for f in Job._meta.concrete_fields}
+
+
+def _enqueue_reason(spec: JobSpec) -> str:
+    return f"enqueued by {spec.submitted_by}" + (f": {spec.note}" if spec.note else "")
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     def queued(self) -> JobQuerySet:
         return self.filter(status=JobStatus.QUEUED)
@@ -152,31 +181,37 @@ class JobQuerySet(models.QuerySet["Job"]):
                     accumulated=spec.step[2],
                     now=now,
                 )
-            job = Job(
-                id=new_id(),
-                plugin=spec.plugin,
-                command=spec.command,
-                payload=dict(spec.payload) if spec.payload is not None else None,
-                status=JobStatus.QUEUED,
-                attempt=1,
-                max_attempts=spec.max_attempts,
-                submitted_by=spec.submitted_by,
-                dedupe_key=spec.dedupe_key,
-                created_at=now,
-                parent_job_id=spec.parent_job_id,
-                source_event_id=spec.source_event_id,
-                event_context_id=context_id,
-                route_depth=spec.route_depth,
-            )
-            job.event = trigger_event(spec, job.id, now)
-            sql.insert(Job, {str(f.column): getattr(job, f.attname) for f in Job._meta.concrete_fields})
-            reason = f"enqueued by {spec.submitted_by}" + (f": {spec.note}" if spec.note else "")
-            JobTransition.record(job, None, JobStatus.QUEUED, reason, now=now)
+            job = _new_job(spec, context_id, now)
+            sql.insert(Job, _job_row(job))
+            JobTransition.record(job, None, JobStatus.QUEUED, _enqueue_reason(spec), now=now)
             if spec.refusal:
                 job.move(JobStatus.DEAD, spec.refusal, now=now, completed_at=now, last_error=spec.refusal)
             else:
                 notify_enqueued()
         return EnqueueResult(job.id)
+
+    def enqueue_many(self, specs: Sequence[JobSpec], *, now: datetime) -> list[str]:
+        """Jobs whose admission their producer has already decided (the scheduler firing many
+        due entries at once): one batched insert each for the jobs and their transitions and one
+        wake-up, instead of a savepoint and two statements per job (docs/performance.md,
+        "Scheduler"). No dedupe check, pipeline hop or refusal here: those need `enqueue`."""
+        for spec in specs:
+            if spec.step is not None or spec.refusal or (spec.dedupe_key and not spec.dedupe_checked):
+                raise ValueError(f"enqueue_many takes decided jobs only; {spec.plugin}.{spec.command} needs enqueue")
+        jobs = [_new_job(spec, spec.event_context_id, now) for spec in specs]
+        if not jobs:
+            return []
+        with transaction.atomic():
+            sql.insert_many(Job, [_job_row(job) for job in jobs])
+            sql.insert_many(
+                JobTransition,
+                [
+                    JobTransition.row(job, None, JobStatus.QUEUED, _enqueue_reason(spec), now=now)
+                    for job, spec in zip(jobs, specs, strict=True)
+                ],
+            )
+            notify_enqueued()
+        return [job.id for job in jobs]
 
     def _duplicate_of(self, spec: JobSpec, default_ttl: float, now: datetime) -> str | None:
         same = self.for_target(spec.plugin, spec.command).filter(dedupe_key=spec.dedupe_key)
@@ -504,18 +539,21 @@ class JobTransition(models.Model):
     def record(
         cls, job: Job, from_status: str | None, to_status: str, reason: str, *, now: datetime, worker: str | None = None
     ) -> None:
-        sql.insert(
-            cls,
-            {
-                "job_id": job.id,
-                "from_status": from_status,
-                "to_status": to_status,
-                "reason": reason[:4000],
-                "worker": worker,
-                "attempt": job.attempt,
-                "created_at": now,
-            },
-        )
+        sql.insert(cls, cls.row(job, from_status, to_status, reason, now=now, worker=worker))
+
+    @staticmethod
+    def row(
+        job: Job, from_status: str | None, to_status: str, reason: str, *, now: datetime, worker: str | None = None
+    ) -> dict[str, Any]:
+        return {
+            "job_id": job.id,
+            "from_status": from_status,
+            "to_status": to_status,
+            "reason": reason[:4000],
+            "worker": worker,
+            "attempt": job.attempt,
+            "created_at": now,
+        }
 
 
 class JobLog(models.Model):

@@ -3,11 +3,16 @@ catch-up and next-run are stable across restarts (spec 000 "Scheduler", State Tr
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+from ledger import sql
 
 
 class ScheduleStatus(models.TextChoices):
@@ -17,12 +22,55 @@ class ScheduleStatus(models.TextChoices):
     EXHAUSTED = "exhausted"  # a one-shot (`at`, `after`) that has fired
 
 
+@dataclass(frozen=True)
+class Take:
+    """One due run to claim: the row as read, and where its `next_run_at` moves when claimed."""
+
+    entry_id: int
+    due: datetime  # the `next_run_at` the scheduler read
+    following: datetime | None
+    exhausted: bool  # a fired one-shot
+
+
 class ScheduleEntryQuerySet(models.QuerySet["ScheduleEntry"]):
     def active(self) -> ScheduleEntryQuerySet:
         return self.filter(status=ScheduleStatus.ACTIVE)
 
     def due(self, now: datetime) -> ScheduleEntryQuerySet:
         return self.active().filter(next_run_at__lte=now).order_by("next_run_at")
+
+    def take(self, takes: Iterable[Take], *, now: datetime) -> set[int]:
+        """Claim due runs for the caller: compare-and-set on the `next_run_at` each was read with.
+        Returns the ids won; a run not won was fired by another scheduler (or paused meanwhile)
+        and the caller must not fire it. Call inside the transaction that fires the runs."""
+        groups: dict[tuple[datetime, datetime | None, bool], list[int]] = defaultdict(list)
+        for take in takes:
+            groups[(take.due, take.following, take.exhausted)].append(take.entry_id)
+        won: set[int] = set()
+        vendor = sql.current().vendor
+        for (due, following, exhausted), ids in groups.items():
+            status = ScheduleStatus.EXHAUSTED if exhausted else ScheduleStatus.ACTIVE
+            # Why the guard on next_run_at: two schedulers read the same due row; only the one
+            # whose UPDATE still finds the old value moves it on, so the run fires exactly once.
+            # RETURNING says which rows of a group were won (a shared row count could not).
+            text = (
+                "UPDATE schedule_entries SET next_run_at = %s, last_fired_at = %s, status = %s, updated_at = %s"
+                f" WHERE id IN ({', '.join(['%s'] * len(ids))}) AND status = %s AND next_run_at = %s RETURNING id"
+            )
+            stamp = sql.prep(ScheduleEntry, "updated_at", now)
+            params = [sql.prep(ScheduleEntry, "next_run_at", following), stamp, status, stamp]
+            params += [*ids, ScheduleStatus.ACTIVE, sql.prep(ScheduleEntry, "next_run_at", due)]
+            cursor = sql.execute(sql.native(text, vendor), params)
+            won.update(row[0] for row in cursor.fetchall())
+            cursor.close()
+        return won
+
+    def record_fired(self, last_jobs: Mapping[int, str], *, now: datetime) -> None:
+        """Each fired entry's newest job, in the transaction that enqueued it."""
+        text = "UPDATE schedule_entries SET last_job_id = %s, updated_at = %s WHERE id = %s"
+        text = sql.native(text, sql.current().vendor)
+        stamp = sql.prep(ScheduleEntry, "updated_at", now)
+        sql.execute_many(text, [(job_id, stamp, entry_id) for entry_id, job_id in last_jobs.items()])
 
 
 class ScheduleEntry(models.Model):
@@ -60,26 +108,6 @@ class ScheduleEntry(models.Model):
         return f"{self.plugin}:{self.schedule_id}"
 
     # -- state changes: one method each ----------------------------------------------------------
-
-    def take(self, *, next_run_at: datetime | None, now: datetime, exhausted: bool = False) -> bool:
-        """Claim this due run for the caller: compare-and-set on the `next_run_at` we read. False
-        when another scheduler (or a pause) got there first; then the caller must not fire."""
-        status = ScheduleStatus.EXHAUSTED if exhausted else ScheduleStatus.ACTIVE
-        # Why the guard on next_run_at: two schedulers read the same due row; only the one whose
-        # UPDATE still finds the old value moves it on, so the run fires exactly once.
-        won = (
-            ScheduleEntry.objects.filter(pk=self.pk, status=ScheduleStatus.ACTIVE, next_run_at=self.next_run_at).update(
-                next_run_at=next_run_at, last_fired_at=now, status=status, updated_at=now
-            )
-            == 1
-        )
-        if won:
-            self.next_run_at, self.last_fired_at, self.status, self.updated_at = next_run_at, now, status, now
-        return won
-
-    def fired(self, job_id: str, *, now: datetime) -> None:
-        self.last_job_id, self.updated_at = job_id, now
-        self.save(update_fields=["last_job_id", "updated_at"])
 
     def succeeded(self, job_id: str, at: datetime) -> None:
         self.last_success_job_id, self.last_success_at = job_id, at

@@ -32,7 +32,7 @@ No worker runs (every enqueued job stays queued) except in the spread_workers sc
      then reads all 1,000 entries and their jobs on every tick.
    - `sleep_for(now)` (the loop's other query, after every tick): 200 calls.
    - breakdown (`fire_breakdown_k100`): 10 more k = 100 trials with wall-clock timers around the
-     steps of `Scheduler.fire` (take, breaker, gate, overlap, enqueue, fired, next_run) and
+     steps of `Scheduler.fire` (take, gate reads, admit, enqueue_many, record_fired, next_run) and
      around every statement through Django's cursor inside `fire`; ms per fired entry.
    Wall (perf_counter) and CPU (thread_time) per call; a tick is split into `_record_successes`,
    the due query and the `fire` calls by timing around those methods in a subclass. On SQLite
@@ -242,9 +242,9 @@ def tick_child(config_dir: str, history: int, sync_repeat: int, seed: int) -> di
             super()._record_successes()
             parts["record_successes"] = parts.get("record_successes", 0.0) + time.perf_counter() - w
 
-        def fire(self, schedule: Any, row: Any, now: dt.datetime) -> Any:
+        def fire(self, entries: Any, now: dt.datetime) -> Any:
             w = time.perf_counter()
-            result = super().fire(schedule, row, now)
+            result = super().fire(entries, now)
             parts["fire"] = parts.get("fire", 0.0) + time.perf_counter() - w
             return result
 
@@ -377,7 +377,6 @@ def fire_breakdown(
     from django.db import connection
 
     import gateway.scheduler.loop as loop_module
-    from ledger.models import CircuitBreaker, ScheduleEntry
 
     spent: dict[str, float] = {}
 
@@ -405,30 +404,32 @@ def fire_breakdown(
     def fire_flagged(*args: Any, **kwargs: Any) -> Any:
         db["in_fire"] = True
         try:
-            return saved["fire"](*args, **kwargs)
+            return saved[(cls, "fire")](*args, **kwargs)
         finally:
             db["in_fire"] = False
 
+    from ledger.models.breakers import CircuitBreakerQuerySet
+    from ledger.models.jobs import JobQuerySet
+    from ledger.models.schedules import ScheduleEntryQuerySet
+
     cls = type(scheduler)
-    saved = {
-        "next_run": loop_module.next_run,
-        "take": ScheduleEntry.take,
-        "fired": ScheduleEntry.fired,
-        "locked": CircuitBreaker.__dict__["locked"],
-        "_gate": cls._gate,
-        "_overlap": cls._overlap,
-        "_enqueue": cls._enqueue,
-        "fire": cls.fire,
-    }
-    loop_module.next_run = wrap("next_run (timing.py)", saved["next_run"])
-    ScheduleEntry.take = wrap("ScheduleEntry.take (compare-and-set UPDATE)", saved["take"])
-    ScheduleEntry.fired = wrap("ScheduleEntry.fired (last_job_id UPDATE)", saved["fired"])
-    CircuitBreaker.locked = classmethod(
-        wrap("CircuitBreaker.locked (get_or_create + SELECT FOR UPDATE)", saved["locked"].__func__)
+    # (owner, attribute, label): the steps of a batched `fire` (gateway/scheduler/loop.py).
+    steps = [
+        (loop_module, "next_run", "next_run (timing.py)"),
+        (ScheduleEntryQuerySet, "take", "ScheduleEntry take (compare-and-set UPDATE ... RETURNING per group)"),
+        (ScheduleEntryQuerySet, "record_fired", "ScheduleEntry record_fired (last_job_id UPDATEs, executemany)"),
+        (CircuitBreakerQuerySet, "locked_for", "CircuitBreaker locked_for (one SELECT FOR UPDATE)"),
+        (loop_module._Gates, "admit", "_Gates.admit (in-memory gate and overlap rules)"),
+        (JobQuerySet, "enqueue_many", "Job enqueue_many (2 batched INSERTs)"),
+    ]
+    saved = {(owner, name): getattr(owner, name) for owner, name, _ in steps}
+    saved[(loop_module._Gates, "__init__")] = loop_module._Gates.__init__
+    saved[(cls, "fire")] = cls.fire
+    for owner, name, label in steps:
+        setattr(owner, name, wrap(label, saved[(owner, name)]))
+    loop_module._Gates.__init__ = wrap(
+        "_Gates() (breakers, in-flight keys, poll counts: 3 SELECTs)", saved[(loop_module._Gates, "__init__")]
     )
-    cls._gate = wrap("Scheduler._gate", saved["_gate"])
-    cls._overlap = wrap("Scheduler._overlap (if_running EXISTS + poll-guard COUNT)", saved["_overlap"])
-    cls._enqueue = wrap("Scheduler._enqueue (Job.objects.enqueue: 2 INSERTs)", saved["_enqueue"])
     cls.fire = wrap("fire", fire_flagged)
     fired_total = 0
     try:
@@ -440,15 +441,8 @@ def fire_breakdown(
                 complete([j for f in fired for j in f.job_ids])
                 scheduler.tick(advance())
     finally:
-        loop_module.next_run = saved["next_run"]
-        ScheduleEntry.take, ScheduleEntry.fired = saved["take"], saved["fired"]
-        CircuitBreaker.locked = saved["locked"]
-        cls._gate, cls._overlap, cls._enqueue, cls.fire = (
-            saved["_gate"],
-            saved["_overlap"],
-            saved["_enqueue"],
-            saved["fire"],
-        )
+        for (owner, name), value in saved.items():
+            setattr(owner, name, value)
     total = spent.pop("fire")
     per = {name: round(value / fired_total * 1e3, 3) for name, value in sorted(spent.items(), key=lambda kv: -kv[1])}
     per["rest of fire (BEGIN/COMMIT, on_commit wake-up, log line, bookkeeping)"] = round(
