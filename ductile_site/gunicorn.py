@@ -8,6 +8,10 @@ be overridden by the usual GUNICORN_CMD_ARGS.
 from __future__ import annotations
 
 import os
+import signal
+import sys
+from types import FrameType
+from typing import Any
 
 workers = int(os.environ.get("DUCTILE_API_PROCESSES", "2"))
 worker_class = "gthread"
@@ -19,3 +23,21 @@ keepalive = 5
 accesslog = None  # the gateway logs what matters as JSON lines; no second, differently shaped log
 errorlog = "-"
 loglevel = "warning"
+
+
+def post_worker_init(worker: Any) -> None:
+    """A worker asked to stop (SIGTERM from the arbiter: shutdown, HUP reload, or a scale-down)
+    waits for its open requests up to graceful_timeout, and an SSE stream never finishes on its
+    own. So the worker's SIGTERM also ends every stream (gateway.eventstream.stop_streams); gunicorn
+    has no hook there, so its handler is wrapped. SIGINT/SIGQUIT already exit at once. An app
+    without streams (the webhook listener) never imports the module, and has none to end."""
+    stop = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        streams = sys.modules.get("gateway.eventstream")
+        if streams is not None:
+            streams.stop_streams()
+        if callable(stop):
+            stop(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_term)

@@ -12,6 +12,12 @@ insert or a pruned row.
 Waking. Streams sleep on the finished-job wake-up (jobs write their events in the transaction that
 finishes them) and re-check the database at least every POLL_SECONDS, which also covers events
 written without a finish (retries). One listener serves every stream of the process.
+
+Stopping. A stream never ends on its own, and gunicorn's graceful stop waits for every open
+request up to its graceful_timeout. So the server's stop signal calls `stop_streams()`
+(ductile_site/gunicorn.py), which ends every stream of the process at once: each sends a last
+comment and returns, the response ends cleanly (the chunked terminator), and a client reconnects
+with Last-Event-ID to the next server.
 """
 
 from __future__ import annotations
@@ -120,6 +126,15 @@ class Bell:
 
 
 BELL = Bell()
+# Set when the process is asked to stop: open streams end, and new ones end after their opening.
+STOPPING = threading.Event()
+
+
+def stop_streams(bell: Bell | None = None) -> None:
+    """End every open stream of this process promptly. Safe in a signal handler (sets an event,
+    rings the bell; neither waits for a lock a stream thread holds for long)."""
+    STOPPING.set()
+    (bell or BELL).ring()
 
 
 def frame(row: EventRecord) -> bytes:
@@ -138,16 +153,17 @@ def frame(row: EventRecord) -> bytes:
 
 
 def stream(cursor: EventCursor, types: frozenset[str], bell: Bell = BELL) -> Iterator[bytes]:
-    """SSE frames until the client goes away: the server's write fails, the WSGI server closes
-    this generator, and `finally` lets go of the wake-up. A keep-alive comment every
-    KEEPALIVE_SECONDS of silence both holds proxies open and finds a dead client within that."""
+    """SSE frames until the client goes away (the server's write fails, the WSGI server closes
+    this generator, and `finally` lets go of the wake-up) or the process stops (`stop_streams`).
+    A keep-alive comment every KEEPALIVE_SECONDS of silence both holds proxies open and finds a
+    dead client within that."""
     waiter = bell.subscribe()
     try:
         # The id sets the client's Last-Event-ID before any event arrives, so a reconnect resumes
         # from here rather than from whenever it reconnects.
         yield f": stream open\nid: {cursor.last}\n\n".encode()
         quiet_since = time.monotonic()
-        while True:
+        while not STOPPING.is_set():
             waiter.clear()  # before reading: a wake-up during the read makes the next wait return
             rows = list(EventRecord.objects.filter(cursor.pending(time.monotonic())).order_by("id")[:BATCH])
             cursor.advance([row.id for row in rows], time.monotonic())
@@ -161,5 +177,6 @@ def stream(cursor: EventCursor, types: frozenset[str], bell: Bell = BELL) -> Ite
                 quiet_since = time.monotonic()
             if len(rows) < BATCH:
                 waiter.wait(POLL_SECONDS)
+        yield b": server stopping\n\n"
     finally:
         bell.unsubscribe(waiter)
