@@ -28,6 +28,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # The gateway's own housekeeping (retention, scheduled backups) only; plugin jobs never go
+    # through it (docs/architecture.md, "Where django-q2 fits").
+    "django_q",
     "ledger",
     "pipelines",
     "gateway",
@@ -84,6 +87,9 @@ def _database() -> dict[str, Any]:
 
 
 DATABASES = {"default": _database()}
+# `dumpdata`/`loaddata` JSON lines keep timestamps to the microsecond: backups of a PostgreSQL
+# ledger are exported in this format (gateway/backups/jsonlines.py).
+SERIALIZATION_MODULES = {"jsonl": "gateway.backups.jsonlines"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -113,6 +119,24 @@ SPECTACULAR_SETTINGS = {
     "OAS_VERSION": "3.1.0",
 }
 
+# django-q2 runs housekeeping (gateway/housekeeping.py) on its ORM broker in the gateway's own
+# database, as `manage.py qcluster` under `system start`. One worker: the tasks are rare and
+# batched. A failed or timed-out run is not retried (the next scheduled run is the retry), and a
+# schedule missed while the cluster was down runs once, not once per missed interval.
+Q_CLUSTER: dict[str, Any] = {
+    "name": "ductile-housekeeping",
+    "orm": "default",
+    "workers": 1,
+    "poll": 2.0,
+    "timeout": 3600,  # a backup of a large database (VACUUM INTO, then gzip) takes minutes, not hours
+    "retry": 3660,  # must exceed timeout: a running task is never handed out twice
+    "max_attempts": 1,
+    "ack_failures": True,
+    "save_limit": 100,
+    "catch_up": False,
+    "label": "Housekeeping",
+}
+
 # Our own JSON log lines go to stdout (gateway.logs); Django's are routed the same way.
 LOGGING = {
     "version": 1,
@@ -121,5 +145,6 @@ LOGGING = {
     "handlers": {"stdout": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "json"}},
     "loggers": {
         "ductile": {"handlers": ["stdout"], "level": os.environ.get("DUCTILE_LOG_LEVEL", "INFO"), "propagate": False},
+        "django-q": {"handlers": ["stdout"], "level": "WARNING", "propagate": False},
     },
 }

@@ -32,12 +32,12 @@ def ensure_schema() -> str:
     db = settings.DATABASES["default"]
     if db["ENGINE"].endswith("sqlite3"):
         Path(str(db["NAME"])).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not _pending():
+    if not pending_migrations():
         return "current"
     # Why the lock: processes started together on a fresh database (a daemon and a CLI call) race
     # to migrate it; without it the loser sees a half-migrated schema and calls it "behind".
     with _migration_lock():
-        plan = _pending()
+        plan = pending_migrations()
         if not plan:
             return "current"  # another process migrated it while we waited
         if not MigrationExecutor(connection).loader.applied_migrations and not connection.introspection.table_names():
@@ -51,7 +51,7 @@ def ensure_schema() -> str:
     )
 
 
-def _pending() -> list[tuple[Migration, bool]]:
+def pending_migrations() -> list[tuple[Migration, bool]]:
     executor = MigrationExecutor(connection)
     return executor.migration_plan(executor.loader.graph.leaf_nodes())
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from croniter import croniter
 from jsonschema import Draft202012Validator
 
 from gateway.scheduler.spec import Schedule, parse_schedules
@@ -48,6 +49,31 @@ class CircuitBreakerPolicy:
 
 
 @dataclass(frozen=True)
+class BackupCadence:
+    """How often `service.backup` runs: `kind` is cron (UTC), minutes, hourly, daily or weekly."""
+
+    kind: str
+    minutes: int | None = None
+    cron: str | None = None
+
+
+# django-q2 keeps an interval in a PositiveSmallIntegerField of minutes.
+MAX_BACKUP_MINUTES = 32767
+
+
+@dataclass(frozen=True)
+class BackupPolicy:
+    """`service.backup`: archives written by the housekeeping cluster (gateway/housekeeping.py)
+    into `directory`, the newest `keep` of them kept."""
+
+    schedule: str
+    cadence: BackupCadence
+    directory: Path
+    keep: int = 7
+    scope: str = "config"
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     name: str = "ductile"
     tick_interval: float = 60.0
@@ -63,6 +89,7 @@ class ServiceConfig:
     hook_max_depth: int = 4
     # How long a claimed job stays ours without a heartbeat; past it any process may recover it.
     lease_ttl: float = 60.0
+    backup: BackupPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -266,6 +293,7 @@ class _Builder:
             plugin_env_passthrough=tuple(raw.get("plugin_env_passthrough") or ()),
             hook_max_depth=raw.get("hook_max_depth", base.hook_max_depth),
             lease_ttl=self._duration((*p, "lease_ttl"), raw.get("lease_ttl"), base.lease_ttl),
+            backup=self._backup(raw.get("backup")),
         )
         if service.job_queue_retention < service.dedupe_ttl:
             self.problems.append(
@@ -277,6 +305,54 @@ class _Builder:
         if service.lease_ttl < 5:
             self.problems.append(self.merged.problem((*p, "lease_ttl"), "lease_ttl must be at least 5s"))
         return service
+
+    def _backup(self, raw: Any) -> BackupPolicy | None:
+        if not isinstance(raw, dict) or not isinstance(raw.get("schedule"), str) or "directory" not in raw:
+            return None  # absent, or refused by the schema already
+        p: KeyPath = ("service", "backup")
+        cadence = self._cadence((*p, "schedule"), raw["schedule"])
+        # Relative to the file that says it, as the loader resolves every path.
+        origin = self.merged.origin_of((*p, "directory"))
+        base = origin.file.parent if origin else self.merged.config_dir
+        directory = Path(os.path.expanduser(str(raw["directory"])))
+        return BackupPolicy(
+            schedule=raw["schedule"],
+            cadence=cadence or BackupCadence("daily"),
+            directory=directory if directory.is_absolute() else (base / directory).resolve(),
+            keep=raw.get("keep", BackupPolicy.keep),
+            scope=raw.get("scope", BackupPolicy.scope),
+        )
+
+    def _cadence(self, path: KeyPath, text: str) -> BackupCadence | None:
+        value = text.strip()
+        if value.lower() in ("hourly", "daily", "weekly"):
+            return BackupCadence(value.lower())
+        if len(value.split()) == 5:
+            if croniter.is_valid(value):
+                return BackupCadence("cron", cron=" ".join(value.split()))
+            self.problems.append(self.merged.problem(path, f"invalid cron expression {text!r}"))
+            return None
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            self.problems.append(
+                self.merged.problem(
+                    path,
+                    f"expected a cron expression (5 fields, evaluated in UTC), an interval such as 6h, "
+                    f"or hourly, daily or weekly; got {text!r}",
+                )
+            )
+            return None
+        if seconds % 60 or not 1 <= seconds // 60 <= MAX_BACKUP_MINUTES:
+            self.problems.append(
+                self.merged.problem(
+                    path,
+                    f"an interval must be whole minutes from 1m to {MAX_BACKUP_MINUTES}m (about 22 days), "
+                    f"got {text!r}; use a cron expression for anything longer",
+                )
+            )
+            return None
+        return BackupCadence("minutes", minutes=int(seconds // 60))
 
     def _plugin(self, name: str, raw: Mapping[str, Any], service: ServiceConfig) -> PluginConfig:
         p: KeyPath = ("plugins", name)

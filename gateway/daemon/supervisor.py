@@ -1,8 +1,11 @@
 """`system start`: the API (gunicorn), the webhook listener (a second gunicorn on its own port),
-`runworkers` and `runscheduler`, as one supervised process tree (ARCHITECTURE "Processes").
+`runworkers`, `runscheduler` and the housekeeping cluster (django-q2's `qcluster`), as one
+supervised process tree (ARCHITECTURE "Processes").
 
-SIGHUP is passed to every child (gunicorn re-forks its workers on the new config; the daemons
-reload); SIGTERM/SIGINT too (each drains), and the supervisor waits for them. A child that dies
+SIGHUP is passed to every child that reloads (gunicorn re-forks its workers on the new config; the
+daemons reload); the housekeeping cluster has no reload of its own: the supervisor refreshes its
+schedules from the new config instead (`on_config`). SIGTERM/SIGINT go to every child (each
+drains), and the supervisor waits for them. A child that dies
 is restarted with a growing delay; one that cannot stay up (a port in use, a broken config) stops
 the whole tree with exit 1 rather than flapping forever. The PID file lets `system reload` find us.
 """
@@ -14,15 +17,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
 from gateway.config.frozen import thaw
+from gateway.config.model import GatewayConfig
 from gateway.database import ensure_schema
 from gateway.logs import logger
 from gateway.runtime import Runtime
+from ledger.models.workers import pid_alive
 
 log = logger("supervisor")
 
@@ -31,6 +36,25 @@ GUNICORN_CONFIG = REPO / "ductile_site" / "gunicorn.py"
 # A child that dies this many times within FLAP_WINDOW seconds is not coming up: stop everything.
 FLAP_LIMIT, FLAP_WINDOW = 5, 60.0
 STOP_GRACE = 60.0
+PID_FILE = "ductile.pid"
+
+
+def pid_file_for(config: GatewayConfig) -> Path:
+    """Where `system start` records its PID: next to the state database, as the original does."""
+    return config.state_path.parent / PID_FILE
+
+
+def running_pid(pid_file: Path) -> int | None:
+    """The PID a live gateway recorded in `pid_file`; None when there is no file or its process is
+    gone (a stale file). ValueError when the file holds no PID."""
+    try:
+        text = pid_file.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"{pid_file} holds no PID ({text[:40]!r})")
+    pid = int(text)
+    return pid if pid_alive(pid) else None
 
 
 @dataclass
@@ -38,6 +62,8 @@ class Child:
     name: str
     argv: list[str]
     env: Mapping[str, str]
+    # Whether SIGHUP reloads it; django-q2's cluster would simply die of one.
+    reloads: bool = True
     process: subprocess.Popen[bytes] | None = None
     deaths: list[float] = field(default_factory=list)
     restart_at: float = 0.0
@@ -62,7 +88,9 @@ def gunicorn(app: str, bind: str) -> list[str]:
     return [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--bind", bind, app]
 
 
-def plan(runtime: Runtime, config_dir: Path, *, workers: bool = True, scheduler: bool = True) -> list[Child]:
+def plan(
+    runtime: Runtime, config_dir: Path, *, workers: bool = True, scheduler: bool = True, housekeeping: bool = True
+) -> list[Child]:
     """The children this config asks for."""
     python = sys.executable
     manage = str(REPO / "manage.py")
@@ -81,19 +109,31 @@ def plan(runtime: Runtime, config_dir: Path, *, workers: bool = True, scheduler:
         children.append(Child("runworkers", [python, manage, "runworkers", *common], env))
     if scheduler:
         children.append(Child("runscheduler", [python, manage, "runscheduler", *common], env))
+    if housekeeping:
+        children.append(Child("housekeeping", [python, manage, "qcluster", *common], env, reloads=False))
     return children
 
 
 class Supervisor:
-    def __init__(self, children: Sequence[Child], pid_file: Path, *, install_signals: bool = True):
+    def __init__(
+        self,
+        children: Sequence[Child],
+        pid_file: Path,
+        *,
+        install_signals: bool = True,
+        on_config: Callable[[bool], None] | None = None,
+    ):
+        """`on_config(reloaded)` runs once the schema is current, and again after each SIGHUP."""
         self.children = list(children)
         self.pid_file = pid_file
         self.install_signals = install_signals
+        self.on_config = on_config
         self.stopping = False
         self._pending: list[int] = []
 
     def run(self) -> int:
         ensure_schema()  # once, here: the children then find a current database
+        self._configure(reloaded=False)
         self._write_pid()
         if self.install_signals:
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -126,7 +166,9 @@ class Supervisor:
             if signum == signal.SIGHUP:
                 log.info("SIGHUP: reloading every process")
                 for child in self.children:
-                    child.signal(signal.SIGHUP)
+                    if child.reloads:
+                        child.signal(signal.SIGHUP)
+                self._configure(reloaded=True)
             elif not self.stopping:
                 log.info("signal %d: draining every process (send again to force)", signum)
                 self.stopping = True
@@ -134,6 +176,15 @@ class Supervisor:
             else:
                 log.warning("second signal: forcing every process down")
                 self._stop_all(signal.SIGTERM)  # each daemon treats a second signal as "force"
+
+    def _configure(self, *, reloaded: bool) -> None:
+        if self.on_config is None:
+            return
+        try:
+            self.on_config(reloaded)
+        except Exception:
+            # The children run on regardless; what failed is logged with its traceback.
+            log.exception("applying the %s config to the supervisor failed", "reloaded" if reloaded else "loaded")
 
     def _watch(self) -> bool:
         """Restart children that died; False when one keeps dying (the tree must stop)."""

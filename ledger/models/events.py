@@ -11,6 +11,14 @@ from django.db import models
 from django.utils import timezone
 
 from ledger import sql
+from ledger.models.retention import PrunableQuerySet
+
+
+class EventRecordQuerySet(PrunableQuerySet["EventRecord"]):
+    def expired(self, before: datetime) -> EventRecordQuerySet:
+        """Events recorded before `before` (now minus `job_log_retention`). The SSE cursor is the
+        row id, so a client resuming past pruned rows simply gets the next surviving one."""
+        return self.filter(created_at__lt=before)
 
 
 class EventRecord(models.Model):
@@ -20,6 +28,8 @@ class EventRecord(models.Model):
     job_id = models.CharField(max_length=36, null=True, blank=True)
     payload = models.JSONField(default=dict)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = EventRecordQuerySet.as_manager()
 
     class Meta:
         db_table = "event_log"

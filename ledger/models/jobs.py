@@ -25,6 +25,7 @@ from ledger.models.breakers import record_scheduled_outcome
 from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
 from ledger.models.facts import write_state
+from ledger.models.retention import PrunableQuerySet
 from ledger.models.telemetry import JobStopwatch
 from ledger.states import TERMINAL, JobStatus, check_transition
 from ledger.wakeups import notify_enqueued, notify_finished
@@ -140,7 +141,7 @@ def _enqueue_reason(spec: JobSpec) -> str:
     return f"enqueued by {spec.submitted_by}" + (f": {spec.note}" if spec.note else "")
 
 
-class JobQuerySet(models.QuerySet["Job"]):
+class JobQuerySet(PrunableQuerySet["Job"]):
     def queued(self) -> JobQuerySet:
         return self.filter(status=JobStatus.QUEUED)
 
@@ -155,6 +156,11 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def due(self, now: datetime) -> JobQuerySet:
         return self.queued().filter(Q(next_retry_at__isnull=True) | Q(next_retry_at__lte=now))
+
+    def expired(self, before: datetime) -> JobQuerySet:
+        """Finished before `before` (now minus `job_queue_retention`): no longer needed for dedupe
+        windows or same-key exclusion. Never a queued or running job."""
+        return self.terminal().filter(completed_at__lt=before)
 
     # -- producers ---------------------------------------------------------------------------
 
@@ -516,6 +522,15 @@ class Job(models.Model):
             )
 
 
+class JobTransitionQuerySet(PrunableQuerySet["JobTransition"]):
+    def expired(self, before: datetime) -> JobTransitionQuerySet:
+        """Recorded before `before` (now minus `job_log_retention`: a job's history lives as long
+        as its job_log attempts, not as briefly as its job_queue row), and not of a job still
+        queued or running, whose history is kept whole."""
+        live = Job.objects.filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING)).values("id")
+        return self.filter(created_at__lt=before).exclude(job_id__in=live)
+
+
 class JobTransition(models.Model):
     """Append-only: every status change of every job, with why and by whom."""
 
@@ -527,10 +542,15 @@ class JobTransition(models.Model):
     attempt = models.IntegerField(default=1)
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = JobTransitionQuerySet.as_manager()
+
     class Meta:
         db_table = "job_transitions"
         ordering = ["id"]
-        indexes = [models.Index(fields=["job_id", "id"], name="job_transitions_job_idx")]  # read by job inspect
+        indexes = [
+            models.Index(fields=["job_id", "id"], name="job_transitions_job_idx"),  # read by job inspect
+            models.Index(fields=["created_at"], name="job_transitions_created_idx"),  # JobTransitionQuerySet.expired
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_status} -> {self.to_status}"
@@ -556,6 +576,12 @@ class JobTransition(models.Model):
         }
 
 
+class JobLogQuerySet(PrunableQuerySet["JobLog"]):
+    def expired(self, before: datetime) -> JobLogQuerySet:
+        """Attempts that finished before `before` (now minus `job_log_retention`, spec §11.5)."""
+        return self.filter(completed_at__lt=before)
+
+
 class JobLog(models.Model):
     """One row per finished attempt: the plugin's response verbatim, its stderr, the error."""
 
@@ -573,6 +599,8 @@ class JobLog(models.Model):
     stderr = models.TextField(null=True, blank=True)
     parent_job_id = models.CharField(max_length=36, null=True, blank=True)
     source_event_id = models.CharField(max_length=36, null=True, blank=True)
+
+    objects = JobLogQuerySet.as_manager()
 
     class Meta:
         db_table = "job_log"

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 from django.utils import timezone
+
+from ledger.models.retention import PrunableQuerySet
 
 
 class StopwatchStatus(models.TextChoices):
@@ -11,6 +15,12 @@ class StopwatchStatus(models.TextChoices):
     ERR = "err"
     TIMEOUT = "timeout"
     CAPTURE_ERROR = "capture_error"
+
+
+class JobStopwatchQuerySet(PrunableQuerySet["JobStopwatch"]):
+    def expired(self, before: datetime) -> JobStopwatchQuerySet:
+        """Timings recorded before `before` (now minus `job_log_retention`, as their attempts)."""
+        return self.filter(created_at__lt=before)
 
 
 class JobStopwatch(models.Model):
@@ -28,12 +38,15 @@ class JobStopwatch(models.Model):
     subs_json = models.JSONField(default=list)
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = JobStopwatchQuerySet.as_manager()
+
     class Meta:
         db_table = "job_stopwatch"
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["job_id"], name="job_stopwatch_job_idx"),  # read by job inspect
             models.Index(fields=["plugin", "created_at"], name="job_stopwatch_plugin_idx"),  # GET /stopwatch/{plugin}
+            models.Index(fields=["created_at"], name="job_stopwatch_created_idx"),  # JobStopwatchQuerySet.expired
         ]
 
     def __str__(self) -> str:

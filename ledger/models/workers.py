@@ -28,7 +28,7 @@ class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
         """Ids of workers on this host whose process is gone: their claims need no lease wait."""
         dead = []
         for worker_id, pid in self.alive().filter(hostname=hostname).exclude(id=exclude).values_list("id", "pid"):
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 dead.append(worker_id)
         return dead
 
@@ -68,7 +68,7 @@ class WorkerInstance(models.Model):
         self.save(update_fields=["state", "stopped_at"])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

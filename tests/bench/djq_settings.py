@@ -1,7 +1,8 @@
 """Settings for the django-q2 comparison in bench_throughput.py (never used by the gateway).
 
-The project's settings plus `django_q`, on a throw-away SQLite file (BENCH_DJQ_DB) with the same
-WAL / IMMEDIATE / busy-timeout options the gateway uses, and an ORM-broker cluster of 2 workers.
+The project's settings (which install `django_q` for housekeeping), on a throw-away SQLite file
+(BENCH_DJQ_DB) with the same WAL / IMMEDIATE / busy-timeout options the gateway uses, and an
+ORM-broker cluster of 2 workers.
 """
 
 from __future__ import annotations
@@ -9,9 +10,7 @@ from __future__ import annotations
 import os
 
 from ductile_site.settings import *  # noqa: F403
-from ductile_site.settings import INSTALLED_APPS, SQLITE_OPTIONS
-
-INSTALLED_APPS = [*INSTALLED_APPS, "django_q"]
+from ductile_site.settings import SQLITE_OPTIONS
 
 DATABASES = {
     "default": {

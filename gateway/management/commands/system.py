@@ -1,4 +1,5 @@
-"""`system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN [--command C]`."""
+"""`system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN [--command C]`,
+`system start`, `system backup`, `system restore`, `system selfcheck`."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from django.core.management.base import CommandParser
 from django.db import transaction
 from django.utils import timezone
 
+from gateway.backups.cli import run_backup, run_restore
+from gateway.backups.scope import DEFAULT_SCOPE, SCOPES
 from gateway.cli.base import EXIT_FAILED, DuctileCommand, Exit
-from gateway.daemon.supervisor import Supervisor, plan
+from gateway.daemon.supervisor import Supervisor, pid_file_for, plan
 from gateway.database import describe_database
+from gateway.housekeeping import refresh_schedules
 from gateway.reports import breaker_report, queue_status, schedule_report
 from gateway.scheduler.spec import scheduled_entries
+from gateway.selfcheck import run_selfcheck
 from ledger.models import CircuitBreaker, PluginInstanceRecord, ScheduleEntry
 from ledger.models.workers import PluginHealth
 
@@ -31,6 +36,9 @@ class Command(DuctileCommand):
         start = actions.add_parser("start", help="run the API, webhooks, workers and scheduler as one process tree")
         start.add_argument("--no-workers", action="store_true", help="do not start runworkers (run them elsewhere)")
         start.add_argument("--no-scheduler", action="store_true", help="do not start runscheduler")
+        start.add_argument(
+            "--no-housekeeping", action="store_true", help="do not start the housekeeping cluster (qcluster)"
+        )
         scheduler = actions.add_parser("scheduler", help="every schedule entry: next run, status and reason")
         self.add_json(scheduler)
         reset = actions.add_parser("reset", help="close a plugin's circuit breakers (after fixing the cause)")
@@ -38,10 +46,28 @@ class Command(DuctileCommand):
         reset.add_argument("--command", help="only this command's breaker")
         reset.add_argument("--dry-run", action="store_true", help="show what would be reset")
         self.add_json(reset)
+        backup = actions.add_parser("backup", help="a point-in-time tar.gz of the database, config and more")
+        backup.add_argument("--to", required=True, metavar="FILE", help="the archive to write (never overwritten)")
+        backup.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE, help="what to take (default config)")
+        backup.add_argument("--dry-run", action="store_true", help="list what would be included and excluded")
+        self.add_json(backup)
+        restore = actions.add_parser("restore", help="an archive back as an instance in a new directory")
+        restore.add_argument("archive", metavar="FILE")
+        restore.add_argument("--to", required=True, metavar="DIR", help="a directory that is absent or empty")
+        restore.add_argument("--dry-run", action="store_true", help="show where everything would go")
+        self.add_json(restore)
+        selfcheck = actions.add_parser("selfcheck", help="read-only invariants: config, PID lock, database")
+        self.add_json(selfcheck)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "start":
             self.start(options)
+        elif options["action"] == "backup":
+            run_backup(self, options["to"], options["scope"], options["dry_run"])
+        elif options["action"] == "restore":
+            run_restore(self, options["archive"], options["to"], options["dry_run"])
+        elif options["action"] == "selfcheck":
+            run_selfcheck(self)
         elif options["action"] == "breaker":
             self.breakers(options["plugin"], options["limit"])
         elif options["action"] == "scheduler":
@@ -80,14 +106,18 @@ class Command(DuctileCommand):
             self.stderr.write(f"warning: {warning}")
         for problem in runtime.tokens.problems:
             self.stderr.write(f"warning: {problem}")
+        housekeeping = not options["no_housekeeping"]
         children = plan(
             runtime,
             runtime.config.config_dir,
             workers=not options["no_workers"],
             scheduler=not options["no_scheduler"],
+            housekeeping=housekeeping,
         )
-        pid_file = runtime.config.state_path.parent / "ductile.pid"
-        raise SystemExit(Supervisor(children, pid_file).run())
+        supervisor = Supervisor(
+            children, pid_file_for(runtime.config), on_config=refresh_schedules if housekeeping else None
+        )
+        raise SystemExit(supervisor.run())
 
     def scheduler(self) -> None:
         runtime = self.open_ledger()

@@ -1,0 +1,96 @@
+"""`BACKUP_MANIFEST.txt`: what an archive holds, where each part came from, and why anything was
+left out. YAML, so an operator reads it with `tar -xzOf ARCHIVE BACKUP_MANIFEST.txt` and
+`system restore` reads the same text back."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.version import gateway_version
+
+MANIFEST_NAME = "BACKUP_MANIFEST.txt"
+FORMAT = "ductile-backup/1"
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+class ManifestError(Exception):
+    pass
+
+
+@cache
+def gateway_commit() -> str:
+    """The source commit when running from a git checkout, else "unknown" (an installed wheel)."""
+    if not (REPO / ".git").exists():
+        return "unknown"
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+@dataclass
+class Manifest:
+    scope: str
+    database: dict[str, Any]  # engine, source, method, archive_path, sha256
+    source: dict[str, Any]  # config_dir, state_path, plugin_roots, env_files
+    included: list[dict[str, str]] = field(default_factory=list)
+    excluded: list[dict[str, str]] = field(default_factory=list)
+    plugin_roots: list[dict[str, str]] = field(default_factory=list)
+    env_files: list[dict[str, str]] = field(default_factory=list)
+    config_files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    ductile_version: str = field(default_factory=gateway_version)
+    ductile_commit: str = field(default_factory=gateway_commit)
+    hostname: str = field(default_factory=socket.gethostname)
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    format: str = FORMAT
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "ductile_version": self.ductile_version,
+            "ductile_commit": self.ductile_commit,
+            "hostname": self.hostname,
+            "created_at": self.created_at,
+            "scope": self.scope,
+            "database": self.database,
+            "source": self.source,
+            "config_files": self.config_files,
+            "plugin_roots": self.plugin_roots,
+            "env_files": self.env_files,
+            "warnings": self.warnings,
+            "included": self.included,
+            "excluded": self.excluded,
+        }
+
+    def text(self) -> str:
+        header = (
+            "# Ductile backup manifest: what this archive holds, where each part came from, and what\n"
+            "# was left out and why. Restore with: ductile system restore ARCHIVE --to EMPTY_DIR\n"
+        )
+        return header + yaml.safe_dump(self.as_dict(), sort_keys=False, allow_unicode=True, width=4096)
+
+    @classmethod
+    def parse(cls, text: str) -> Manifest:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ManifestError(f"{MANIFEST_NAME} is not valid YAML: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            found = doc.get("format") if isinstance(doc, dict) else None
+            raise ManifestError(f"{MANIFEST_NAME} is not a {FORMAT} manifest (format: {found!r})")
+        try:
+            return cls(**{key: doc[key] for key in cls.__dataclass_fields__ if key in doc})
+        except TypeError as exc:
+            raise ManifestError(f"{MANIFEST_NAME} is incomplete: {exc}") from exc
