@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 from gateway.api.tokens import TokenRegistry, load_tokens
 from gateway.config.durations import parse_duration
-from gateway.config.errors import ConfigError
+from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, load_gateway_config
 from gateway.plugins.discovery import discover_plugins
@@ -37,13 +37,25 @@ class Runtime:
     loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
-def build_runtime(config_dir: Path, environ: Mapping[str, str] | None = None) -> Runtime:
-    config = load_gateway_config(config_dir, os.environ if environ is None else environ)
+def build_runtime(
+    config_dir: Path,
+    environ: Mapping[str, str] | None = None,
+    *,
+    strict: bool = False,
+    overrides: Mapping[Path, str] | None = None,
+) -> Runtime:
+    """Everything a process runs on, or ConfigError with every problem. `strict` and `overrides`
+    as in `load_gateway_config` (`config check --strict`; `config set` validating its edit)."""
+    config = load_gateway_config(
+        config_dir, os.environ if environ is None else environ, strict=strict, overrides=overrides
+    )
     discovery = discover_plugins(config.plugin_roots, allow_symlinks=config.service.allow_symlinks)
     registry = build_registry(config, discovery)
     routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
     pipelines = compile_config_pipelines(config, registry)
     tokens = load_tokens(config)
+    if config.service.strict_mode and (refusals := strict_refusals(config, registry, tokens)):
+        raise ConfigError(refusals)
     # webhooks.yaml is a high-security file: a bad one stops every process (exit 78).
     load_webhooks(config, registry, tokens)
     env = plugin_environment(config.service.plugin_env_passthrough)
@@ -55,6 +67,25 @@ def build_runtime(config_dir: Path, environ: Mapping[str, str] | None = None) ->
         plugin_env=MappingProxyType(env),
         tokens=tokens,
     )
+
+
+def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegistry) -> list[ConfigProblem]:
+    """What strict mode refuses beyond the seal (spec "Operator Guide", Strict Mode): an enabled
+    plugin that cannot run (the config check failed), and an API without a single usable token."""
+    problems = [
+        config.problem(("plugins", name), f"plugin {name!r} cannot run: {reason} (refused in strict_mode)")
+        for name, reason in registry.skipped.items()
+        if config.plugins[name].enabled
+    ]
+    if (thaw(config.api) or {}).get("enabled", True) and not tokens.tokens:
+        problems.append(
+            config.problem(
+                ("api", "auth", "tokens"),
+                "strict_mode requires at least one API token while the API is enabled "
+                "(api.auth.tokens or a tokens.yaml entry with scopes); refused tokens do not count",
+            )
+        )
+    return problems
 
 
 def compile_config_pipelines(config: GatewayConfig, registry: Registry) -> PipelineSet:

@@ -35,6 +35,9 @@ class ConfigDir:
         self.extra: dict[str, Any] = {}
         # Set by the `process_db` fixture on the PostgreSQL run: subprocesses use this database.
         self.database_url: str | None = None
+        # `write()` seals the directory (`.checksums`) the way `config lock` does; integrity tests
+        # turn it off or tamper afterwards.
+        self.sealed = True
 
     @property
     def db_path(self) -> Path:
@@ -50,13 +53,32 @@ class ConfigDir:
             **self.extra,
         }
         (self.path / "config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        if self.sealed:
+            self.lock()
         return self.path
+
+    def lock(self) -> None:
+        seal(self.path)
 
     def file(self, name: str, text: str) -> Path:
         target = self.path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         return target
+
+
+def seal(directory: Path) -> None:
+    """`config lock`: seal every file the config reads, as an operator would after editing (tests
+    about what a config says, not about the seal, start from a sealed directory). A config whose
+    files cannot be read is left unsealed: loading it reports why."""
+    from gateway.config.errors import ConfigError
+    from gateway.config.integrity import lock
+    from gateway.config.loader import config_files
+
+    try:
+        lock(directory, config_files(directory))
+    except ConfigError:
+        pass
 
 
 def load_runtime(config: ConfigDir, environ: Mapping[str, str] | None = None) -> Any:

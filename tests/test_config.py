@@ -20,6 +20,7 @@ import pytest
 from gateway.config.durations import format_duration, parse_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.model import GatewayConfig, load_gateway_config
+from tests.support import seal
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -41,6 +42,8 @@ def line_of(path: Path, needle: str) -> int:
 
 
 def load(directory: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Seal the directory (the seal's own rules are in test_integrity.py), then load it."""
+    seal(directory)
     return load_gateway_config(directory, dict(environ or {}))
 
 

@@ -29,6 +29,7 @@ from gateway.scheduler.spec import (
     parse_schedules,
     scheduled_entries,
 )
+from tests.support import seal
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,6 +57,7 @@ def refusals(*raw: Any) -> list[ConfigProblem]:
 
 def load_yaml(tmp_path: Path, text: str) -> GatewayConfig:
     (tmp_path / "config.yaml").write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    seal(tmp_path)
     return load_gateway_config(tmp_path, {})
 
 

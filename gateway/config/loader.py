@@ -17,7 +17,8 @@ from typing import Any
 from dotenv import dotenv_values
 
 from .errors import ConfigError, ConfigProblem
-from .yamlsrc import KeyPath, YamlDocument, dotted, load_yaml_file, plain_scalar_value
+from .integrity import Verdict, file_digest, scope_files, verify
+from .yamlsrc import KeyPath, YamlDocument, dotted, load_yaml_file, parse_yaml, plain_scalar_value
 
 ROOT_FILE = "config.yaml"
 _VAR = re.compile(r"\$\{([^}]*)\}")
@@ -35,6 +36,9 @@ _DIRECTIVES = ("include", "environment_vars")
 class Origin:
     file: Path
     line: int | None
+    # The key's path inside `file`, which differs from the merged path where lists were appended
+    # across files (`pipelines[3]` may be `pipelines[0]` of pipelines.yaml): `config set` edits it.
+    path: KeyPath | None = None
 
 
 @dataclass
@@ -45,6 +49,8 @@ class MergedConfig:
     files: list[Path]
     env_files: list[Path]
     warnings: list[ConfigProblem] = field(default_factory=list)
+    # The seal's verdict on every file read; the loader's caller decides strictness.
+    integrity: Verdict = field(default_factory=Verdict)
 
     def origin_of(self, path: KeyPath) -> Origin | None:
         while path:
@@ -69,15 +75,25 @@ def resolve_config_dir(explicit: str | os.PathLike[str] | None, environ: Mapping
     return Path(os.path.expanduser(str(chosen))).resolve()
 
 
-def load_config_tree(config_dir: Path, environ: Mapping[str, str]) -> MergedConfig:
-    """Read and merge the tree. Raises ConfigError with every problem of every file read: include,
-    path and `.env` problems together with unset variables, so one run shows all of them."""
+def load_config_tree(
+    config_dir: Path, environ: Mapping[str, str], overrides: Mapping[Path, str] | None = None
+) -> MergedConfig:
+    """Read, verify against the seal, and merge the tree. Raises ConfigError with every problem of
+    every file read: include, path and `.env` problems together with unset variables and
+    high-security integrity refusals, so one run shows all of them.
+
+    `overrides`: proposed new text for some files (`config set` validates its edit before writing
+    it); such a file is verified as it is on disk, since the edit re-seals it."""
     config_dir = Path(os.path.abspath(config_dir))
-    reader = _TreeReader(config_dir)
+    reader = _TreeReader(config_dir, overrides)
     reader.read(config_dir / ROOT_FILE, chain=())
+    # Verified before interpolation (Configuration Specification §6): the hashes are of the bytes
+    # as read, so no `${VAR}` value can change what was checked.
+    integrity = verify(config_dir, reader.digests())
     env = _environment(reader, environ)
     merged = MergedConfig(config_dir, {}, {}, [d.file for d in reader.docs], reader.env_files, reader.warnings)
-    problems: list[ConfigProblem] = list(reader.problems)
+    merged.integrity = integrity
+    problems: list[ConfigProblem] = [*reader.problems, *integrity.refusals]
     for doc in reader.docs:
         _interpolate(doc, doc.data, (), env, problems)
     if problems:
@@ -89,6 +105,16 @@ def load_config_tree(config_dir: Path, environ: Mapping[str, str]) -> MergedConf
         _merge(merged, merged.data, body, doc, (), ())
     _fill_empty_entries(merged.data)
     return merged
+
+
+def config_files(config_dir: Path) -> list[Path]:
+    """Every file the config in `config_dir` is made of, as `config lock` seals it: `config.yaml`,
+    its includes, `.env` files and scope files. Raises ConfigError when the tree cannot be read."""
+    reader = _TreeReader(Path(os.path.abspath(config_dir)))
+    reader.read(reader.config_dir / ROOT_FILE, chain=())
+    if reader.problems:
+        raise ConfigError(reader.problems)
+    return list(reader.digests())
 
 
 def _fill_empty_entries(data: dict[str, Any]) -> None:
@@ -104,13 +130,35 @@ def _fill_empty_entries(data: dict[str, Any]) -> None:
 
 
 class _TreeReader:
-    def __init__(self, config_dir: Path):
+    def __init__(self, config_dir: Path, overrides: Mapping[Path, str] | None = None):
         self.config_dir = config_dir
+        self.overrides = overrides or {}
         self.docs: list[YamlDocument] = []
         self.env_files: list[Path] = []
         self.problems: list[ConfigProblem] = []
         self.warnings: list[ConfigProblem] = []
         self._seen: set[Path] = set()  # real paths (symlinks followed), as are `chain`s
+
+    def digests(self) -> dict[Path, str | None]:
+        """Hash of every file read: YAML as parsed, `.env` files, and the scope files (those under
+        `scopes/` and those a token names), which the token registry reads later."""
+        found: dict[Path, str | None] = {doc.file: doc.digest for doc in self.docs}
+        for path in [*self.env_files, *scope_files(self.config_dir), *self._named_scope_files()]:
+            found.setdefault(path, file_digest(path))
+        return found
+
+    def _named_scope_files(self) -> list[Path]:
+        named = []
+        for doc in self.docs:
+            entries = doc.data.get("tokens")
+            for entry in entries if isinstance(entries, list) else []:
+                name = entry.get("scopes_file") if isinstance(entry, dict) else None
+                if isinstance(name, str) and "${" not in name:
+                    # Resolved as gateway.api.tokens resolves it: against the config directory.
+                    path = Path(name) if Path(name).is_absolute() else self.config_dir / name
+                    if path.is_file():
+                        named.append(Path(os.path.abspath(path)))
+        return named
 
     def read(self, path: Path, chain: tuple[Path, ...]) -> None:
         if not path.is_file():
@@ -120,7 +168,11 @@ class _TreeReader:
                 )
             return
         try:
-            doc = load_yaml_file(path)
+            if path in self.overrides:
+                doc = parse_yaml(self.overrides[path], path)
+                doc.digest = file_digest(path)
+            else:
+                doc = load_yaml_file(path)
         except ConfigError as exc:
             self.problems.extend(exc.problems)
             return
@@ -271,7 +323,7 @@ def _merge(
             # `plugins:` with every entry commented out adds nothing; it does not erase the map.
             continue
         if isinstance(existing, dict) and isinstance(value, dict):
-            merged.origins.setdefault(tpath, Origin(doc.file, doc.line_of(spath)))
+            merged.origins.setdefault(tpath, Origin(doc.file, doc.line_of(spath), spath))
             _merge(merged, existing, value, doc, tpath, spath)
         elif isinstance(existing, list) and isinstance(value, list):
             offset = len(existing)
@@ -290,7 +342,7 @@ def _merge_webhook_list(merged: MergedConfig, doc: YamlDocument, endpoints: list
     target = merged.data.get("webhooks")
     if not isinstance(target, dict):
         target = merged.data["webhooks"] = {}
-        merged.origins[("webhooks",)] = Origin(doc.file, doc.line_of(("webhooks",)))
+        merged.origins[("webhooks",)] = Origin(doc.file, doc.line_of(("webhooks",)), ("webhooks",))
     existing = target.get("endpoints")
     if not isinstance(existing, list):
         existing = target["endpoints"] = []
@@ -303,10 +355,10 @@ def _merge_webhook_list(merged: MergedConfig, doc: YamlDocument, endpoints: list
 def _record(merged: MergedConfig, doc: YamlDocument, tpath: KeyPath, spath: KeyPath) -> None:
     for path in [p for p in merged.origins if p[: len(tpath)] == tpath]:
         del merged.origins[path]
-    merged.origins[tpath] = Origin(doc.file, doc.line_of(spath))
+    merged.origins[tpath] = Origin(doc.file, doc.line_of(spath), spath)
     for path, line in doc.lines.items():
         if len(path) > len(spath) and path[: len(spath)] == spath:
-            merged.origins[(*tpath, *path[len(spath) :])] = Origin(doc.file, line)
+            merged.origins[(*tpath, *path[len(spath) :])] = Origin(doc.file, line, path)
 
 
 def _resolve(base: Path, value: str) -> str:

@@ -152,17 +152,30 @@ def config_schema() -> dict[str, Any]:
     return json.loads((Path(__file__).with_name("config.schema.json")).read_text(encoding="utf-8"))
 
 
-def load_gateway_config(config_dir: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Read, merge, validate and type a config directory. Raises ConfigError with every problem."""
-    merged = load_config_tree(config_dir, os.environ if environ is None else environ)
-    problems = _schema_problems(merged)
+def load_gateway_config(
+    config_dir: Path,
+    environ: Mapping[str, str] | None = None,
+    *,
+    strict: bool = False,
+    overrides: Mapping[Path, str] | None = None,
+) -> GatewayConfig:
+    """Read, merge, validate and type a config directory. Raises ConfigError with every problem.
+    `strict` applies strict mode whatever `service.strict_mode` says (`config check --strict`);
+    `overrides` as in `load_config_tree`."""
+    merged = load_config_tree(config_dir, os.environ if environ is None else environ, overrides)
+    problems = _schema_problems(merged)  # also reads YAML 1.1 booleans such as `strict_mode: yes`
+    if strict or (merged.data.get("service") or {}).get("strict_mode") is True:
+        # Strict mode: operational files failing the seal refuse the config too (spec §2).
+        problems = [*merged.integrity.operational, *problems]
+    else:
+        merged.warnings.extend(merged.integrity.operational)
     if not problems:
-        return _Builder(merged).build()
+        return _Builder(merged, strict=strict).build()
     # Schema problems are the whole story only when the typed checks have nothing to add:
     # report theirs too (parallelism over max_workers, retention under dedupe_ttl, ...), once per key.
     reported = {p.key for p in problems}
     try:
-        _Builder(merged).build()
+        _Builder(merged, strict=strict).build()
     except ConfigError as exc:
         problems.extend(p for p in exc.problems if p.key not in reported)
     except (TypeError, ValueError, KeyError, AttributeError):
@@ -219,8 +232,9 @@ def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 class _Builder:
-    def __init__(self, merged: MergedConfig):
+    def __init__(self, merged: MergedConfig, *, strict: bool = False):
         self.merged = merged
+        self.strict = strict
         self.data = merged.data
         self.problems: list[ConfigProblem] = []
 
@@ -288,7 +302,7 @@ class _Builder:
                 (*p, "job_queue_retention"), raw.get("job_queue_retention"), base.job_queue_retention
             ),
             max_workers=raw.get("max_workers", base.max_workers),
-            strict_mode=raw.get("strict_mode", False),
+            strict_mode=self.strict or raw.get("strict_mode", False) is True,
             allow_symlinks=raw.get("allow_symlinks", False),
             plugin_env_passthrough=tuple(raw.get("plugin_env_passthrough") or ()),
             hook_max_depth=raw.get("hook_max_depth", base.hook_max_depth),

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError, ConfigProblem
+from .integrity import digest
 
 KeyPath = tuple[str | int, ...]
 
@@ -109,6 +110,8 @@ class YamlDocument:
     lines: dict[KeyPath, int] = field(default_factory=dict)
     # Paths of unquoted (plain) scalars holding `${`: their interpolated text is typed like YAML.
     plain: set[KeyPath] = field(default_factory=set)
+    # BLAKE3 of the bytes parsed: what the integrity seal is checked against (integrity.py).
+    digest: str | None = None
 
     def line_of(self, path: KeyPath) -> int | None:
         """The line of `path`, or of its nearest ancestor that has one."""
@@ -121,12 +124,15 @@ class YamlDocument:
 
 def load_yaml_file(path: Path) -> YamlDocument:
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = data.decode("utf-8")
     except OSError as exc:
         raise ConfigError([ConfigProblem(f"cannot read file: {exc.strerror}", file=path)]) from exc
     except UnicodeDecodeError as exc:
         raise ConfigError([ConfigProblem(f"file is not UTF-8 text: {exc.reason}", file=path)]) from exc
-    return parse_yaml(text, path)
+    doc = parse_yaml(text, path)
+    doc.digest = digest(data)
+    return doc
 
 
 def parse_yaml(text: str, path: Path) -> YamlDocument:

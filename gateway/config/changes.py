@@ -1,0 +1,263 @@
+"""The CLI's config mutations (Operator Handbook "Config"): `config set`, `config token create`
+and `config init`. Each is planned first (every file it would write, as text), then applied as
+one unit: written atomically, re-sealed, validated, and rolled back whole if the result does not
+load. A change that would leave the gateway unable to start writes nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.api.tokens import ADMIN, RESOURCES
+
+from .address import AddressError, resolve
+from .atomic import write_atomic
+from .edit import EditError, set_value
+from .integrity import CHECKSUMS, Tier, digest, lock, read_seal, reseal, tier_of
+from .loader import ROOT_FILE, MergedConfig, config_files, load_config_tree
+from .yamlsrc import KeyPath, Yaml12Loader
+
+STARTER = Path(__file__).with_name("starter")
+_TOKEN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class ChangeRefused(Exception):
+    """The change cannot be made as asked (a usage or state problem, not an invalid result)."""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: Path
+    before: str | None  # None: the file is new
+    after: str
+    private: bool = False  # holds a secret or a scope grant: written 0600
+
+    def diff(self) -> str:
+        before = (self.before or "").splitlines(keepends=True)
+        label = str(self.path)
+        lines = difflib.unified_diff(
+            before, self.after.splitlines(keepends=True), "/dev/null" if self.before is None else label, label
+        )
+        return "".join(lines)
+
+
+def parse_value(text: str) -> Any:
+    """A `config set` value as YAML 1.2 reads it: `false`, `3`, `5m`, `[a, b]`, `{k: v}`."""
+    try:
+        return yaml.load(text, Loader=Yaml12Loader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ChangeRefused(f"cannot read the value {text!r} as YAML: {exc}") from exc
+
+
+# -- config set --------------------------------------------------------------------------------
+
+
+def plan_set(config_dir: Path, assignment: str, environ: Mapping[str, str]) -> tuple[FileChange, KeyPath]:
+    """The edit `PATH=VALUE` makes: in the file where that key (or its nearest parent) is defined,
+    validated as the whole config would load with it. ConfigError when the result is invalid."""
+    target, sep, raw = assignment.partition("=")
+    if not sep or not target.strip():
+        raise ChangeRefused(f"expected PATH=VALUE, got {assignment!r}")
+    merged = load_config_tree(config_dir, environ)
+    try:
+        address = resolve(target.strip(), merged.data)
+    except AddressError as exc:
+        raise ChangeRefused(str(exc)) from exc
+    if address.wildcard:
+        raise ChangeRefused(f"{target} names every item; set one key at a time")
+    file, in_file = _locate(merged, address.path)
+    before = file.read_text(encoding="utf-8")
+    try:
+        after = set_value(before, in_file, parse_value(raw))
+    except EditError as exc:
+        raise ChangeRefused(f"{file}: {exc}") from exc
+    _validate(config_dir, environ, overrides={file: after})
+    return FileChange(file, before, after), address.path
+
+
+def _locate(merged: MergedConfig, path: KeyPath) -> tuple[Path, KeyPath]:
+    """The file defining `path` and the key's path inside it; for a new key, the file defining its
+    nearest parent (a new top-level key goes to config.yaml)."""
+    for depth in range(len(path), 0, -1):
+        origin = merged.origins.get(path[:depth])
+        if origin is not None and origin.path is not None:
+            return origin.file, (*origin.path, *path[depth:])
+    return merged.config_dir / ROOT_FILE, path
+
+
+def _validate(
+    config_dir: Path, environ: Mapping[str, str], overrides: Mapping[Path, str] | None = None, strict: bool = False
+) -> None:
+    # Imported here: the runtime imports the config package, not the other way round.
+    from gateway.runtime import build_runtime
+
+    build_runtime(config_dir, environ, overrides=overrides, strict=strict)
+
+
+# -- config token create -----------------------------------------------------------------------
+
+
+def token_env_var(name: str) -> str:
+    return "DUCTILE_TOKEN_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+def scope_problems(scopes: Sequence[str], plugins: Sequence[str]) -> list[str]:
+    """Why each scope cannot be granted (spec 000 §9.4 spellings); a plugin scope must name a
+    configured plugin."""
+    problems = []
+    for scope in scopes:
+        verb, _, resource = scope.partition(":")
+        if scope == ADMIN or (verb in ("read", "write") and resource in RESOURCES):
+            continue
+        if resource in ("ro", "rw") and (verb in RESOURCES or verb in plugins):
+            continue
+        if resource in ("ro", "rw"):
+            problems.append(f"{scope!r}: no plugin {verb!r} is configured")
+        else:
+            known = ", ".join(f"{r}:ro|rw" for r in RESOURCES)
+            problems.append(f"{scope!r} is not a scope (use *, {known}, or PLUGIN:ro|rw)")
+    return problems
+
+
+def plan_token(
+    config_dir: Path, name: str, scopes: Sequence[str], description: str, environ: Mapping[str, str]
+) -> tuple[list[FileChange], str, str]:
+    """The files `config token create` writes: `scopes/NAME.json`, a `tokens.yaml` entry whose key
+    is `${DUCTILE_TOKEN_NAME}`, that variable in the config's `.env` (so the token works at once
+    and the secret stays out of YAML), and `config.yaml` includes for both when missing.
+    Returns the changes, the secret and the variable's name."""
+    if not _TOKEN_NAME.match(name):
+        raise ChangeRefused(f"token name {name!r}: use lower-case letters, digits, '-' and '_' (at most 63)")
+    merged = load_config_tree(config_dir, environ)
+    if not scopes:
+        raise ChangeRefused("give at least one scope (--scopes a,b)")
+    if problems := scope_problems(scopes, list(merged.data.get("plugins") or {})):
+        raise ChangeRefused("; ".join(problems))
+    taken = {str(t.get("name")) for t in merged.data.get("tokens") or [] if isinstance(t, dict)}
+    taken |= {str(t.get("name")) for t in ((merged.data.get("api") or {}).get("auth") or {}).get("tokens") or []}
+    if name in taken:
+        raise ChangeRefused(f"a token named {name!r} exists already")
+    scope_file = config_dir / "scopes" / f"{name}.json"
+    if scope_file.exists():
+        raise ChangeRefused(f"{scope_file} exists already; refusing to overwrite it")
+    variable = token_env_var(name)
+    if variable in os.environ:
+        raise ChangeRefused(f"{variable} is set in this process's environment and would override the new secret")
+    secret = secrets.token_hex(32)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    scope_doc = {"scopes": list(scopes), "metadata": {"description": description, "created_at": now}}
+    scope_text = json.dumps(scope_doc, indent=2) + "\n"
+    entry = {
+        "name": name,
+        "key": f"${{{variable}}}",
+        "scopes_file": f"scopes/{name}.json",
+        "scopes_hash": "blake3:" + digest(scope_text.encode()),
+        "description": description,
+        "created_at": now,
+    }
+    changes = [FileChange(scope_file, None, scope_text, private=True)]
+    tokens_file = config_dir / "tokens.yaml"
+    before = tokens_file.read_text(encoding="utf-8") if tokens_file.exists() else None
+    listed = (yaml.load(before, Loader=Yaml12Loader) or {}).get("tokens") if before else None
+    header = "# API tokens (high security: sealed in .checksums). Keys come from the environment.\n"
+    changes.append(
+        FileChange(tokens_file, before, set_value(before or header, ("tokens", len(listed or [])), entry), True)
+    )
+    root = config_dir / ROOT_FILE
+    root_text = root.read_text(encoding="utf-8")
+    root_doc = yaml.load(root_text, Loader=Yaml12Loader) or {}
+    if tokens_file.resolve() not in {f.resolve() for f in merged.files}:
+        root_text = set_value(root_text, ("include", len(root_doc.get("include") or [])), "tokens.yaml")
+    env_files = [f for f in merged.env_files if f.parent == config_dir.resolve()]
+    env_file = env_files[0] if env_files else config_dir / ".env"
+    if not env_files:
+        listed_env = (root_doc.get("environment_vars") or {}).get("include") or []
+        root_text = set_value(root_text, ("environment_vars", "include", len(listed_env)), ".env")
+    if root_text != root.read_text(encoding="utf-8"):
+        changes.append(FileChange(root, root.read_text(encoding="utf-8"), root_text))
+    env_before = env_file.read_text(encoding="utf-8") if env_file.exists() else None
+    env_after = (env_before or "") + ("\n" if env_before and not env_before.endswith("\n") else "")
+    changes.append(FileChange(env_file, env_before, env_after + f"{variable}={secret}\n", private=True))
+    return changes, secret, variable
+
+
+# -- config init -------------------------------------------------------------------------------
+
+
+def plan_init(target: Path, plugin_root: Path) -> tuple[list[FileChange], str]:
+    """A starter config directory: commented examples of every file, the bundled plugins, and an
+    admin token whose secret lives in `.env`. Refuses a directory that already has a config."""
+    if (target / ROOT_FILE).exists():
+        raise ChangeRefused(f"{target / ROOT_FILE} exists already; `config init` never overwrites a config")
+    secret = secrets.token_hex(32)
+    values = {"plugin_root": str(plugin_root), "admin_var": token_env_var("admin")}
+    changes = []
+    for template in sorted(STARTER.rglob("*")):
+        if template.is_file():
+            relative = template.relative_to(STARTER)
+            text = template.read_text(encoding="utf-8")
+            for key, value in values.items():
+                text = text.replace(f"@{key}@", value)
+            private = tier_of(target / relative) is Tier.HIGH_SECURITY
+            changes.append(FileChange(target / relative, None, text, private=private))
+    scope_text = changes_by_name(changes, "admin.json").after
+    tokens = changes_by_name(changes, "tokens.yaml")
+    tokens_text = tokens.after.replace("BLAKE3_OF_ADMIN_JSON", "blake3:" + digest(scope_text.encode()))
+    changes[changes.index(tokens)] = FileChange(tokens.path, None, tokens_text, private=True)
+    changes.append(FileChange(target / ".env", None, f"{values['admin_var']}={secret}\n", private=True))
+    return changes, secret
+
+
+def changes_by_name(changes: Sequence[FileChange], name: str) -> FileChange:
+    return next(c for c in changes if c.path.name == name)
+
+
+# -- applying ----------------------------------------------------------------------------------
+
+
+def apply(config_dir: Path, changes: Sequence[FileChange], environ: Mapping[str, str]) -> list[Path]:
+    """Write the changes, keep the seal in step, and check the result loads; on any failure put
+    every file (the seal included) back as it was and re-raise. Returns the files sealed.
+
+    The seal: files it already listed, and new files, get their new hashes (no other file's
+    unreviewed change is blessed). A config without a seal that gains a high-security file is
+    locked whole, since high-security files refuse to load unsealed."""
+    seal_path = config_dir / CHECKSUMS
+    saved = {c.path: c.before for c in changes}
+    saved_seal = seal_path.read_text(encoding="utf-8") if seal_path.exists() else None
+    try:
+        for change in changes:
+            change.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(change.path, change.after, mode=0o600 if change.private else None)
+        seal = read_seal(config_dir)
+        if seal is not None:
+            sealed = [c.path for c in changes if c.before is None or str(c.path) in seal.hashes]
+            reseal(config_dir, sealed)
+        elif any(tier_of(c.path) is Tier.HIGH_SECURITY for c in changes):
+            sealed = [f.path for f in lock(config_dir, config_files(config_dir)).files]
+        else:
+            sealed = []
+        _validate(config_dir, environ)
+        return sealed
+    except BaseException:
+        for path, before in saved.items():
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_atomic(path, before)
+        if saved_seal is None:
+            seal_path.unlink(missing_ok=True)
+        else:
+            write_atomic(seal_path, saved_seal, mode=0o600)
+        raise

@@ -1,0 +1,363 @@
+"""`config check | lock | show | get | set | init | token create` (Operator Handbook, "Config").
+
+The `config lock` ritual: `config check` (validate) → `config lock` (authorize: rewrite the seal)
+→ `system reload` (apply without a restart).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.config.address import AddressError, lookup, names, resolve
+from gateway.config.changes import ChangeRefused, FileChange, apply, plan_init, plan_set, plan_token
+from gateway.config.durations import format_duration
+from gateway.config.errors import ConfigError, ConfigProblem
+from gateway.config.frozen import thaw
+from gateway.config.integrity import CHECKSUMS, SealUnusable, file_digest, lock, read_seal, tier_of
+from gateway.config.loader import config_files, load_config_tree
+from gateway.redaction import config_view, redact
+from gateway.runtime import RUNTIME, Runtime, build_runtime
+
+BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
+
+
+class Command(DuctileCommand):
+    help = "Config: `check`, `lock`, `show [ENTITY]`, `get PATH`, `set PATH=VALUE`, `init [DIR]`, `token create`."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        check = actions.add_parser("check", help="validate syntax, schema, semantics, integrity and plugin references")
+        check.add_argument("--strict", action="store_true", help="apply strict mode whatever service.strict_mode says")
+        self.add_json(check)
+        lock_ = actions.add_parser("lock", help="authorize the config as it is now: rewrite the .checksums seal")
+        lock_.add_argument("--dry-run", action="store_true", help="show what would be sealed; write nothing")
+        self.add_json(lock_)
+        show = actions.add_parser("show", help="the resolved config, or one entity (plugin:NAME, pipeline:NAME, …)")
+        show.add_argument("entity", nargs="?", help="plugin:NAME, pipeline:NAME, webhook:NAME, plugin:* or a key path")
+        self.add_json(show)
+        get = actions.add_parser("get", help="one value by dot path (plugins.echo.enabled or plugin:echo.enabled)")
+        get.add_argument("path")
+        self.add_json(get)
+        set_ = actions.add_parser("set", help="change one key: validated first, atomic, re-sealed if sealed")
+        set_.add_argument("assignment", metavar="PATH=VALUE")
+        mode = set_.add_mutually_exclusive_group(required=True)
+        mode.add_argument("--dry-run", action="store_true", help="show the change and its validation; write nothing")
+        mode.add_argument("--apply", action="store_true", help="write the change")
+        self.add_json(set_)
+        init = actions.add_parser("init", help="write a valid, sealed starter config directory")
+        init.add_argument("directory", nargs="?", help="default: the config directory (--config-dir)")
+        init.add_argument("--dry-run", action="store_true", help="list the files; write nothing")
+        self.add_json(init)
+        token = actions.add_parser("token", help="API tokens: `token create --name N --scopes a,b`")
+        token_actions = token.add_subparsers(dest="token_action", required=True, metavar="ACTION")
+        create = token_actions.add_parser("create", help="a new scoped token; prints its secret once")
+        create.add_argument("--name", required=True)
+        create.add_argument("--scopes", required=True, help="comma-separated: *, plugin:rw, jobs:ro, echo:rw, …")
+        create.add_argument("--description", default="")
+        create.add_argument("--dry-run", action="store_true", help="show the files it would write; write nothing")
+        self.add_json(create)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.verbose = options.get("verbosity", 0) > 0
+        self.config_dir = RUNTIME.config_dir or Path(os.environ["DUCTILE_CONFIG_DIR"])
+        action = options["action"]
+        if action == "check":
+            self.check_config(options["strict"])
+        elif action == "lock":
+            self.lock_config(options["dry_run"])
+        elif action == "show":
+            self.show(options["entity"])
+        elif action == "get":
+            self.get(options["path"])
+        elif action == "set":
+            self.set_key(options["assignment"], apply_it=options["apply"])
+        elif action == "init":
+            self.init(Path(options["directory"]).resolve() if options["directory"] else self.config_dir, options)
+        else:
+            scopes = [s.strip() for s in options["scopes"].split(",") if s.strip()]
+            self.token_create(options["name"], scopes, options["description"], options["dry_run"])
+
+    # -- check and lock ------------------------------------------------------------------------
+
+    def check_config(self, strict: bool) -> None:
+        errors: list[ConfigProblem] = []
+        warnings: list[str] = []
+        try:
+            runtime = build_runtime(self.config_dir, strict=strict)
+        except ConfigError as exc:
+            errors = list(exc.problems)
+        else:
+            warnings = [str(w) for w in (*runtime.config.warnings, *runtime.registry.warnings)]
+            warnings += list(runtime.tokens.problems)
+            strict = runtime.config.service.strict_mode
+        files = self._seal_status()
+        data = {
+            "valid": not errors,
+            "strict": strict,
+            "config_dir": str(self.config_dir),
+            "errors": [e.as_dict() for e in errors],
+            "warnings": warnings,
+            "files": files,
+        }
+
+        def text() -> str:
+            if errors:
+                lines = [f"Configuration invalid ({len(errors)} error(s)):"] + [f"  ERROR {e}" for e in errors]
+            else:
+                lines = [f"Configuration valid ({len(warnings)} warning(s))" + (" [strict]" if strict else "")]
+            lines += [f"  WARN  {w}" for w in warnings]
+            if self.verbose:
+                lines += [f"  {f['status']:11} {f['tier']:13} {f['path']}" for f in files]
+            return "\n".join(lines)
+
+        self.emit(data, text)
+        if errors:
+            raise SystemExit(EXIT_CONFIG)
+
+    def _seal_status(self) -> list[dict[str, str]]:
+        """Every config file and what the seal says of it (for agents reading `check --json`)."""
+        try:
+            files = config_files(self.config_dir)
+        except ConfigError:
+            return []
+        try:
+            seal = read_seal(self.config_dir)
+        except SealUnusable:
+            seal = None
+        hashes = seal.hashes if seal else {}
+        out = []
+        for path in files:
+            actual, expected = file_digest(path), hashes.get(str(path))
+            status = "unreadable" if actual is None else "not sealed" if expected is None else "ok"
+            if expected is not None and actual is not None and expected != actual:
+                status = "changed"
+            out.append({"path": str(path), "tier": str(tier_of(path)), "status": status})
+        return out
+
+    def lock_config(self, dry_run: bool) -> None:
+        report = lock(self.config_dir, config_files(self.config_dir), dry_run=dry_run)
+        data = {
+            "seal": str(report.seal_path),
+            "dry_run": dry_run,
+            "written": report.written,
+            "files": [{"path": str(f.path), "tier": str(f.tier), "change": f.change} for f in report.files],
+            "removed": list(report.removed),
+        }
+
+        def text() -> str:
+            lines = [f"{f.change:9} {f.tier:13} {f.path}" for f in report.files]
+            lines += [f"{'removed':9} {'':13} {p}" for p in report.removed]
+            verb = "would seal" if dry_run else "sealed"
+            lines.append(f"{verb} {len(report.files)} file(s) in {report.seal_path}")
+            if not dry_run:
+                lines.append("next: `ductile system reload` applies the config to a running gateway")
+            return "\n".join(lines)
+
+        self.emit(data, text)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def show(self, entity: str | None) -> None:
+        runtime = self.runtime()
+        document = thaw(runtime.config.document)
+        view = config_view(runtime.config.document)
+        if entity is None:
+            data = {**view, "service": self._service(runtime)}
+            self.emit(data, lambda: _yaml_text(data))
+            return
+        address = self._resolve(entity, document)
+        if address.wildcard:
+            listed = names(document, address.path)
+            self.emit({"entity": entity, "names": listed}, "\n".join(listed) or "(none)")
+            return
+        if len(address.path) == 2 and address.path[0] == "plugins":
+            data = self._plugin(runtime, str(address.path[1]))
+        else:
+            data = self._value(view, address.path, entity)
+        self.emit(data, lambda: _yaml_text(data))
+
+    def get(self, path: str) -> None:
+        # The merged document, not the typed config: `get` must work while a value is being fixed.
+        merged = load_config_tree(self.config_dir, os.environ)
+        address = self._resolve(path, merged.data)
+        value = self._value(config_view(merged.data), address.path, path)
+        origin = merged.origin_of(address.path)
+        where = f"{origin.file}:{origin.line}" if origin and origin.line else str(origin.file) if origin else None
+        data = {"path": path, "value": value, "defined_in": where}
+
+        def text() -> str:
+            shown = value if isinstance(value, str) else json.dumps(value)
+            return f"{shown}\n  (defined in {where})" if self.verbose and where else shown
+
+        self.emit(data, text)
+
+    def _resolve(self, text: str, document: dict[str, Any]) -> Any:
+        try:
+            return resolve(text, document)
+        except AddressError as exc:
+            raise Exit(EXIT_USAGE, str(exc)) from exc
+
+    @staticmethod
+    def _value(view: dict[str, Any], path: tuple[str | int, ...], text: str) -> Any:
+        try:
+            return lookup(view, path)
+        except KeyError as exc:
+            raise Exit(EXIT_FAILED, f"{text}: no such key ({exc.args[0]} is not set)") from exc
+
+    @staticmethod
+    def _service(runtime: Runtime) -> dict[str, Any]:
+        """`service` with every default filled in (what the gateway actually runs with)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(runtime.config.service):
+            value = getattr(runtime.config.service, f.name)
+            is_duration = f.name in ("tick_interval", "dedupe_ttl", "lease_ttl") or f.name.endswith("_retention")
+            out[f.name] = format_duration(value) if is_duration else thaw(value)
+        return out
+
+    @staticmethod
+    def _plugin(runtime: Runtime, name: str) -> dict[str, Any]:
+        plugin = runtime.config.plugins[name]
+        registry = runtime.registry
+        instance = registry.instances.get(name) or registry.disabled.get(name)
+        status = "loaded" if name in registry.instances else "disabled" if name in registry.disabled else "skipped"
+        document = thaw(runtime.config.document)["plugins"][name]
+        return {
+            "name": name,
+            "uses": plugin.uses,
+            "status": status,
+            "reason": registry.skipped.get(name),
+            "enabled": plugin.enabled,
+            "parallelism": instance.parallelism if instance else plugin.parallelism,
+            "timeouts": {k: format_duration(v) for k, v in plugin.timeouts.items()},
+            "retry": {
+                "max_attempts": plugin.retry.max_attempts,
+                "backoff_base": format_duration(plugin.retry.backoff_base),
+            },
+            "circuit_breaker": {
+                "threshold": plugin.circuit_breaker.threshold,
+                "reset_after": format_duration(plugin.circuit_breaker.reset_after),
+            },
+            "max_outstanding_polls": plugin.max_outstanding_polls,
+            "notify_on_complete": plugin.notify_on_complete,
+            "schedules": redact(document.get("schedules") or []),
+            "config": redact(thaw(plugin.config)),
+            "manifest": (
+                {
+                    "name": instance.manifest.name,
+                    "version": instance.manifest.version,
+                    "commands": list(instance.manifest.commands),
+                }
+                if instance
+                else None
+            ),
+            "defined_in": str(plugin.source) if plugin.source else None,
+        }
+
+    # -- changing ------------------------------------------------------------------------------
+
+    def set_key(self, assignment: str, *, apply_it: bool) -> None:
+        try:
+            change, path = plan_set(self.config_dir, assignment, os.environ)
+        except ChangeRefused as exc:
+            raise Exit(EXIT_USAGE, str(exc)) from exc
+        except ConfigError as exc:
+            raise _invalid(exc) from exc
+        sealed = self._apply([change]) if apply_it else []
+        data = {
+            "path": ".".join(map(str, path)),
+            "file": str(change.path),
+            "applied": apply_it,
+            "dry_run": not apply_it,
+            "resealed": [str(p) for p in sealed],
+            "diff": change.diff(),
+            "valid": True,
+        }
+
+        def text() -> str:
+            head = f"{'changed' if apply_it else 'would change'} {change.path} (the result validates)"
+            tail = f"\nre-sealed {change.path} in {CHECKSUMS}" if sealed else ""
+            return f"{change.diff() or '(no change: the value is already set)'}\n{head}{tail}"
+
+        self.emit(data, text)
+
+    def init(self, directory: Path, options: dict[str, Any]) -> None:
+        try:
+            changes, secret = plan_init(directory, BUNDLED_PLUGINS)
+        except ChangeRefused as exc:
+            raise Exit(EXIT_FAILED, str(exc)) from exc
+        dry_run = options["dry_run"]
+        if not dry_run:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._apply(changes, directory)
+        data = {
+            "config_dir": str(directory),
+            "dry_run": dry_run,
+            "files": [str(c.path) for c in changes],
+            "admin_token": None if dry_run else secret,
+            "admin_token_env": "DUCTILE_TOKEN_ADMIN",
+        }
+
+        def text() -> str:
+            lines = [f"{'would write' if dry_run else 'wrote'} {c.path}" for c in changes]
+            if not dry_run:
+                lines += [
+                    f"sealed {directory / CHECKSUMS}; `ductile --config-dir {directory} config check` passes",
+                    f"admin API token (shown once; stored in {directory / '.env'} as DUCTILE_TOKEN_ADMIN): {secret}",
+                ]
+            return "\n".join(lines)
+
+        self.emit(data, text)
+
+    def token_create(self, name: str, scopes: list[str], description: str, dry_run: bool) -> None:
+        try:
+            changes, secret, variable = plan_token(self.config_dir, name, scopes, description, os.environ)
+        except ChangeRefused as exc:
+            raise Exit(EXIT_FAILED, str(exc)) from exc
+        if not dry_run:
+            self._apply(changes)
+        data = {
+            "name": name,
+            "scopes": scopes,
+            "dry_run": dry_run,
+            "env_var": variable,
+            "token": None if dry_run else secret,
+            "files": [str(c.path) for c in changes],
+        }
+
+        def text() -> str:
+            lines = [f"{'would write' if dry_run else 'wrote'} {c.path}" for c in changes]
+            if not dry_run:
+                lines += [
+                    f"token {name!r} (shown once; stored as {variable} in the config's .env): {secret}",
+                    "next: `ductile system reload` makes a running gateway accept it",
+                ]
+            return "\n".join(lines)
+
+        self.emit(data, text)
+
+    def _apply(self, changes: list[FileChange], config_dir: Path | None = None) -> list[Path]:
+        try:
+            return apply(config_dir or self.config_dir, changes, os.environ)
+        except ConfigError as exc:
+            raise _invalid(exc) from exc
+
+
+def _invalid(exc: ConfigError) -> Exit:
+    return Exit(
+        EXIT_CONFIG,
+        "the change would leave the config invalid; nothing was written:\n" + str(exc),
+        {"problems": [p.as_dict() for p in exc.problems]},
+    )
+
+
+def _yaml_text(data: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip()
