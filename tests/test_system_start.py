@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tests.support import REPO, cli_env, wait_for
+from tests.support import REPO, cli_env, ductile, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -185,3 +185,48 @@ def test_the_webhook_listener_runs_on_its_own_port(system):
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=10)
     assert caught.value.code in (404, 405)
+
+
+def test_system_reload_and_post_system_reload_reach_every_process(system):
+    """The CLI and the API both find the supervisor through its PID file; a new alias then runs,
+    which takes the API (accepting it) and the workers (running it) both reloaded."""
+    api, proc, cfg = system
+
+    def runs(alias: str) -> None:
+        def accepted():
+            code, body = api.call("POST", f"/plugin/{alias}/poll", {"payload": {"message": alias}})
+            return body if code == 202 else None
+
+        job = wait_for(accepted, timeout=30, what=f"the API to accept {alias}")
+        wait_for(
+            lambda: api.call("GET", f"/job/{job['job_id']}")[1]["status"] == "succeeded",
+            timeout=30,
+            what=f"the workers to run {alias}",
+        )
+
+    cfg.plugins["echo-two"] = {"uses": "echo", "config": {"message": "two"}}
+    cfg.write()
+    dry = ductile(cfg, "system", "reload", "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout) == {
+        "pid": proc.pid,
+        "signalled": False,
+        "dry_run": True,
+        "config_dir": str(cfg.path),
+    }
+    assert api.call("POST", "/plugin/echo-two/poll", {"payload": {}})[0] == 404  # nothing reloaded yet
+    reload = ductile(cfg, "system", "reload", "--json")
+    assert reload.returncode == 0 and json.loads(reload.stdout)["pid"] == proc.pid
+    runs("echo-two")
+
+    cfg.plugins["echo-three"] = {"uses": "echo", "config": {"message": "three"}}
+    cfg.write()
+    code, body = api.call("POST", "/system/reload")
+    assert code == 200 and body["supervisor_pid"] == proc.pid, body
+    runs("echo-three")
+
+    cfg.service["max_workers"] = 0  # invalid: refused before anything is signalled
+    cfg.write()
+    refused = ductile(cfg, "system", "reload")
+    assert refused.returncode == 78 and "not signalled" in refused.stderr
+    assert api.call("POST", "/system/reload")[0] == 400
+    runs("echo-three")  # still running the last good config

@@ -22,6 +22,7 @@ from gateway import eventstream
 from gateway.api.serializers import errors
 from gateway.api.views import Endpoint, int_param, path_param, query_param, time_param
 from gateway.config.errors import ConfigError
+from gateway.daemon.control import NotRunning, reload_gateway
 from gateway.redaction import config_view as redacted_config
 from gateway.redaction import redact
 from gateway.reports import ts
@@ -214,14 +215,14 @@ def _event_id(raw: str) -> int:
 
 
 class SystemReload(Endpoint):
-    """Reload this API process's configuration. An invalid config keeps the running one and is
-    answered 400 with every problem (file, line, key). Workers, the scheduler and other API
-    processes reload on SIGHUP (`system reload`)."""
+    """Reload the configuration: this API process at once (an invalid config keeps the running one
+    and is answered 400 with every problem: file, line, key), then every other gateway process
+    through the `system start` supervisor (SIGHUP via its PID file), when one runs."""
 
     @extend_schema(
         operation_id="system_reload",
         tags=["operations"],
-        summary="Reload this API process's configuration (an invalid one is refused, the old kept)",
+        summary="Reload the configuration in every gateway process (an invalid one is refused, the old kept)",
         request=None,
         responses={200: OpenApiTypes.OBJECT, **errors(400, 401, 403)},
     )
@@ -235,6 +236,16 @@ class SystemReload(Endpoint):
                 "problems": [p.as_dict() for p in exc.problems],
             }
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            supervisor: int | None = reload_gateway(new.config)
+            scope = f"every gateway process (supervisor pid {supervisor} signalled)"
+        except NotRunning as exc:
+            supervisor, scope = None, f"this API process only ({exc})"
         return Response(
-            {"status": "ok", "reloaded_at": ts(new.loaded_at), "message": "Configuration reloaded successfully."}
+            {
+                "status": "ok",
+                "reloaded_at": ts(new.loaded_at),
+                "supervisor_pid": supervisor,
+                "message": f"Configuration reloaded: {scope}.",
+            }
         )

@@ -1,5 +1,5 @@
 """`system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN [--command C]`,
-`system start`, `system backup`, `system restore`, `system selfcheck`."""
+`system start`, `system reload`, `system doctor`, `system backup`, `system restore`, `system selfcheck`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from django.utils import timezone
 
 from gateway.backups.cli import run_backup, run_restore
 from gateway.backups.scope import DEFAULT_SCOPE, SCOPES
-from gateway.cli.base import EXIT_FAILED, DuctileCommand, Exit
+from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, DuctileCommand, Exit
+from gateway.config.errors import ConfigError
+from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
 from gateway.daemon.supervisor import Supervisor, pid_file_for, plan
 from gateway.database import describe_database
+from gateway.doctor import ERROR, diagnose
 from gateway.housekeeping import refresh_schedules
 from gateway.reports import breaker_report, queue_status, schedule_report
 from gateway.scheduler.spec import scheduled_entries
@@ -58,6 +61,13 @@ class Command(DuctileCommand):
         self.add_json(restore)
         selfcheck = actions.add_parser("selfcheck", help="read-only invariants: config, PID lock, database")
         self.add_json(selfcheck)
+        reload = actions.add_parser(
+            "reload", help="SIGHUP the running gateway (via its PID file): every process reloads"
+        )
+        reload.add_argument("--dry-run", action="store_true", help="validate and find the gateway; signal nothing")
+        self.add_json(reload)
+        doctor = actions.add_parser("doctor", help="what loads but cannot work as meant: plugins, aliases, routes, …")
+        self.add_json(doctor)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "start":
@@ -68,6 +78,10 @@ class Command(DuctileCommand):
             run_restore(self, options["archive"], options["to"], options["dry_run"])
         elif options["action"] == "selfcheck":
             run_selfcheck(self)
+        elif options["action"] == "reload":
+            self.reload(options["dry_run"])
+        elif options["action"] == "doctor":
+            self.doctor()
         elif options["action"] == "breaker":
             self.breakers(options["plugin"], options["limit"])
         elif options["action"] == "scheduler":
@@ -76,6 +90,42 @@ class Command(DuctileCommand):
             self.reset(options["plugin"], options["command"], options["dry_run"])
         else:
             self.status()
+
+    def reload(self, dry_run: bool) -> None:
+        """Validated here first: an invalid config would be refused by every process anyway (each
+        keeps its running one), so the operator hears why now instead of in the daemon logs."""
+        try:
+            runtime = self.runtime()  # this command's own fresh load of the config on disk
+        except ConfigError as exc:
+            raise Exit(
+                EXIT_CONFIG,
+                f"the config is invalid, so the running gateway would keep its old one; not signalled:\n{exc}",
+                {"problems": [p.as_dict() for p in exc.problems]},
+            ) from exc
+        try:
+            pid = gateway_pid(runtime.config) if dry_run else reload_gateway(runtime.config)
+        except NotRunning as exc:
+            raise Exit(EXIT_FAILED, str(exc)) from exc
+        data = {"pid": pid, "signalled": not dry_run, "dry_run": dry_run, "config_dir": str(runtime.config.config_dir)}
+        verb = "would send" if dry_run else "sent"
+        self.emit(data, f"{verb} SIGHUP to the gateway (pid {pid}): every process reloads {runtime.config.config_dir}")
+
+    def doctor(self) -> None:
+        findings = diagnose(self.runtime())
+        healthy = not any(f.severity == ERROR for f in findings)
+        data = {"healthy": healthy, "findings": [f.as_dict() for f in findings]}
+
+        def text() -> str:
+            lines = [
+                f"{f.severity.upper():7} [{f.check}] {f.message}" + (f"\n        at {f.where}" if f.where else "")
+                for f in findings
+            ]
+            lines.append("healthy" if healthy else "problems found (exit 1)")
+            return "\n".join(lines)
+
+        self.emit(data, text)
+        if not healthy:
+            raise SystemExit(EXIT_FAILED)
 
     def breakers(self, plugin: str | None, limit: int) -> None:
         self.open_ledger()

@@ -1,0 +1,169 @@
+"""`system doctor`: what is wrong, or will go wrong, with a config that loads (Operator
+Handbook: "Startup and runtime health checks"). Pure over a loaded runtime, no I/O.
+
+Load-time problems refuse the config outright (exit 78, `config check`); the doctor looks for
+what loads but cannot work as meant: an enabled plugin that was skipped (not discovered, or a
+required config key missing), an alias that names another alias (a chain, or a cycle), routes
+that loop, a token scope naming a plugin that is not configured, plugins discovered but never
+configured or configured but never triggered, and a webhook listener sharing the API's address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.api.tokens import RESOURCES
+from gateway.config.frozen import thaw
+from gateway.runtime import Runtime
+from gateway.scheduler.spec import scheduled_entries
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    severity: str
+    message: str
+    where: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "severity": self.severity, "message": self.message, "where": self.where}
+
+
+def diagnose(runtime: Runtime) -> list[Finding]:
+    doctor = _Doctor(runtime)
+    for check in (
+        doctor.skipped_plugins,
+        doctor.alias_chains,
+        doctor.route_cycles,
+        doctor.token_scopes,
+        doctor.unused_plugins,
+        doctor.webhook_conflicts,
+    ):
+        check()
+    return doctor.findings
+
+
+class _Doctor:
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+        self.config = runtime.config
+        self.findings: list[Finding] = []
+
+    def add(self, check: str, severity: str, message: str, path: tuple[str | int, ...] | None = None) -> None:
+        where = None
+        if path is not None:
+            problem = self.config.problem(path, "")
+            where = f"{problem.file}" + (f":{problem.line}" if problem.line else "") + f" key {problem.key}"
+        self.findings.append(Finding(check, severity, message, where))
+
+    def skipped_plugins(self) -> None:
+        for name, reason in self.runtime.registry.skipped.items():
+            if not self.config.plugins[name].enabled:
+                continue
+            check = "required_config_missing" if "missing required config keys" in reason else "plugin_not_discovered"
+            self.add(check, ERROR, f"plugin {name!r} is enabled but cannot run: {reason}", ("plugins", name))
+
+    def alias_chains(self) -> None:
+        """`uses:` names a plugin in the roots; an alias of an alias is never followed."""
+        plugins = self.config.plugins
+        for name, plugin in plugins.items():
+            seen = [name]
+            target = plugin.uses
+            while target in plugins and plugins[target].uses != target and target not in seen:
+                seen.append(target)
+                target = plugins[target].uses
+            if len(seen) == 1:
+                continue
+            chain = " -> ".join([*seen, target])
+            if target in seen:
+                message = f"alias cycle: {chain}"
+            else:
+                message = f"alias {name!r} uses the alias {seen[1]!r} ({chain}); `uses:` must name a plugin itself"
+            self.add("alias_cycle", ERROR, message, ("plugins", name, "uses"))
+
+    def route_cycles(self) -> None:
+        """Routes whose events lead back to their source loop until the depth guard stops them."""
+        edges: dict[str, set[str]] = {}
+        for route in self.config.routes:
+            edges.setdefault(route.source, set()).add(route.target)
+        reported: set[frozenset[str]] = set()
+        for start in sorted(edges):
+            for cycle in _cycles_from(start, edges):
+                key = frozenset(cycle)
+                if key not in reported:
+                    reported.add(key)
+                    text = " -> ".join([*cycle, cycle[0]])
+                    self.add(
+                        "route_cycle",
+                        WARNING,
+                        f"routes form a loop ({text}); each pass runs until the hop limit (20) stops it",
+                        ("routes",),
+                    )
+
+    def token_scopes(self) -> None:
+        configured = set(self.config.plugins)
+        for token in self.runtime.tokens.tokens:
+            for scope in sorted(token.scopes):
+                name, _, access = scope.partition(":")
+                if access in ("ro", "rw") and name not in RESOURCES and name not in configured:
+                    self.add(
+                        "scope_unknown_plugin",
+                        WARNING,
+                        f"token {token.name!r} has scope {scope!r}, but no plugin {name!r} is configured",
+                    )
+        for problem in self.runtime.tokens.problems:
+            self.add("token_refused", ERROR, problem)
+
+    def unused_plugins(self) -> None:
+        registry = self.runtime.registry
+        used = {p.uses for p in self.config.plugins.values()}
+        for name in sorted(set(registry.discovery.manifests) - used):
+            self.add("unused_plugin", INFO, f"plugin {name!r} is discovered but not configured (add it under plugins:)")
+        triggered = {s.plugin for s in scheduled_entries(self.config)}
+        triggered |= {r.target for r in self.config.routes}
+        for pipeline in self.runtime.pipelines.pipelines.values():
+            triggered |= {node.plugin for node in pipeline.nodes.values() if node.plugin}
+        hooks = thaw(self.config.webhooks) or {}
+        endpoints = hooks.get("endpoints") if isinstance(hooks, dict) else None
+        triggered |= {str(e.get("plugin")) for e in endpoints or [] if isinstance(e, dict)}
+        for name in sorted(set(registry.instances) - triggered):
+            self.add(
+                "untriggered_plugin",
+                INFO,
+                f"plugin {name!r} has no schedule, route, pipeline step or webhook: only API and CLI calls run it",
+                ("plugins", name),
+            )
+
+    def webhook_conflicts(self) -> None:
+        hooks = thaw(self.config.webhooks) or {}
+        api = thaw(self.config.api) or {}
+        listen = hooks.get("listen") if isinstance(hooks, dict) else None
+        if listen and api.get("enabled", True) and _port(listen) == _port(api.get("listen") or "localhost:8080"):
+            self.add(
+                "webhook_listen_conflict",
+                ERROR,
+                f"webhooks.listen {listen!r} and api.listen share port {_port(listen)}: one of them cannot start",
+                ("webhooks", "listen"),
+            )
+
+
+def _port(address: str) -> str:
+    return str(address).rpartition(":")[2] or "8080"
+
+
+def _cycles_from(start: str, edges: dict[str, set[str]]) -> list[list[str]]:
+    """Simple cycles through `start` (small graphs: every path is walked once)."""
+    found: list[list[str]] = []
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    while stack:
+        node, path = stack.pop()
+        for nxt in sorted(edges.get(node, ())):
+            if nxt == start:
+                found.append(path)
+            elif nxt not in path:
+                stack.append((nxt, [*path, nxt]))
+    return found
+

@@ -1,0 +1,87 @@
+"""`system doctor`: a config that loads but cannot work as meant (Operator Handbook "system
+doctor"; issue 6's list). Each case builds a real config directory with real plugin roots."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.doctor import ERROR, INFO, WARNING, diagnose
+from gateway.runtime import build_runtime
+from tests.support import ConfigDir, ductile_json
+
+
+def findings(config_dir: ConfigDir) -> dict[str, list[tuple[str, str]]]:
+    config_dir.write()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for f in diagnose(build_runtime(config_dir.path)):
+        out.setdefault(f.check, []).append((f.severity, f.message))
+    return out
+
+
+def test_an_enabled_plugin_not_discovered_and_a_missing_required_key_are_errors(config_dir):
+    config_dir.plugins["ghost"] = {"config": {}}
+    config_dir.plugins["sleeper"] = {"uses": "ghost", "enabled": False}  # disabled: not reported
+    config_dir.plugins["shell"] = {"uses": "sys_exec", "config": {}}  # `command` is required
+    found = findings(config_dir)
+    ((severity, message),) = found["plugin_not_discovered"]
+    assert severity == ERROR and "'ghost'" in message and "no plugin named 'ghost'" in message
+    ((severity, message),) = found["required_config_missing"]
+    assert severity == ERROR and "'shell'" in message and "missing required config keys command" in message
+    assert "sleeper" not in str(found)
+
+
+def test_alias_chains_and_cycles_are_named(config_dir):
+    config_dir.plugins["loud"] = {"uses": "echo", "config": {"message": "x"}}
+    config_dir.plugins["louder"] = {"uses": "loud", "config": {}}
+    config_dir.plugins["a"] = {"uses": "b", "config": {}}
+    config_dir.plugins["b"] = {"uses": "a", "config": {}}
+    messages = [m for _, m in findings(config_dir)["alias_cycle"]]
+    assert any("alias 'louder' uses the alias 'loud' (louder -> loud -> echo)" in m for m in messages)
+    assert any("alias cycle: a -> b -> a" in m for m in messages)
+
+
+def test_routes_that_loop_are_reported_once_per_cycle(config_dir):
+    config_dir.routes = [
+        {"from": "echo", "event_type": "echo.poll", "to": "py-greet"},
+        {"from": "py-greet", "event_type": "greet.done", "to": "echo"},
+        {"from": "echo", "event_type": "other", "to": "stress"},
+    ]
+    ((severity, message),) = findings(config_dir)["route_cycle"]
+    assert severity == WARNING and "echo -> py-greet -> echo" in message
+
+
+def test_a_scope_naming_an_unknown_plugin_and_a_refused_token_are_reported(config_dir):
+    config_dir.extra = {
+        "api": {"auth": {"tokens": [{"name": "ops", "token": "t", "scopes": ["jobs:ro", "ghost:rw", "echo:ro"]}]}}
+    }
+    found = findings(config_dir)
+    messages = [m for _, m in found["scope_unknown_plugin"]]
+    assert any("'ghost:rw'" in m for m in messages) and any("'ghost:ro'" in m for m in messages)
+    assert not any("echo" in m or "jobs" in m for m in messages)
+
+
+def test_unused_plugins_discovered_or_never_triggered_are_information(config_dir):
+    config_dir.plugins = {"echo": {"config": {}, "schedules": [{"every": "5m"}]}, "py-greet": {"config": {}}}
+    found = findings(config_dir)
+    assert (INFO, "plugin 'stress' is discovered but not configured (add it under plugins:)") in found["unused_plugin"]
+    assert [m for _, m in found["untriggered_plugin"]] == [
+        "plugin 'py-greet' has no schedule, route, pipeline step or webhook: only API and CLI calls run it"
+    ]
+
+
+def test_a_webhook_listener_on_the_api_port_is_an_error(config_dir):
+    config_dir.extra = {"api": {"listen": "127.0.0.1:8099"}, "webhooks": {"listen": "0.0.0.0:8099"}}
+    ((severity, message),) = findings(config_dir)["webhook_listen_conflict"]
+    assert severity == ERROR and "share port 8099" in message
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_cli_exits_1_on_errors_and_0_when_only_warnings_remain(config_dir, broken):
+    if broken:
+        config_dir.plugins["ghost"] = {"config": {}}
+    config_dir.write()
+    code, body = ductile_json(config_dir, "system", "doctor")
+    assert code == (1 if broken else 0)
+    assert body["healthy"] is (not broken)
+    assert any(f["check"] == "plugin_not_discovered" for f in body["findings"]) is broken
+    assert all(set(f) == {"check", "severity", "message", "where"} for f in body["findings"])
