@@ -121,6 +121,19 @@ def test_plugin_run_no_wait_leaves_the_job_queued(cfg):
     assert [j["status"] for j in ledger(cfg)] == ["queued"]
 
 
+def test_plugin_run_dry_run_checks_and_shows_the_job_and_enqueues_nothing(cfg):
+    code, body = ductile_json(cfg, "plugin", "run", "echo", "--payload", '{"message": "x"}', "--dry-run")
+    assert code == 0 and body["dry_run"] is True
+    assert (body["plugin"], body["command"], body["payload"], body["timeout_seconds"]) == (
+        "echo",
+        "poll",
+        {"message": "x"},
+        60,
+    )
+    assert ledger(cfg) == []
+    assert ductile(cfg, "plugin", "run", "echo", "--command", "nope", "--dry-run").returncode == 2
+
+
 def test_job_inspect_shows_transitions_attempts_and_children(cfg):
     cfg.routes = [{"from": "echo", "event_type": "echo.poll", "to": "probe"}]
     cfg.write()

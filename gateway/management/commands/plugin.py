@@ -33,6 +33,7 @@ class Command(DuctileCommand):
         payload.add_argument("--payload-file", help="file holding the JSON payload")
         run.add_argument("--dedupe-key", help="dedupe key for this enqueue")
         run.add_argument("--no-wait", action="store_true", help="enqueue only; a running daemon picks it up")
+        run.add_argument("--dry-run", action="store_true", help="check and show the job; enqueue nothing")
         self.add_json(run)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -113,18 +114,29 @@ class Command(DuctileCommand):
                 EXIT_USAGE,
                 f"plugin {name!r} has no command {command!r}; it declares {', '.join(instance.manifest.commands)}",
             )
-        payload = self._payload(options)
-        result = Job.objects.enqueue(
-            JobSpec(
-                plugin=name,
-                command=command,
-                submitted_by="cli",
-                payload=payload,
-                dedupe_key=options["dedupe_key"],
-                max_attempts=instance.config.retry.max_attempts,
-            ),
-            default_dedupe_ttl=runtime.config.service.dedupe_ttl,
+        spec = JobSpec(
+            plugin=name,
+            command=command,
+            submitted_by="cli",
+            payload=self._payload(options),
+            dedupe_key=options["dedupe_key"],
+            max_attempts=instance.config.retry.max_attempts,
         )
+        if options["dry_run"]:
+            timeout = instance.config.timeout_for(command)
+            data = {
+                "dry_run": True,
+                "plugin": name,
+                "uses": instance.manifest.name,
+                "command": command,
+                "payload": spec.payload or {},
+                "dedupe_key": spec.dedupe_key,
+                "max_attempts": spec.max_attempts,
+                "timeout_seconds": timeout,
+            }
+            self.emit(data, f"would enqueue {name}.{command} (max {spec.max_attempts} attempts, timeout {timeout:g}s)")
+            return
+        result = Job.objects.enqueue(spec, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
         if result.deduplicated or options["no_wait"]:
             job = Job.objects.get(pk=result.job_id)
             self._report(job, deduplicated=result.deduplicated)
