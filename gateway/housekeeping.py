@@ -20,6 +20,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.scheduler import scheduler
 
+from gateway.backups.archive import plan_for, write_backup
 from gateway.config.errors import ConfigError
 from gateway.config.model import BackupCadence, GatewayConfig, load_gateway_config
 from gateway.logs import logger
@@ -81,8 +82,6 @@ def drain(expired: PrunableQuerySet[Any], batch: int) -> int:
 
 def scheduled_backup(*, config_dir: str, directory: str, keep: int, scope: str) -> dict[str, Any]:
     """One `service.backup` run: a new archive named by the time, then the oldest beyond `keep` go."""
-    from gateway.backups.archive import plan_for, write_backup
-
     # The config as it is now on disk: this process may have started long before the last reload.
     config = load_gateway_config(Path(config_dir))
     folder = Path(directory)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.apps import apps
@@ -94,7 +95,7 @@ def _skipped(names: tuple[str, ...], detail: str) -> list[Check]:
     return [Check(name, "skipped", detail) for name in names]
 
 
-def _pid_lock(pid_file: Any) -> Check:
+def _pid_lock(pid_file: Path) -> Check:
     path = str(pid_file)
     try:
         pid = running_pid(pid_file)

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -207,6 +208,18 @@ def test_restore_refuses_a_used_directory_and_anything_but_a_backup(rich, tmp_pa
     assert not (tmp_path / "fresh").exists()
 
 
+def test_a_db_scope_archive_restores_the_database_alone(rich, tmp_path):
+    done = restore(_backup_ok(rich, tmp_path / "db.tar.gz", "--scope", "db"), tmp_path / "dbonly")
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"the archive holds no config; point a config's state.path at {tmp_path / 'dbonly' / 'state' / 'ductile.db'}"
+        in done.stdout
+    )
+    assert sorted(p.name for p in (tmp_path / "dbonly").iterdir()) == ["BACKUP_MANIFEST.txt", "state"]
+    with sqlite3.connect(tmp_path / "dbonly" / "state" / "ductile.db") as db:
+        assert db.execute("SELECT plugin FROM job_queue").fetchall() == [("echo",)]
+
+
 def test_restore_rewrites_only_the_path_keys_that_would_resolve_wrongly_and_keeps_comments(tmp_path):
     site = tmp_path / "site"
     shutil.copytree(REPO / "plugins" / "echo", site / "plugins" / "echo")
@@ -248,6 +261,32 @@ def test_restore_rewrites_only_the_path_keys_that_would_resolve_wrongly_and_keep
     shutil.rmtree(site / "plugins")  # the original is gone: the restored instance has its own copy
     code, listed = ductile_json(ConfigDir(tmp_path / "r2" / "config"), "plugin", "run", "echo")
     assert code == 0 and listed["status"] == "succeeded"
+
+
+def test_restore_reseals_what_matched_the_seal_under_the_new_paths_and_nothing_else(config_dir, tmp_path):
+    config_dir.extra["include"] = ["plugins.yaml"]
+    config_dir.file("plugins.yaml", "plugins:\n  echo: {config: {message: sealed}}\n")
+    config_dir.write()
+    assert ductile(config_dir, "config", "lock").returncode == 0
+    assert ductile(config_dir, "plugin", "run", "echo").returncode == 0
+    clean = _backup_ok(config_dir, tmp_path / "clean.tar.gz")
+    (config_dir.path / "plugins.yaml").write_text("plugins:\n  echo: {config: {message: tampered}}\n")
+    tampered = _backup_ok(config_dir, tmp_path / "tampered.tar.gz")
+
+    done = restore(clean, tmp_path / "r1")
+    assert done.returncode == 0 and "2 files re-sealed under their new paths" in done.stdout
+    seal = yaml.safe_load((tmp_path / "r1" / "config" / ".checksums").read_text())
+    assert sorted(seal["hashes"]) == [str(tmp_path / "r1" / "config" / n) for n in ("config.yaml", "plugins.yaml")]
+    code, check = ductile_json(ConfigDir(tmp_path / "r1" / "config"), "config", "check")
+    assert code == 0 and {f["status"] for f in check["files"]} == {"ok"}
+
+    # A file that no longer matched its seal when backed up is not blessed by the restore.
+    done = restore(tampered, tmp_path / "r2")
+    assert done.returncode == 0 and "1 file re-sealed" in done.stdout
+    assert f"not re-sealed: {config_dir.path / 'plugins.yaml'}: does not match .checksums" in done.stdout
+    code, check = ductile_json(ConfigDir(tmp_path / "r2" / "config"), "config", "check")
+    statuses = {Path(f["path"]).name: f["status"] for f in check["files"]}
+    assert statuses == {"config.yaml": "ok", "plugins.yaml": "not sealed"}
 
 
 @pytest.mark.postgres

@@ -9,6 +9,11 @@ gateway process does), so a restore with `DATABASE_URL` set loads the archive in
 which must hold no ledger yet; otherwise the database is a SQLite file inside DIR, at the place the
 restored config's `state.path` names (rewritten to point there when it pointed elsewhere). A SQLite
 snapshot is copied as it is; a PostgreSQL export is loaded with `loaddata` after `migrate`.
+
+The `.checksums` seal is keyed by absolute path, so it cannot survive a move: the restore checks
+every sealed file against the archived seal and seals the ones that match again under their new
+paths. A file that did not match is left out of the new seal, so the restored gateway reports it
+exactly as the original would have.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 from django.db import connection
 
+from gateway.config.integrity import SealUnusable, digest, lock, read_seal, verify
 from gateway.database import describe_database
 from ledger.models import Job
 
@@ -146,6 +152,9 @@ def restore_backup(archive: Path, target: Path, *, dry_run: bool) -> RestoreRepo
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if layout.config_dir is not None:
+        report.seal, problems = _reseal(layout, originals)
+        report.warnings += problems
     return report
 
 
@@ -242,3 +251,34 @@ def _boundary_warnings(manifest: Manifest, layout: Layout) -> list[str]:
         )
     return warnings
 
+
+def _reseal(layout: Layout, originals: dict[str, str]) -> tuple[str | None, list[str]]:
+    config_dir = layout.config_dir
+    assert config_dir is not None
+    try:
+        seal = read_seal(config_dir)
+    except SealUnusable as exc:
+        return None, [f"not re-sealed: {exc}"]
+    if seal is None:
+        return None, []
+    # Each sealed file, checked as it was backed up (a rewritten config file by its archived text)
+    # against the archived seal, which is keyed by the original paths.
+    digests: dict[Path, str | None] = {}
+    moved: dict[Path, Path] = {}
+    for key in seal.hashes:
+        original = Path(key)
+        new = layout.new_location(original)
+        rel = str(original.relative_to(layout.config_src)) if layout.config_src in original.parents else None
+        if rel in originals:
+            digests[original] = digest(originals[rel].encode("utf-8"))
+        else:
+            readable = new if new is not None else original
+            digests[original] = digest(readable.read_bytes()) if readable.is_file() else None
+        moved[original] = new or original
+    verdict = verify(config_dir, digests)
+    refused = {p.file for p in (*verdict.refusals, *verdict.operational)}
+    problems = [f"not re-sealed: {p}" for p in (*verdict.refusals, *verdict.operational)]
+    keep = [moved[o] for o in digests if o not in refused and moved[o].is_file()]
+    report = lock(config_dir, keep)
+    count = len(report.files)
+    return f"{count} file{'s' if count != 1 else ''} re-sealed under their new paths in {report.seal_path}", problems

@@ -45,7 +45,7 @@ class Excluded:
 
 
 @dataclass(frozen=True)
-class Mapping:
+class ArchivedPath:
     """A directory or file of the source host and where its copy sits in the archive."""
 
     archive_path: str
@@ -59,8 +59,8 @@ class Plan:
     items: list[Item] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    plugin_roots: list[Mapping] = field(default_factory=list)
-    env_files: list[Mapping] = field(default_factory=list)
+    plugin_roots: list[ArchivedPath] = field(default_factory=list)
+    env_files: list[ArchivedPath] = field(default_factory=list)
     # The YAML files the loader read, relative to the config directory (restore rewrites paths in them).
     config_files: list[str] = field(default_factory=list)
 
@@ -96,7 +96,7 @@ def plan_backup(config: GatewayConfig, scope: str, *, live_db: Path | None, keep
         elif not root.is_dir():
             plan.excluded.append(Excluded(root, "plugin root does not exist"))
         else:
-            mapping = Mapping(f"plugins/{index:02d}-{root.name}", root)
+            mapping = ArchivedPath(f"plugins/{index:02d}-{root.name}", root)
             plan.plugin_roots.append(mapping)
             walker.walk(root, mapping.archive_path)
     _env_files(plan, config, walker)
@@ -119,7 +119,7 @@ def _env_files(plan: Plan, config: GatewayConfig, walker: _Walker) -> None:
         else:
             member = f"env/{index:02d}-{file.name}"
             plan.items.append(Item(member, file))
-        plan.env_files.append(Mapping(member, file))
+        plan.env_files.append(ArchivedPath(member, file))
     names = ", ".join(str(f) for f in config.env_files)
     plan.warnings.append(f"the archive holds environment files, secrets in plain text ({names}): store it encrypted")
 
