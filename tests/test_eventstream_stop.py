@@ -9,14 +9,12 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.support import REPO, cli_env, ductile, wait_for
-from tests.test_system_start import Api, free_port
+from tests.live_api import live_api
+from tests.support import ductile, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -25,33 +23,9 @@ TOKEN = "tok-events"
 
 @pytest.fixture
 def api_only(process_db):
-    port = free_port()
-    cfg = process_db
-    cfg.extra["api"] = {
-        "listen": f"127.0.0.1:{port}",
-        "auth": {"tokens": [{"name": "events", "token": TOKEN, "scopes": ["events:ro", "plugin:ro", "jobs:ro"]}]},
-    }
-    cfg.write()
-    argv = [sys.executable, str(REPO / "manage.py"), "system", "start", "--no-workers", "--no-scheduler"]
-    proc = subprocess.Popen(
-        [*argv, "--config-dir", str(cfg.path)],
-        env=cli_env(cfg),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    api = Api(port)
-    try:
-        wait_for(api.up, timeout=60, what="the API to answer /healthz")
-        yield api, proc, cfg, port
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    scopes = ["events:ro", "plugin:ro", "jobs:ro"]
+    with live_api(process_db, [{"name": "events", "token": TOKEN, "scopes": scopes}]) as live:
+        yield live.api, live.proc, process_db, live.port
 
 
 def open_stream(port: int, **headers: str) -> http.client.HTTPResponse:

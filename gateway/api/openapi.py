@@ -29,17 +29,16 @@ from drf_spectacular.renderers import OpenApiJsonRenderer2
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from jsonschema import Draft202012Validator, SchemaError
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gateway.api.serializers import DEDUPE_KEY_HELP, DEDUPE_KEY_MAX, ERROR_MEANINGS, errors
-from gateway.api.views import OPEN, Endpoint, command_scopes
-from gateway.config.frozen import thaw
+from gateway.api.views import OPEN, Endpoint
 from gateway.plugins.manifest import CommandSpec
 from gateway.plugins.registry import PluginInstance
 from gateway.runtime import RUNTIME
+from gateway.skills import command_scopes, expand_input_schema
 from gateway.version import gateway_version
 
 SECURITY_SCHEME = "BearerAuth"
@@ -49,9 +48,6 @@ DESCRIPTION = (
     'command has its own operation, tagged with the plugin\'s name. Errors are `{"error": "…"}`.'
 )
 SCHEMA_REF = "#/components/schemas/"
-# Keys that make an `input_schema` a JSON Schema rather than the compact `field: type` map. The
-# original reads only `type`; a schema built from `properties` or combinators is one too.
-_SCHEMA_KEYS = frozenset({"type", "properties", "$ref", "$schema", "allOf", "anyOf", "oneOf"})
 
 
 class BearerAuthScheme(OpenApiAuthenticationExtension):
@@ -104,22 +100,6 @@ def operations(document: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 # -- the plugin part: one operation per command, from the runtime -----------------------------
-
-
-def expand_input_schema(declared: Mapping[str, Any]) -> dict[str, Any]:
-    """A manifest `input_schema` as JSON Schema: a compact `{field: type}` map becomes an object
-    with those properties (a non-string value is kept as that field's schema). A schema that is
-    still not valid JSON Schema is replaced by a bare object saying why, so one plugin's mistake
-    cannot make the whole document invalid."""
-    schema = thaw(declared)
-    if not _SCHEMA_KEYS & schema.keys():
-        properties = {name: {"type": kind} if isinstance(kind, str) else kind for name, kind in schema.items()}
-        schema = {"type": "object", "properties": properties}
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        return {"type": "object", "description": f"The manifest's input_schema is not valid JSON Schema: {exc.message}"}
-    return schema
 
 
 def _error(code: int) -> dict[str, Any]:

@@ -119,6 +119,22 @@ class PluginSkillSerializer(serializers.Serializer):
     tier = serializers.ChoiceField(["READ", "WRITE"])
     plugin = serializers.CharField()
     command = serializers.CharField()
+    scopes = serializers.ListField(child=serializers.CharField(), help_text="Any one of these invokes it.")
+    mutates_state = serializers.BooleanField(help_text="A `write` command: it changes external state.")
+    idempotent = serializers.BooleanField(help_text="The manifest's hint; left out, true for `read` commands.")
+    retry_safe = serializers.BooleanField(help_text="The manifest's hint; left out, true for `read` commands.")
+    input_schema = serializers.JSONField(
+        help_text="The `payload` as JSON Schema (the manifest's compact form expanded); null: none declared."
+    )
+
+
+class PipelineStepSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    plugin = serializers.CharField()
+    command = serializers.CharField()
+    after = serializers.ListField(child=serializers.CharField(), help_text="Steps whose finish starts this one.")
+    # `if` is a keyword: the field goes into the class namespace by name.
+    locals()["if"] = serializers.JSONField(required=False, help_text="The step runs only when this holds.")
 
 
 class PipelineSkillSerializer(serializers.Serializer):
@@ -129,6 +145,10 @@ class PipelineSkillSerializer(serializers.Serializer):
     trigger = serializers.CharField(help_text="The event type that starts it.")
     execution_mode = serializers.ChoiceField(["synchronous", "asynchronous"])
     timeout_secs = serializers.FloatField()
+    scopes = serializers.ListField(child=serializers.CharField())
+    entry_steps = serializers.ListField(child=serializers.CharField(), help_text="The steps a start runs first.")
+    steps = PipelineStepSerializer(many=True)
+    locals()["if"] = serializers.JSONField(required=False, help_text="The pipeline starts only when this holds.")
 
 
 class SkillListSerializer(serializers.Serializer):

@@ -36,6 +36,7 @@ from gateway.reports import (
     ts,
 )
 from gateway.runtime import RUNTIME, Runtime
+from gateway.skills import command_scopes, skills
 from gateway.version import gateway_version
 from ledger.models import Job, JobLog, JobSpec, WorkerInstance
 from ledger.states import JobStatus
@@ -100,12 +101,6 @@ def plugin_or_404(runtime: Runtime, name: str) -> PluginInstance:
     if instance is None:
         raise NotFound(f"no loaded plugin named {name!r}")
     return instance
-
-
-def command_scopes(plugin: str, kind: str) -> tuple[str, ...]:
-    """A manifest command's `type` decides the scope: read commands need `ro`, others `rw`."""
-    access = "ro" if kind == "read" else "rw"
-    return (f"plugin:{access}", f"{plugin}:{access}")
 
 
 # -- OpenAPI annotations (drf-spectacular): what each operation takes and every answer it gives.
@@ -260,40 +255,12 @@ class Skills(Endpoint):
         operation_id="skills",
         tags=["discovery"],
         summary="List skills",
-        description="Every plugin command and callable pipeline, with the endpoint that invokes it. Open.",
+        description="Every plugin command (endpoint, scopes, input schema, whether it mutates state, is "
+        "idempotent, is safe to retry) and callable pipeline (trigger, mode, steps). Open.",
         responses={200: shapes.SkillListSerializer, **errors(401)},
     )
     def get(self, request: Request) -> Response:
-        runtime = self.runtime
-        skills: list[dict[str, Any]] = []
-        for name, inst in sorted(runtime.registry.instances.items()):
-            for command in inst.manifest.commands.values():
-                skills.append(
-                    {
-                        "name": f"plugin.{name}.{command.name}",
-                        "kind": "plugin",
-                        "description": command.description or f"{name}: {command.name}",
-                        "endpoint": f"/plugin/{name}/{command.name}",
-                        "tier": "READ" if command.type == "read" else "WRITE",
-                        "plugin": name,
-                        "command": command.name,
-                    }
-                )
-        for pipeline in sorted(runtime.pipelines.pipelines.values(), key=lambda p: p.name):
-            if pipeline.is_hook:
-                continue  # started by lifecycle signals, not callable
-            skills.append(
-                {
-                    "name": f"pipeline.{pipeline.name}",
-                    "kind": "pipeline",
-                    "endpoint": f"/pipeline/{pipeline.name}",
-                    "pipeline": pipeline.name,
-                    "trigger": pipeline.trigger,
-                    "execution_mode": "synchronous" if pipeline.execution_mode == "synchronous" else "asynchronous",
-                    "timeout_secs": pipeline.timeout,
-                }
-            )
-        return Response({"skills": skills})
+        return Response({"skills": skills(self.runtime)})
 
 
 class AiPlugin(Endpoint):

@@ -9,6 +9,8 @@ from gateway.bootstrap import config_dir_from_argv, prepare_process
 
 # Django answers `version` itself with its own version; ours reports the gateway and protocol.
 ALIASES = {"version": "ductile_version"}
+# Two-word spellings of a top-level command: the Operator Handbook lists `system skills`.
+ACTION_ALIASES = {("system", "skills"): "skills"}
 
 
 def strip_config_dir(argv: Sequence[str]) -> list[str]:
@@ -34,6 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from django.core.management import execute_from_command_line
 
     args = strip_config_dir(argv)
+    if len(args) > 2 and (alias := ACTION_ALIASES.get((args[1], args[2]))):
+        args[1:3] = [alias]
     if len(args) > 1 and args[1] in ALIASES:
         args[1] = ALIASES[args[1]]
     execute_from_command_line(args)

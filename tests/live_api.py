@@ -1,0 +1,49 @@
+"""`system start` serving only the API (no workers, no scheduler), for tests that drive a real
+gunicorn over HTTP from a real client."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from tests.support import REPO, ConfigDir, cli_env, wait_for
+from tests.test_system_start import Api, free_port
+
+
+@dataclass
+class LiveApi:
+    api: Api
+    proc: subprocess.Popen[str]
+    port: int
+
+
+@contextmanager
+def live_api(cfg: ConfigDir, tokens: list[dict[str, Any]]) -> Iterator[LiveApi]:
+    port = free_port()
+    cfg.extra["api"] = {"listen": f"127.0.0.1:{port}", "auth": {"tokens": tokens}}
+    cfg.write()
+    argv = [sys.executable, str(REPO / "manage.py"), "system", "start", "--no-workers", "--no-scheduler"]
+    proc = subprocess.Popen(
+        [*argv, "--config-dir", str(cfg.path)],
+        env=cli_env(cfg),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    api = Api(port)
+    try:
+        wait_for(api.up, timeout=60, what="the API to answer /healthz")
+        yield LiveApi(api, proc, port)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
