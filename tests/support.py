@@ -170,6 +170,11 @@ if action == "enqueue":
     specs = json.loads(sys.stdin.read())
     ids = [Job.objects.enqueue(JobSpec(**spec), default_dedupe_ttl=86400).job_id for spec in specs]
     print(json.dumps(ids))
+elif action == "sql":
+    from django.db import connection
+    with connection.cursor() as cursor:
+        cursor.execute(json.loads(sys.stdin.read()))
+    print("null")
 else:
     rows = list(Job.objects.order_by("created_at").values("id", "plugin", "command", "status", "attempt",
                                                            "claimed_by", "last_error", "max_attempts"))
@@ -180,8 +185,9 @@ else:
 """
 
 
-def ledger(config: ConfigDir, action: str = "jobs", specs: list[dict[str, Any]] | None = None) -> Any:
-    """Enqueue into, or read, the database a config's gateway processes use (in a subprocess)."""
+def ledger(config: ConfigDir, action: str = "jobs", specs: list[dict[str, Any]] | str | None = None) -> Any:
+    """Enqueue into, or read, the database a config's gateway processes use (in a subprocess);
+    action "sql" runs one statement (`specs`) there."""
     # The database named directly, so this works even while the config itself is broken.
     database = config.database_url or f"sqlite:///{config.db_path}"
     proc = subprocess.run(
@@ -195,3 +201,9 @@ def ledger(config: ConfigDir, action: str = "jobs", specs: list[dict[str, Any]] 
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_sql(config: ConfigDir, statement: str) -> None:
+    """One SQL statement on the database a config's gateway processes use: how a test moves rows
+    back in time (a job finished days ago, a schedule due now)."""
+    ledger(config, "sql", statement)

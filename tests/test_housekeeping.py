@@ -21,8 +21,7 @@ from gateway.config.model import load_gateway_config
 from gateway.housekeeping import BACKUP_SCHEDULE, PRUNE_SCHEDULE, prune, rotate, sync_schedules
 from ledger.models import AttemptOutcome, EventRecord, Job, JobLog, JobSpec, JobStopwatch, JobTransition
 from ledger.states import JobStatus
-from tests.ledger_sql import run_sql
-from tests.support import REPO, cli_env, installed_runtime, ledger, wait_for
+from tests.support import REPO, cli_env, installed_runtime, ledger, run_sql, wait_for
 
 DAY = 86400.0
 STOPWATCH = {

@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from tests.ledger_sql import run_sql
-from tests.support import ConfigDir, ductile, ductile_json, ledger
+from tests.support import ConfigDir, ductile, ductile_json, ledger, run_sql
 
 CHECKS = ["config_discovery", "config_load", "pid_lock", "db_integrity", "db_schema", "queue_terminal_freshness"]
 SKIPPED_RUNNING = "skipped: active gateway holds PID lock — quiesce before selfcheck"
