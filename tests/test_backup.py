@@ -129,9 +129,9 @@ def test_the_manifest_records_origin_contents_exclusions_and_boundary_warnings(r
     assert out.index("INCLUDED (scope config):") < out.index("EXCLUDED:") < out.index("backup written:")
     assert f"  + config/api.yaml  <- {rich.path / 'api.yaml'}" in out
     manifest = manifest_of(archive)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     assert manifest["format"] == "ductile-backup/1" and manifest["scope"] == "config"
-    assert manifest["ductile_version"] and manifest["ductile_commit"] == commit.stdout.strip()
+    assert manifest["ductile_version"] and manifest["ductile_commit"].removesuffix("-dirty") == commit.stdout.strip()
     assert manifest["hostname"] == socket.gethostname() and manifest["created_at"].endswith("Z")
     assert manifest["source"] == {
         "config_dir": str(rich.path),

@@ -5,38 +5,29 @@ left out. YAML, so an operator reads it with `tar -xzOf ARCHIVE BACKUP_MANIFEST.
 from __future__ import annotations
 
 import socket
-import subprocess
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gateway.version import gateway_version
+from gateway.version import gateway_version, source_commit
 
 MANIFEST_NAME = "BACKUP_MANIFEST.txt"
 FORMAT = "ductile-backup/1"
-REPO = Path(__file__).resolve().parent.parent.parent
 
 
 class ManifestError(Exception):
     pass
 
 
-@cache
 def gateway_commit() -> str:
-    """The source commit when running from a git checkout, else "unknown" (an installed wheel)."""
-    if not (REPO / ".git").exists():
+    """The source commit (marked `-dirty` with uncommitted changes), or "unknown" for an
+    installed package."""
+    source = source_commit()
+    if source is None:
         return "unknown"
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
+    return source.commit + ("-dirty" if source.dirty else "")
 
 
 @dataclass
