@@ -333,3 +333,23 @@ def test_an_entry_that_cannot_fire_does_not_hold_up_the_rest_of_its_batch(config
     assert row(schedule_id="b").next_run_at == T0 + timedelta(minutes=5)  # still due, nothing lost
     monkeypatch.setattr(Scheduler, "_plan", planned)
     assert [f.address for f in loop.tick(T0 + timedelta(minutes=6))] == ["stress:b"]
+
+
+def test_each_batch_of_a_long_tick_is_stamped_with_its_own_start(config_dir):
+    """created_at says when a run was really enqueued, not when its tick began."""
+
+    class Ticking(Clock):
+        def __call__(self) -> datetime:
+            self.now += timedelta(seconds=1)  # every reading is a second later
+            return self.now
+
+    count = FIRE_BATCH * 2 + 10
+    clock = Ticking(T0)
+    entries = [{"id": f"e{n:03d}", "at": "2026-11-23T09:05:00Z"} for n in range(count)]
+    loop = scheduler(config_dir, clock, stress=stress(*entries, max_outstanding_polls=count))
+    due = T0 + timedelta(minutes=5)
+    clock.now = due
+    loop.tick(due)
+    stamps = sorted({j.created_at for j in jobs()})
+    assert len(stamps) == 3 and stamps[0] > due
+    assert sorted(len(jobs(created_at=s)) for s in stamps) == [10, FIRE_BATCH, FIRE_BATCH]
