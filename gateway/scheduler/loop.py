@@ -20,7 +20,7 @@ from types import FrameType
 
 import blake3
 from django.db import IntegrityError, close_old_connections, connections, transaction
-from django.db.models import Count, Exists, F, Min, OuterRef, Q
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from gateway.config.errors import ConfigError
@@ -398,19 +398,9 @@ class Scheduler:
         )
 
     def _record_successes(self) -> None:
-        """Carry each entry's latest succeeded run into `last_success_*` (the workers record the
-        job; the schedule row learns of it here, one query per tick)."""
-        unseen = Q(last_success_job_id=None) | ~Q(last_job_id=F("last_success_job_id"))
-        # Only rows whose last job did succeed: a failed or still-queued one would be re-read on
-        # every tick for nothing (28 ms a tick with 1,000 such entries, docs/performance.md).
-        succeeded = Job.objects.filter(pk=OuterRef("last_job_id"), status=JobStatus.SUCCEEDED)
-        rows = ScheduleEntry.objects.exclude(last_job_id=None).filter(unseen).filter(Exists(succeeded))
-        pending = {r.last_job_id: r for r in rows}
-        if not pending:
-            return
-        done = Job.objects.filter(pk__in=list(pending), status=JobStatus.SUCCEEDED).values_list("id", "completed_at")
-        for job_id, completed_at in done:
-            pending[job_id].succeeded(job_id, completed_at or timezone.now())
+        """The workers record each job; an entry learns that its last run succeeded here, in one
+        statement per tick (and none when there is nothing to learn)."""
+        ScheduleEntry.objects.record_successes()
 
     def _install_signal_handlers(self) -> None:
         def on_stop(signum: int, frame: FrameType | None) -> None:
