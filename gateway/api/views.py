@@ -38,6 +38,7 @@ from gateway.reports import (
 from gateway.runtime import RUNTIME, Runtime
 from gateway.skills import command_scopes, skills
 from gateway.version import gateway_version
+from gateway.writegate import sqlite_writer
 from ledger.models import Job, JobLog, JobSpec, WorkerInstance
 from ledger.states import JobStatus
 
@@ -337,7 +338,8 @@ class PluginTrigger(Endpoint):
             dedupe_key=dedupe_key,
             max_attempts=instance.config.retry.max_attempts,
         )
-        result = Job.objects.enqueue(spec, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
+        with sqlite_writer():
+            result = Job.objects.enqueue(spec, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
         body: dict[str, Any] = {"job_id": result.job_id, "status": "queued", "plugin": plugin, "command": command}
         if result.deduplicated:
             body["deduplicated"] = True
@@ -381,7 +383,9 @@ class PipelineTrigger(Endpoint):
         payload = body_payload(request)
         force_async = str(request.query_params.get("async", "")).lower() in ("1", "true", "yes")
         if pipeline.execution_mode != "synchronous" or force_async:
-            ids = enqueue(runtime, pipeline_entries(runtime, name, payload, submitted_by="api"))
+            entries = pipeline_entries(runtime, name, payload, submitted_by="api")
+            with sqlite_writer():
+                ids = enqueue(runtime, entries)
             body = {"job_id": ids[0] if ids else None, "job_ids": ids, "status": "queued"}
             return Response({**body, "plugin": "pipeline", "command": name}, status=status.HTTP_202_ACCEPTED)
         api = thaw(runtime.config.api)
