@@ -126,6 +126,9 @@ def as_(client, name):
         (None, "post", "/system/reload", 401),
         ("plugin-ro", "post", "/system/reload", 403),
         ("admin", "post", "/system/reload", 200),
+        (None, "get", "/system/doctor", 401),
+        ("plugin-ro", "get", "/system/doctor", 403),
+        ("admin", "get", "/system/doctor", 200),
     ],
 )
 def test_scope_matrix(api, token, method, path, code):
@@ -403,6 +406,18 @@ def test_reload_of_a_broken_config_keeps_the_old_one_and_lists_every_problem(api
     assert all(p["file"].endswith("config.yaml") and p["line"] for p in body["problems"])
     assert RUNTIME.get() is running
     assert set(api.get("/config/view").json()["compiled_routes"]) == {"flow", "on-fail"}
+
+
+def test_system_doctor_answers_what_the_cli_answers(api, ops):
+    ops.plugins["ghost"] = {"config": {}}
+    ops.write()
+    as_(api, "admin").post("/system/reload")
+    body = as_(api, "admin").get("/system/doctor").json()
+    assert body["healthy"] is False
+    (finding,) = [f for f in body["findings"] if f["check"] == "plugin_not_discovered"]
+    assert (
+        finding["severity"] == "error" and "'ghost'" in finding["message"] and "key plugins.ghost" in finding["where"]
+    )
 
 
 # -- /events over real HTTP ------------------------------------------------------------------

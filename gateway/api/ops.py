@@ -23,6 +23,8 @@ from gateway.api.serializers import errors
 from gateway.api.views import Endpoint, int_param, path_param, query_param, time_param
 from gateway.config.errors import ConfigError
 from gateway.daemon.control import NotRunning, reload_gateway
+from gateway.doctor import ERROR as DOCTOR_ERROR
+from gateway.doctor import diagnose
 from gateway.redaction import config_view as redacted_config
 from gateway.redaction import redact
 from gateway.reports import ts
@@ -212,6 +214,21 @@ def _event_id(raw: str) -> int:
 
 
 # -- reload ----------------------------------------------------------------------------------
+
+
+class SystemDoctor(Endpoint):
+    """`system doctor` over HTTP (idiom 8, "Diagnostics"): what loads but cannot work as meant."""
+
+    @extend_schema(
+        operation_id="system_doctor",
+        tags=["operations"],
+        summary="Diagnose the loaded config: skipped plugins, alias and route loops, unknown scopes, unused plugins",
+        responses={200: OpenApiTypes.OBJECT, **errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        findings = diagnose(self.runtime)
+        healthy = not any(f.severity == DOCTOR_ERROR for f in findings)
+        return Response({"healthy": healthy, "findings": [f.as_dict() for f in findings]})
 
 
 class SystemReload(Endpoint):

@@ -13,4 +13,5 @@ urlpatterns = [
     # The name matters: BearerAuthentication accepts `?token=` on the route named "events" only.
     path("events", ops.Events.as_view(), name="events"),
     path("system/reload", ops.SystemReload.as_view(), name="system-reload"),
+    path("system/doctor", ops.SystemDoctor.as_view(), name="system-doctor"),
 ]
