@@ -19,6 +19,7 @@ from typing import Any
 import blake3
 
 from gateway.config.frozen import thaw
+from gateway.config.integrity import scope_file_path
 from gateway.config.model import GatewayConfig
 from gateway.logs import logger
 
@@ -113,8 +114,7 @@ def _registry_scopes(config_dir: Path, entry: Mapping[str, Any], name: str) -> f
     """The token's scopes, or why it is refused."""
     if "scopes" in entry:
         return normalise(entry["scopes"])
-    path = Path(str(entry["scopes_file"]))
-    path = path if path.is_absolute() else config_dir / path
+    path = scope_file_path(config_dir, str(entry["scopes_file"]))
     try:
         body = path.read_bytes()
     except OSError as exc:

@@ -55,6 +55,12 @@ def file_digest(path: Path) -> str | None:
         return None
 
 
+def scope_file_path(config_dir: Path, name: str) -> Path:
+    """Where a token's `scopes_file` is: as written when absolute, else under the config root."""
+    path = Path(name)
+    return path if path.is_absolute() else config_dir / path
+
+
 def scope_files(config_dir: Path) -> list[Path]:
     """`scopes/*.json` under the config root: high security whether or not a token names them."""
     folder = config_dir / "scopes"

@@ -17,7 +17,7 @@ from typing import Any
 from dotenv import dotenv_values
 
 from .errors import ConfigError, ConfigProblem
-from .integrity import Verdict, file_digest, scope_files, verify
+from .integrity import Verdict, file_digest, scope_file_path, scope_files, verify
 from .yamlsrc import KeyPath, YamlDocument, dotted, load_yaml_file, parse_yaml, plain_scalar_value
 
 ROOT_FILE = "config.yaml"
@@ -154,8 +154,7 @@ class _TreeReader:
             for entry in entries if isinstance(entries, list) else []:
                 name = entry.get("scopes_file") if isinstance(entry, dict) else None
                 if isinstance(name, str) and "${" not in name:
-                    # Resolved as gateway.api.tokens resolves it: against the config directory.
-                    path = Path(name) if Path(name).is_absolute() else self.config_dir / name
+                    path = scope_file_path(self.config_dir, name)
                     if path.is_file():
                         named.append(Path(os.path.abspath(path)))
         return named
