@@ -709,6 +709,11 @@ def test_missing_env_file_is_an_error_naming_the_declaring_file(tmp_path: Path) 
         ("plugin_roots:\n  - ${HOME}/plugins\n", "plugin_roots[0]", 2),
         ("state:\n  path: ${STATE}/db\n", "state.path", 2),
         ("environment_vars:\n  include:\n    - ${DIR}/.env\n", "environment_vars.include[0]", 3),
+        (
+            "service:\n  backup:\n    schedule: '0 3 * * *'\n    directory: ${DIR}/backups\n",
+            "service.backup.directory",
+            4,
+        ),
     ],
 )
 def test_variables_are_refused_in_paths(tmp_path: Path, yaml_text: str, key: str, line: int) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 # The loader's own path rules, so a path is resolved here exactly as the restored gateway will.
-from gateway.config.loader import _PATH_LISTS, _PATH_SCALARS, _dig, _resolve
+from gateway.config.loader import PATH_LISTS, PATH_SCALARS, dig, resolve_path
 from gateway.config.yamlsrc import KeyPath, Yaml12Loader, dotted
 
 
@@ -56,8 +56,8 @@ def plan_rewrites(
         except yaml.YAMLError:
             continue  # the restored gateway reports the file itself; nothing to point anywhere
         for path, value in _path_values(data):
-            wanted = target_of(path, Path(_resolve(file.original.parent, value)))
-            if Path(_resolve(file.final.parent, value)) == wanted:
+            wanted = target_of(path, Path(resolve_path(file.original.parent, value)))
+            if Path(resolve_path(file.final.parent, value)) == wanted:
                 continue
             inside = wanted == restore_root or restore_root in wanted.parents
             new = os.path.relpath(wanted, file.final.parent) if inside else str(wanted)
@@ -117,12 +117,12 @@ def _path_values(data: Any) -> list[tuple[KeyPath, str]]:
     found: list[tuple[KeyPath, str]] = []
     if not isinstance(data, dict):
         return found
-    for path in _PATH_LISTS:
-        values = _dig(data, path)
+    for path in PATH_LISTS:
+        values = dig(data, path)
         if isinstance(values, list):
             found += [((*path, i), v) for i, v in enumerate(values) if isinstance(v, str)]
-    for path in _PATH_SCALARS:
-        value = _dig(data, path)
+    for path in PATH_SCALARS:
+        value = dig(data, path)
         if isinstance(value, str):
             found.append((path, value))
     return found

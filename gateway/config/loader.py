@@ -26,8 +26,8 @@ _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Keys holding filesystem paths: resolved against the declaring file, never interpolated
 # (spec §6: "Interpolation is forbidden in file paths ... to ensure a static, verifiable tree").
-_PATH_LISTS: tuple[KeyPath, ...] = (("include",), ("environment_vars", "include"), ("plugin_roots",))
-_PATH_SCALARS: tuple[KeyPath, ...] = (("state", "path"),)
+PATH_LISTS: tuple[KeyPath, ...] = (("include",), ("environment_vars", "include"), ("plugin_roots",))
+PATH_SCALARS: tuple[KeyPath, ...] = (("state", "path"), ("service", "backup", "directory"))
 # Loader directives that describe files, not the running gateway.
 _DIRECTIVES = ("include", "environment_vars")
 
@@ -220,8 +220,8 @@ class _TreeReader:
 
     def _resolve_paths(self, doc: YamlDocument) -> None:
         base = doc.file.parent
-        for path in _PATH_LISTS:
-            value = _dig(doc.data, path)
+        for path in PATH_LISTS:
+            value = dig(doc.data, path)
             if value is None:
                 continue
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -230,16 +230,16 @@ class _TreeReader:
             resolved = []
             for index, item in enumerate(value):
                 if self._check_path(doc, (*path, index), item):
-                    resolved.append(_resolve(base, item))
+                    resolved.append(resolve_path(base, item))
             _set(doc.data, path, resolved)
-        for path in _PATH_SCALARS:
-            value = _dig(doc.data, path)
+        for path in PATH_SCALARS:
+            value = dig(doc.data, path)
             if value is None:
                 continue
             if not isinstance(value, str):
                 self._bad_path(doc, path, "expected a path")
             elif self._check_path(doc, path, value):
-                _set(doc.data, path, _resolve(base, value))
+                _set(doc.data, path, resolve_path(base, value))
 
     def _check_path(self, doc: YamlDocument, path: KeyPath, value: str) -> bool:
         if "${" in value:
@@ -267,7 +267,7 @@ def _interpolate(
     # keys, which are ignored: an anchor is interpolated where it is used.
     if path and (path[0] in _DIRECTIVES or str(path[0]).startswith("x-")):
         return node
-    if path in _PATH_SCALARS or path[:-1] in _PATH_LISTS:
+    if path in PATH_SCALARS or path[:-1] in PATH_LISTS:
         return node
     if isinstance(node, dict):
         for key in list(node):
@@ -360,20 +360,21 @@ def _record(merged: MergedConfig, doc: YamlDocument, tpath: KeyPath, spath: KeyP
             merged.origins[(*tpath, *path[len(spath) :])] = Origin(doc.file, line, path)
 
 
-def _resolve(base: Path, value: str) -> str:
+def resolve_path(base: Path, value: str) -> str:
+    """A path key's value as the loader stores it: `~` expanded, relative to the declaring file's directory."""
     path = Path(os.path.expanduser(value))
     return str(path if path.is_absolute() else (base / path).resolve())
 
 
 def _path_list(doc: YamlDocument, path: KeyPath) -> list[str]:
     """The (resolved) paths listed at `path`; nothing when it is not a list of paths (a problem already)."""
-    value = _dig(doc.data, path)
+    value = dig(doc.data, path)
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return value
     return []
 
 
-def _dig(data: Any, path: KeyPath) -> Any:
+def dig(data: Any, path: KeyPath) -> Any:
     for part in path:
         if not isinstance(data, dict) or part not in data:
             return None
