@@ -16,6 +16,7 @@ from gateway.plugins.registry import PluginInstance
 from gateway.protocol import build_request, judge
 from gateway.runner import run_plugin
 from gateway.runtime import Runtime, RuntimeHolder
+from gateway.writegate import sqlite_writer
 from ledger.ids import new_id
 from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, PluginState
 from ledger.models.workers import PluginHealth, PluginInstanceRecord
@@ -265,7 +266,8 @@ class Executor:
         if job.submitted_by == SCHEDULER and instance is not None:
             outcome.breaker_threshold = instance.config.circuit_breaker.threshold
         try:
-            job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
+            with sqlite_writer():  # in turn with the API's enqueues, not in SQLite's busy handler
+                job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
         except LostJob as exc:
             # Why: our lease ran out and another process recovered the job; its next attempt is
             # the one that counts (at-least-once), so this result is dropped, not double-written.

@@ -23,6 +23,7 @@ from gateway.plugins.lifecycle import schedule_inits
 from gateway.runner import kill_live_groups
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.wakeup import WakeListener
+from gateway.writegate import sqlite_writer
 from ledger import wakeups
 from ledger.models import Job, WorkerInstance
 
@@ -190,9 +191,10 @@ class WorkerDaemon:
             if self.max_jobs is not None and self.claimed >= self.max_jobs:
                 return None
             self._busy += 1
-        job = Job.objects.claim_next(
-            worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
-        )
+        with sqlite_writer():  # in turn with the API's enqueues, not in SQLite's busy handler
+            job = Job.objects.claim_next(
+                worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
+            )
         with self._count_lock:
             if job is None:
                 self._busy -= 1
