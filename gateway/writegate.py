@@ -6,11 +6,12 @@ handler, which retries after sleeps that grow to 100 ms: under load a waiter kee
 to newcomers that arrive while it sleeps, and a few requests wait for seconds while the rest take
 a millisecond (docs/performance.md, "API"). Behind this gate, writers wait on a lock that hands
 over at release: a thread lock inside the process, then an exclusive `flock` on a file beside the
-database across processes (every API and webhook process of the host). Writers that do not take
-it (the workers, the scheduler) still meet the gate's holder in SQLite's busy handler, as before.
+database across the host's processes. It is taken by the hot writers: the API's enqueues and the
+workers' claims and outcome records. Other writers (the scheduler, the webhook listener, CLI
+commands) still meet the gate's holder in SQLite's busy handler, as before.
 
-The gate is taken before the transaction begins and released after it ends; nothing else happens
-under it. PostgreSQL has row locks and no such handler: there the gate is not taken at all (nor
+The gate is taken before the transaction begins and released after it (and its commit hooks)
+ends. PostgreSQL has row locks and no such handler: there the gate is not taken at all (nor
 on an in-memory SQLite database, which no other process can open).
 """
 
