@@ -2,12 +2,12 @@
 
     .venv/bin/python tests/bench/run_all.py [--out-dir DIR] [--quick]
 
-Writes DIR/throughput.json, latency.json, idle.json, queue_ops.json, pipeline.json and
-scheduler.json (DIR defaults to a new temporary directory, printed at the end) and prints a
-one-screen summary. About 15 minutes on a 2-core VM; --quick (about 6 minutes) runs one
-throughput repetition, a 10 s idle window, 50 pipeline trees and a 30 s scheduler window with a
-2,000-job history instead. The pipeline and scheduler benchmarks run once here (SQLite only for
-the scheduler); `bench_pipeline.py` and `bench_scheduler.py` alone run three times by default.
+Writes DIR/throughput.json, latency.json, idle.json, queue_ops.json, pipeline.json,
+scheduler.json and api.json (DIR defaults to a new temporary directory, printed at the end) and
+prints a one-screen summary. About 18 minutes on a 2-core VM; --quick (about 7 minutes) runs one
+throughput repetition, a 10 s idle window, 50 pipeline trees, a 30 s scheduler window with a
+2,000-job history and 10 s API phases instead. The pipeline, scheduler and API benchmarks run
+once here (SQLite only for the scheduler); alone they run three times by default.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def main() -> None:
             "1",
             *(["--window", "30", "--history", "2000"] if args.quick else []),
         ],
+        "api": ["bench_api.py", "--runs", "1", *(["--duration", "10"] if args.quick else [])],
     }
     results = {}
     for name, cmd in plan.items():
@@ -51,7 +52,7 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )
         results[name] = json.loads((out / f"{name}.json").read_text())
-    t, lat, idle, ops, pipe, sched = (results[k] for k in plan)
+    t, lat, idle, ops, pipe, sched, api = (results[k] for k in plan)
     ticks = sched["runs"][0]["ticks"]
     fires = {f["scenario"]: f for f in sched["runs"][0]["fire"]}
     pipe_ms = pipe["runs"][0]["ms"]
@@ -79,6 +80,13 @@ def main() -> None:
             f"scheduler fire time ({name}): commit - due p99 {f['commit_minus_due_ms']['p99']} ms,"
             f" created_at - due p99 {f['created_minus_due_ms']['p99']} ms (target <= 1000)"
             for name, f in fires.items()
+        ),
+        *(
+            f"API ({r['variant']}): {r['fixed_rate']['requests_per_s']} requests/s at p99"
+            f" {r['fixed_rate']['latency_ms']['p99']} ms (target >= 500 at <= 25), saturation"
+            f" {r['saturation']['requests_per_s']} requests/s;"
+            f" queue check {'ok' if r['queue_check']['ok'] else 'FAILED'}"
+            for r in api["runs"]
         ),
         f"results: {out}",
     ]
