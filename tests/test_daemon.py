@@ -52,9 +52,11 @@ def test_kill_9_with_jobs_in_flight_then_restart_loses_nothing(cfg, tmp_path):
     marker.mkdir()
     ids = ledger(cfg, "enqueue", stress_jobs(8, marker, sleep=1.0))
     daemon = start_workers(cfg, "--threads", "2")
-    wait_for(lambda: len(list(marker.glob("*.start"))) >= 2, what="two jobs running")
-    daemon.kill()  # SIGKILL: no drain, no cleanup
-    daemon.wait()
+    try:
+        wait_for(lambda: len(list(marker.glob("*.start"))) >= 2, what="two jobs running")
+    finally:
+        daemon.kill()  # SIGKILL: no drain, no cleanup (and never left running when the wait fails)
+        daemon.wait()
     in_flight = [j for j in ledger(cfg) if j["status"] == "running" and j["command"] == "poll"]
     assert len(in_flight) == 2
 
