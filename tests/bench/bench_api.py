@@ -1,7 +1,8 @@
 """Benchmark: `POST /plugin/echo/poll` from 50 concurrent clients against the API under gunicorn.
 
     .venv/bin/python tests/bench/bench_api.py [--runs 3] [--duration 30] [--connections 50]
-        [--rate 500] [--threads 1] [--variants queued,workers] [--gunicorn-config FILE] [--out FILE]
+        [--rate 500] [--threads 1] [--variants queued,workers] [--out FILE]
+        [--gunicorn-config FILE] [--workers-nice N]   (diagnostics)
 
 Target (issue 5): >= 500 requests/s, p99 <= 25 ms, zero errors, every accepted job in the queue.
 
@@ -266,7 +267,8 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             wait_until(lambda: healthy(url), timeout=60, what="the API's /healthz")
             if variant == "workers":
                 log_path = base / "runworkers.log"
-                workers = start_workers(config, log_path)
+                nice = ["nice", "-n", str(args.workers_nice), PYTHON] if args.workers_nice else None
+                workers = start_workers(config, log_path, prefix=nice)
                 wait_until(lambda: b"runworkers started" in log_path.read_bytes(), timeout=60, what="runworkers")
             phases["warmup"] = wrk(url, script, base / "ids-warmup", threads=args.threads, seconds=args.warmup, **opts)
             before = loadavg()
@@ -351,6 +353,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
     parser.add_argument("--variants", default="queued,workers")
     parser.add_argument(
+        "--workers-nice", type=int, default=0, help="diagnostics: run runworkers at this niceness (workers variant)"
+    )
+    parser.add_argument(
         "--gunicorn-config", default=str(GUNICORN_CONFIG), help="diagnostics: another config (e.g. with timing hooks)"
     )
     parser.add_argument("--out", help="also write the JSON result here")
@@ -365,7 +370,7 @@ def main() -> None:
             result = run_variant(variant, args)
             print(json.dumps({"run": index + 1, **result}), flush=True)
             runs.append({"run": index + 1, **result})
-    names = ("duration", "warmup", "connections", "rate", "threads", "gunicorn_config")
+    names = ("duration", "warmup", "connections", "rate", "threads", "gunicorn_config", "workers_nice")
     settings = {k: getattr(args, k) for k in names}
     env = {k: os.environ[k] for k in ("DUCTILE_API_PROCESSES", "DUCTILE_API_THREADS") if k in os.environ}
     emit({"benchmark": "api", "machine": machine(), "settings": settings, "gunicorn_env": env, "runs": runs}, args.out)
