@@ -166,4 +166,3 @@ def _cycles_from(start: str, edges: dict[str, set[str]]) -> list[list[str]]:
             elif nxt not in path:
                 stack.append((nxt, [*path, nxt]))
     return found
-
