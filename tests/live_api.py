@@ -3,7 +3,6 @@ gunicorn over HTTP from a real client."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support import REPO, ConfigDir, cli_env, wait_for
+from tests.support import REPO, ConfigDir, cli_env, stop_gracefully, wait_for
 from tests.test_system_start import Api, free_port
 
 
@@ -41,9 +40,4 @@ def live_api(cfg: ConfigDir, tokens: list[dict[str, Any]]) -> Iterator[LiveApi]:
         wait_for(api.up, timeout=60, what="the API to answer /healthz")
         yield LiveApi(api, proc, port)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_gracefully(proc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -144,6 +145,17 @@ def start_workers(config: ConfigDir, *args: str, **env: str) -> subprocess.Popen
         env=cli_env(config, **env),
         cwd=REPO,
     )
+
+
+def stop_gracefully(proc: subprocess.Popen[Any], timeout: float = 90) -> None:
+    """SIGTERM (the gateway drains), then SIGKILL if it outlives `timeout`; nothing left running."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:

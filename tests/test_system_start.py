@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tests.support import REPO, cli_env, ductile, wait_for
+from tests.support import REPO, cli_env, ductile, stop_gracefully, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -104,12 +104,7 @@ def system(process_db):
         wait_for(api.up, timeout=60, what="the API to answer /healthz")
         yield api, proc, cfg
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_gracefully(proc)
 
 
 def test_a_plugin_trigger_runs_to_completion_through_the_whole_tree(system):
