@@ -38,6 +38,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's, the console's) are served by the gateway itself, from STATIC_ROOT
+    # as collected at set-up: compressed, with far-future caching of the hashed names.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -59,6 +62,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "gateway.context.gateway",
             ],
         },
     },
@@ -76,11 +80,19 @@ SQLITE_OPTIONS: dict[str, Any] = {
 
 def _database() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL")
-    if not url:
-        path = os.environ.get("DUCTILE_DB_PATH") or str(Path("~/.config/ductile/ductile.db").expanduser())
-        url = f"sqlite:///{path}"
-    db: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=None))
+    if url:
+        db: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=None))
+    else:
+        # No path when the config could not be loaded: the backend then refuses to connect and says
+        # why, instead of creating a stray database somewhere else (gateway/sqlite3/base.py).
+        db = {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("DUCTILE_DB_PATH", ""),
+            "CONN_MAX_AGE": None,
+        }
     if db["ENGINE"] == "django.db.backends.sqlite3":
+        # Creates the state directory and the file with private modes, and refuses a missing path.
+        db["ENGINE"] = "gateway.sqlite3"
         db.setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
         db["TEST"] = {"NAME": os.environ.get("DUCTILE_TEST_SQLITE_PATH") or None}
     return db
@@ -98,8 +110,25 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".static"
+# Filled by `collectstatic` at set-up (scripts/_env.sh); WhiteNoise serves it.
+STATIC_ROOT = Path(os.environ.get("DUCTILE_STATIC_ROOT") or BASE_DIR / ".static")
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "gateway.staticfiles.StaticFilesStorage"},
+}
+
+# The admin's logins: Django's standard password rules (`ductile admin create-user`, the demo).
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": f"django.contrib.auth.password_validation.{name}"}
+    for name in (
+        "UserAttributeSimilarityValidator",
+        "MinimumLengthValidator",
+        "CommonPasswordValidator",
+        "NumericPasswordValidator",
+    )
+]
+LOGIN_URL = "admin:login"
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -7,7 +7,6 @@ import os
 from collections.abc import Sequence
 
 from gateway.config.loader import resolve_config_dir
-from gateway.config.model import DEFAULT_DB_NAME
 from gateway.runtime import RUNTIME
 
 
@@ -26,6 +25,11 @@ def prepare_process(config_dir: str | None) -> None:
     directory = resolve_config_dir(config_dir, os.environ)
     os.environ["DUCTILE_CONFIG_DIR"] = str(directory)
     RUNTIME.load(directory)
-    if not os.environ.get("DATABASE_URL"):
-        state = RUNTIME.get().config.state_path if RUNTIME.error is None else directory / DEFAULT_DB_NAME
-        os.environ["DUCTILE_DB_PATH"] = str(state)
+    if os.environ.get("DATABASE_URL"):
+        return
+    if RUNTIME.error is None:
+        os.environ["DUCTILE_DB_PATH"] = str(RUNTIME.get().config.state_path)
+    else:
+        # A process that cannot load its config opens no database at all (not one it guessed, nor
+        # the one a parent process passed down): the SQLite backend reports the config's problems.
+        os.environ.pop("DUCTILE_DB_PATH", None)

@@ -7,7 +7,6 @@ import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
@@ -23,15 +22,12 @@ class SchemaBehind(Exception):
 def describe_database() -> str:
     db = settings.DATABASES["default"]
     if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:{db['NAME']}"
+        return f"sqlite:{db['NAME'] or '(none)'}"
     return f"postgresql://{db.get('HOST') or 'localhost'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
 def ensure_schema() -> str:
     """Returns "migrated" for a fresh database, "current" otherwise; raises SchemaBehind."""
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
-        Path(str(db["NAME"])).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not pending_migrations():
         return "current"
     # Why the lock: processes started together on a fresh database (a daemon and a CLI call) race
@@ -64,12 +60,12 @@ _PG_MIGRATION_LOCK = 0x6475637469  # "ducti"
 def _migration_lock() -> Iterator[None]:
     db = settings.DATABASES["default"]
     if db["ENGINE"].endswith("sqlite3"):
-        with open(f"{db['NAME']}.migrate.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        fd = os.open(f"{db['NAME']}.migrate.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [_PG_MIGRATION_LOCK])

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent.parent  # the checkout, when the package runs from one
 
 
+@cache
 def gateway_version() -> str:
     try:
         return version("ductile-django")

@@ -1,6 +1,14 @@
 # Sourced by scripts/demo and scripts/test: a .venv with the project installed, idempotently.
+# DUCTILE_PROFILE picks what is installed: "run" (the gateway alone: scripts/demo) or "test" (the
+# gateway and the test toolchain: scripts/test). A .venv set up for tests serves the demo too.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+profile="${DUCTILE_PROFILE:-run}"
+case "$profile" in
+  run) extras="" ;;
+  test) extras="[test]" ;;
+  *) echo "error: DUCTILE_PROFILE must be run or test, not '$profile'" >&2; exit 2 ;;
+esac
 PY="${PYTHON:-}"
 if [ -z "$PY" ]; then
   for candidate in python3.11 python3; do
@@ -11,10 +19,24 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-stamp=".venv/.installed-$(cat pyproject.toml | cksum | cut -d' ' -f1)"
-if [ ! -f "$stamp" ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[test]'
-  rm -f .venv/.installed-* && touch "$stamp"
+deps=$(cksum < pyproject.toml | cut -d' ' -f1)
+if [ ! -f ".venv/.installed-$profile-$deps" ] && [ ! -f ".venv/.installed-test-$deps" ]; then
+  echo "Installing the $profile profile into .venv (once; later runs skip this)..." >&2
+  # uv resolves and installs in parallel, several times faster than pip; pip stays the fallback
+  # (uv cannot be installed, or cannot reach the index).
+  if .venv/bin/python -m pip install --quiet --disable-pip-version-check uv \
+    && .venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e ".$extras"; then
+    :
+  else
+    echo "uv was not usable; installing with pip instead" >&2
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
+  fi
+  rm -f .venv/.installed-* && touch ".venv/.installed-$profile-$deps"
+fi
+# Static files are collected (hashed, compressed) for the gateway to serve: after an install, and
+# whenever a file under static/ is newer than the last collection.
+manifest="${DUCTILE_STATIC_ROOT:-.static}/staticfiles.json"
+if [ ! -f "$manifest" ] || [ -n "$(find static .venv/.installed-* -newer "$manifest" -print -quit)" ]; then
+  .venv/bin/python manage.py collectstatic --noinput --verbosity 0
 fi
 export PATH="$PWD/.venv/bin:$PATH"

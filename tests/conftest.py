@@ -14,9 +14,11 @@ _TMP = Path(tempfile.mkdtemp(prefix="ductile-tests-"))
 os.environ.setdefault("DUCTILE_DB_PATH", str(_TMP / "ductile.db"))
 os.environ.setdefault("DUCTILE_TEST_SQLITE_PATH", str(_TMP / "test-ductile.db"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ductile_site.settings")
+os.environ["DUCTILE_TEST_TMP"] = str(_TMP)
 
 import pytest  # noqa: E402
 
+from tests.browser import SCREENSHOTS, browser  # noqa: E402, F401 - the `browser` fixture
 from tests.support import ConfigDir, installed_runtime  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,3 +57,10 @@ def process_db(config_dir: ConfigDir):
     yield config_dir
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Screenshots are for looking at: say where they are."""
+    if SCREENSHOTS.exists():
+        count = len(list(SCREENSHOTS.glob("*.png")))
+        terminalreporter.write_line(f"browser screenshots ({count}): {SCREENSHOTS}")

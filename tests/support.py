@@ -116,10 +116,13 @@ def cli_env(config: ConfigDir, **extra: str) -> dict[str, str]:
     return env
 
 
-def ductile(config: ConfigDir, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the `ductile` CLI in a subprocess, as a user would."""
+def ductile(
+    config: ConfigDir, *args: str, timeout: float = 60, input: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the `ductile` CLI in a subprocess, as a user would (`input` on its stdin)."""
     return subprocess.run(
         [sys.executable, str(REPO / "manage.py"), *args, "--config-dir", str(config.path)],
+        input=input,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -158,6 +158,37 @@ def test_trigger_errors_are_json_with_the_reason(api, path, body, code, words):
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize("path", ["/plugin/echo/poll", "/pipeline/flow"])
+@pytest.mark.parametrize(
+    "content_type",
+    # curl -d sends the form type; some clients send none; the original decodes JSON regardless.
+    [None, "application/json", "application/x-www-form-urlencoded", "text/plain"],
+)
+def test_triggers_read_a_json_body_whatever_its_content_type(api, path, content_type):
+    as_(api, "admin")
+    body = json.dumps({"payload": {"message": "typed"}})
+    extra = {} if content_type is None else {"CONTENT_TYPE": content_type}
+    response = api.generic("POST", path, body, **extra)
+    assert response.status_code == 202, response.content
+    job = Job.objects.get(pk=response.json()["job_id"])
+    assert job.payload == {"message": "typed"}
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [("payload=hi", "JSON parse error"), ('["a list"]', "must be a JSON object"), ("", None)],
+)
+def test_a_form_typed_body_that_is_not_a_json_object_is_a_400(api, body, words):
+    as_(api, "admin")
+    response = api.generic("POST", "/plugin/echo/poll", body, content_type="application/x-www-form-urlencoded")
+    if words is None:  # no body at all: an empty request, as with JSON
+        assert response.status_code == 202, response.content
+        return
+    assert response.status_code == 400, response.content
+    assert words in response.json()["error"]
+    assert Job.objects.count() == 0
+
+
 def test_async_pipeline_trigger_and_the_async_override(api):
     as_(api, "admin")
     body = api.post("/pipeline/flow", {"payload": {"x": 1}}, format="json").json()

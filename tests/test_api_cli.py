@@ -100,9 +100,9 @@ def test_a_raw_body_and_headers_are_sent_as_given(served, tmp_path):
     for proc in (first, again):
         _, job = ductile_json(cfg, "job", "inspect", json.loads(proc.stdout)["job_id"])
         assert job["payload"] == {"message": "raw"} and job["dedupe_key"] == "cli-raw-1"
-    # -H replaces a default header: a non-JSON content type is refused by the API (415).
-    refused = api(cfg, "/plugin/echo/poll", "-b", body, "-H", "Content-Type: text/plain")
-    assert refused.returncode == 1 and "415" in refused.stderr
+    # -H replaces a default header: a wrong token instead of the config's is refused (401).
+    refused = api(cfg, "/plugin/echo/poll", "-b", body, "-H", "Authorization: Bearer not-a-token")
+    assert refused.returncode == 1 and "401" in refused.stderr
     # A body the API cannot parse is the API's 400, printed.
     broken = api(cfg, "/plugin/echo/poll", "-b", "{not json")
     assert broken.returncode == 1 and "error" in json.loads(broken.stdout)

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gateway.api import serializers as shapes
+from gateway.api.parsers import TRIGGER_PARSERS
 from gateway.api.serializers import errors
 from gateway.api.syncgate import Busy, sync_slot
 from gateway.config.durations import parse_duration
@@ -297,6 +298,8 @@ class AiPlugin(Endpoint):
 
 
 class PluginTrigger(Endpoint):
+    parser_classes = TRIGGER_PARSERS
+
     def scopes(self, request: Request) -> Sequence[str]:
         name, command = self.kwargs["plugin"], self.kwargs["command"]
         instance = self.runtime.registry.instances.get(name)
@@ -348,6 +351,7 @@ class PluginTrigger(Endpoint):
 
 class PipelineTrigger(Endpoint):
     needs = ("plugin:rw",)
+    parser_classes = TRIGGER_PARSERS
 
     @extend_schema(
         operation_id="pipeline_trigger",

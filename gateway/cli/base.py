@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import DatabaseError
 
 from gateway.config.errors import ConfigError
-from gateway.database import SchemaBehind, ensure_schema
+from gateway.database import SchemaBehind, describe_database, ensure_schema
 from gateway.runtime import RUNTIME, Runtime
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 78
@@ -96,6 +97,8 @@ class DuctileCommand(BaseCommand):
             )
         except SchemaBehind as exc:
             self._fail(EXIT_CONFIG, str(exc), None)
+        except DatabaseError as exc:
+            self._fail(EXIT_FAILED, f"database {describe_database()}: {exc}", None)
         return None
 
     def _fail(self, code: int, message: str, data: dict[str, Any] | None) -> None:

@@ -6,9 +6,10 @@ import sys
 from collections.abc import Sequence
 
 from gateway.bootstrap import config_dir_from_argv, prepare_process
+from gateway.config.errors import ConfigError
 
-# Django answers `version` itself with its own version; ours reports the gateway and protocol.
-ALIASES = {"version": "ductile_version"}
+# Django answers `version` and `--version` itself with its own version; ours reports the gateway's.
+ALIASES = {"version": "ductile_version", "--version": "ductile_version"}
 # Two-word spellings of a top-level command: the Operator Handbook lists `system skills`.
 ACTION_ALIASES = {("system", "skills"): "skills"}
 
@@ -40,7 +41,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args[1:3] = [alias]
     if len(args) > 1 and args[1] in ALIASES:
         args[1] = ALIASES[args[1]]
-    execute_from_command_line(args)
+    from django.db import DatabaseError
+
+    from gateway.database import describe_database
+
+    # The gateway's own commands report these themselves (gateway.cli.base); this is for Django's
+    # (`migrate`, `createsuperuser`, `shell`): a sentence naming what is wrong, not a traceback.
+    try:
+        execute_from_command_line(args)
+    except ConfigError as exc:
+        sys.stderr.write(f"error: configuration is invalid:\n{exc}\n")
+        return 78
+    except DatabaseError as exc:
+        sys.stderr.write(f"error: database {describe_database()}: {exc}\n")
+        return 1
     return 0
 
 

@@ -1,0 +1,43 @@
+"""The `auditor` and `operator` groups (ledger/roles.py), each with view permission on every table
+of the ledger and of the housekeeping queue."""
+
+from __future__ import annotations
+
+from django.apps.registry import Apps
+from django.contrib.auth.management import create_permissions
+from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+
+from ledger.roles import ROLES, VIEWABLE_APPS
+
+
+def create_roles(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    # Django makes permissions after the last migration ran (post_migrate); on a fresh database they
+    # do not exist yet, so they are made here first (idempotent).
+    for app_config in apps.get_app_configs():
+        app_config.models_module = True
+        create_permissions(app_config, apps=apps, verbosity=0, using=schema_editor.connection.alias)
+        app_config.models_module = None
+    group_model = apps.get_model("auth", "Group")
+    permission_model = apps.get_model("auth", "Permission")
+    views = permission_model.objects.filter(
+        content_type__app_label__in=VIEWABLE_APPS, codename__startswith="view_"
+    )
+    for name in ROLES:
+        group, _ = group_model.objects.get_or_create(name=name)
+        group.permissions.add(*views)
+
+
+def remove_roles(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    apps.get_model("auth", "Group").objects.filter(name__in=ROLES).delete()
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("ledger", "0005_retention_indexes"),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more"),
+    ]
+
+    operations = [migrations.RunPython(create_roles, remove_roles)]

@@ -1,0 +1,100 @@
+"""Pages as a person sees them: Debian's Chromium, headless, driven by Selenium through Debian's
+chromedriver (installed by `.ci/run`). Every screenshot goes to one folder under the test run's
+temporary directory, printed at the end of the run, to be looked at.
+
+Chromium's background services are switched off: this machine's network is closed, and each of
+their connection attempts would otherwise be refused, many at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+SCREENSHOTS = Path(os.environ["DUCTILE_TEST_TMP"]) / "screenshots"
+
+
+def browser_available() -> bool:
+    return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
+
+
+class Page:
+    """One browser window, with the few verbs a page test needs."""
+
+    def __init__(self, driver, base: str):
+        self.driver, self.base = driver, base
+
+    def open(self, path: str) -> None:
+        self.driver.get(self.base + path)
+
+    def find(self, css: str):
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_element(By.CSS_SELECTOR, css)
+
+    def find_all(self, css: str) -> list:
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_elements(By.CSS_SELECTOR, css)
+
+    def style(self, css: str, prop: str) -> str:
+        return self.driver.execute_script(
+            "return getComputedStyle(document.querySelector(arguments[0]))[arguments[1]]", css, prop
+        )
+
+    def log_in(self, username: str, password: str) -> None:
+        self.open("/admin/login/")
+        self.find("#id_username").send_keys(username)
+        self.find("#id_password").send_keys(password)
+        self.find("input[type=submit]").click()
+
+    def screenshot(self, name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        target = SCREENSHOTS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.png"
+        self.driver.save_screenshot(str(target))
+        return target
+
+    @property
+    def text(self) -> str:
+        return self.find("body").text
+
+
+@pytest.fixture
+def browser(tmp_path) -> Iterator[Page]:
+    """A headless Chromium window; `page.base` is set by the test (`browser.base = ...`)."""
+    if not browser_available():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must run the browser tests: install chromium and chromium-driver")
+        pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # the tests run as root in CI
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(60)
+    try:
+        yield Page(driver, "")
+    finally:
+        driver.quit()
