@@ -53,6 +53,31 @@ class Executor:
 
     def execute(self, job: Job) -> None:
         """Run a job this worker has claimed through to a recorded outcome."""
+        try:
+            self._execute(job)
+        except Exception as exc:
+            self._fail_unexpectedly(job, exc)
+
+    def _fail_unexpectedly(self, job: Job, exc: Exception) -> None:
+        """An exception escaped preflight, judging or recording: end the attempt as failed (and
+        retried, spec §5.7), never leave the job `running` while this worker holds its lease."""
+        log.exception(
+            "unexpected error running the job; failing this attempt", extra={"plugin": job.plugin, "job_id": job.id}
+        )
+        # Why re-read: a rolled-back record_outcome has already moved the in-memory status.
+        job.refresh_from_db()
+        if job.status != JobStatus.RUNNING or job.claimed_by != self.worker_id:
+            return  # the outcome was recorded before the error, or another process recovered the job
+        outcome = AttemptOutcome(JobStatus.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+        try:
+            with sqlite_writer():
+                job.record_outcome(
+                    outcome, worker=self.worker_id, default_dedupe_ttl=self.holder.get().config.service.dedupe_ttl
+                )
+        except LostJob:
+            pass  # recovered meanwhile: its next attempt is the one that counts
+
+    def _execute(self, job: Job) -> None:
         pre_started = time.perf_counter_ns()
         runtime = self.holder.get()
         position = self._position(job)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,16 @@ from pipelines.routing import valid_event
 
 EX_CONFIG = 78
 PROTOCOL_VERSION = 2
+# Deeper responses are refused. Why a bound well below Python's recursion limit: the response is
+# parsed again wherever it is read (job logs, the API, routed event payloads in JSONField columns),
+# on stacks already deeper than this worker's; a document that only just parses here would raise
+# RecursionError there.
+MAX_DEPTH = 256
+# `\u0000` or a `\uD800`-`\uDFFF` escape: the only ways JSON text carries a NUL or an unpaired
+# surrogate, which PostgreSQL refuses in text and jsonb (and so, for the same answer on both
+# backends, we refuse everywhere).
+_RISKY_ESCAPE = re.compile(r"\\u(?:0000|[dD][89abcdefABCDEF])")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _PERMANENT_SPAWN_ERRORS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.ENOTDIR}
 
 
@@ -67,6 +78,20 @@ def build_request(
 
 
 def judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
+    """What the attempt came to. Never raises: a response that cannot be judged fails the attempt
+    as a protocol error, retried like any failure but exit 78 and `retry: false` (spec §5.7), so
+    the job never stays `running` behind an exception."""
+    try:
+        return _judge(run, timeout=timeout, max_subs=max_subs)
+    except Exception as exc:  # whatever the plugin sent, the attempt must end
+        return Verdict(
+            "failed",
+            f"protocol error: the response could not be judged ({type(exc).__name__}: {exc})",
+            response_text=run.stdout.decode("utf-8", errors="replace") or None,
+        )
+
+
+def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
     stdout_text = run.stdout.decode("utf-8", errors="replace")
     kept = stdout_text or None
     if run.spawn_error:
@@ -155,9 +180,17 @@ def _parse(text: str) -> tuple[dict[str, Any] | None, str | None]:
     if not text.strip():
         return None, "plugin wrote nothing to stdout"
     try:
-        response = json.loads(text)
+        response = json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         return None, f"stdout is not one JSON document: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    except RecursionError:
+        return None, f"the response nests deeper than {MAX_DEPTH} levels"
+    except ValueError as exc:
+        return None, str(exc)
+    if _nests_deeper(text, response, MAX_DEPTH):
+        return None, f"the response nests deeper than {MAX_DEPTH} levels"
+    if _RISKY_ESCAPE.search(text) and not _storable(response):
+        return None, "strings in the response must not contain NUL characters or unpaired surrogates"
     if not isinstance(response, dict):
         return None, f"response must be a JSON object, got {type(response).__name__}"
     status = response.get("status")
@@ -170,6 +203,42 @@ def _parse(text: str) -> tuple[dict[str, Any] | None, str | None]:
     else:
         return None, f"unknown status {status!r} (expected ok or error)"
     return response, None
+
+
+def _not_json(constant: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON has neither and the jsonb and SQLite JSON columns
+    # the response's parts are stored in refuse them.
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _storable(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node or _SURROGATE.search(node):
+                return False
+        elif isinstance(node, dict):
+            stack.extend(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True
+
+
+def _nests_deeper(text: str, value: Any, limit: int) -> bool:
+    # A document nests no deeper than it has brackets (str.count runs in C): almost every response
+    # is decided here, without a walk.
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def _subs(response: dict[str, Any], max_subs: int, warnings: list[str]) -> list[dict[str, Any]]:

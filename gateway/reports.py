@@ -49,7 +49,7 @@ def parse_response(text: str | None) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a refused response is kept as it came, however deep
         return text
 
 

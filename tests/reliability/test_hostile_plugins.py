@@ -1,0 +1,118 @@
+"""Hostile plugins against the real daemon and real plugin processes (issue 12, defects 2, 5, 6, 7).
+
+Spec 000 §5.7 (every failure but exit 78 and `retry: false` is retried), §6 and §11.4 (stdout is
+the protocol response; anything else is a protocol error, captured for debugging), idiom 2
+(spawn-per-command: a plugin's lifetime is one invocation).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support import ConfigDir, ductile_json, ledger, start_workers, stop_gracefully
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie waiting for its parent."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_if_alive(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def hostile(mode: str, marker: Path | None = None, max_attempts: int = 1, **payload) -> dict:
+    if marker is not None:
+        payload["marker_dir"] = str(marker)
+    return {
+        "plugin": "hostile",
+        "command": "poll",
+        "submitted_by": "cli",
+        "max_attempts": max_attempts,
+        "payload": {"mode": mode, **payload},
+    }
+
+
+def run_once(cfg: ConfigDir, timeout: float = 120) -> str:
+    """`runworkers --once`: run what is runnable now, then exit, as an operator would."""
+    proc = start_workers(cfg, "--once", "--threads", "1")
+    try:
+        out = proc.communicate(timeout=timeout)[0]
+    finally:
+        stop_gracefully(proc, timeout=5)
+    assert proc.returncode == 0, out
+    return out
+
+
+def job_of(cfg: ConfigDir, job_id: str) -> dict:
+    return next(j for j in ledger(cfg) if j["id"] == job_id)
+
+
+def logs_of(cfg: ConfigDir, job_id: str) -> list[dict]:
+    code, body = ductile_json(cfg, "job", "logs", "--job-id", job_id, "--include-result")
+    assert code == 0, body
+    return body["logs"] if isinstance(body, dict) else body
+
+
+@pytest.fixture
+def cfg(process_db):
+    process_db.plugins["hostile"] = {"config": {}, "timeout": "20s"}
+    process_db.write()
+    return process_db
+
+
+# -- defect 2: a response the parser cannot judge --------------------------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_deeply_nested_answer_fails_the_attempt_as_a_retryable_protocol_error(cfg):
+    (job_id,) = ledger(cfg, "enqueue", [hostile("deep_json", max_attempts=2)])
+    out = run_once(cfg)
+    job = job_of(cfg, job_id)
+    # Never left `running` (where it held a parallelism slot and, heartbeated, was never recovered).
+    assert job["status"] == "queued" and job["attempt"] == 2, (job, out)
+    assert [to for to, _ in job["transitions"]][-3:] == ["running", "failed", "queued"]
+    failed_reason = job["transitions"][-2][1]
+    assert "protocol error" in failed_reason and "nest" in failed_reason, failed_reason
+    assert "Traceback" not in out and "RecursionError" not in out
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [("unstorable", "NUL characters or unpaired surrogates"), ("nan", "NaN is not JSON")],
+)
+def test_valid_looking_json_the_ledger_cannot_store_is_a_protocol_error_on_every_backend(cfg, mode, why):
+    (job_id,) = ledger(cfg, "enqueue", [hostile(mode)])
+    run_once(cfg)
+    job = job_of(cfg, job_id)
+    assert job["status"] == "dead", job
+    assert "protocol error" in job["last_error"] and why in job["last_error"], job["last_error"]
+
+
+@pytest.mark.postgres
+def test_an_outcome_the_database_refuses_still_ends_the_attempt(cfg):
+    """The backstop: an event type wider than the event log's column is refused by PostgreSQL in
+    the outcome's transaction (SQLite does not enforce widths, so there the job succeeds). Either
+    way the job ends; it never stays `running`."""
+    (job_id,) = ledger(cfg, "enqueue", [hostile("long_event_type")])
+    out = run_once(cfg)
+    job = job_of(cfg, job_id)
+    assert job["status"] in ("succeeded", "dead"), (job, out)
+    if job["status"] == "dead":
+        assert job["last_error"].startswith("internal error: "), job["last_error"]
