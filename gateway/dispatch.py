@@ -13,7 +13,7 @@ from django.utils import timezone
 from gateway.config.frozen import thaw
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
-from gateway.protocol import build_request, judge
+from gateway.protocol import build_request, judge, shown
 from gateway.runner import run_plugin
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.writegate import sqlite_writer
@@ -117,7 +117,7 @@ class Executor:
         if run.stderr:
             log.warning(
                 "plugin stderr: %s",
-                run.stderr[:2000].decode("utf-8", "replace").rstrip(),
+                shown(run.stderr[:2000]).rstrip(),
                 extra={"plugin": job.plugin, "job_id": job.id},
             )
         outcome = AttemptOutcome(
@@ -125,7 +125,7 @@ class Executor:
             error=verdict.error,
             retryable=verdict.retryable,
             response_text=verdict.response_text,
-            stderr=run.stderr.decode("utf-8", "replace"),
+            stderr=shown(run.stderr),
             backoff_base=instance.config.retry.backoff_base,
         )
         outcome.events.append(preflight_event(job, "run", ""))

@@ -2,7 +2,9 @@
 
 Strict about meaning, lenient about form: stdout is one JSON document in any layout; unknown
 top-level keys are ignored; `ok` needs `result` and `error` needs `error`; anything else is a
-protocol error that fails the job with stdout and stderr kept.
+protocol error that fails the job with stderr and an excerpt of stdout kept (spec §11.4: "captured
+for debugging"). A usable response is stored verbatim, however large; an unusable one only as its
+first 64 KiB with a note of its size, so a hostile plugin cannot fill `job_log` 10 MiB at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ MAX_DEPTH = 256
 # surrogate, which PostgreSQL refuses in text and jsonb (and so, for the same answer on both
 # backends, we refuse everywhere).
 _RISKY_ESCAPE = re.compile(r"\\u(?:0000|[dD][89abcdefABCDEF])")
+EXCERPT_CAP = 64 * 1024
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PERMANENT_SPAWN_ERRORS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.ENOTDIR}
 
@@ -87,13 +90,29 @@ def judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
         return Verdict(
             "failed",
             f"protocol error: the response could not be judged ({type(exc).__name__}: {exc})",
-            response_text=run.stdout.decode("utf-8", errors="replace") or None,
+            response_text=excerpt(run.stdout),
         )
 
 
+def shown(raw: bytes) -> str:
+    """Plugin output as text every backend stores: undecodable bytes and NULs as `\\xNN`."""
+    return raw.decode("utf-8", errors="backslashreplace").replace("\x00", "\\x00")
+
+
+def excerpt(raw: bytes, *, cut_short: bool = False) -> str | None:
+    """What is kept of stdout that is not a usable response: its head, `shown`, and its real size
+    (`cut_short`: the plugin was stopped at the cap and wrote more than `raw`)."""
+    if not raw:
+        return None
+    text = shown(raw[:EXCERPT_CAP])
+    if len(raw) > EXCERPT_CAP:
+        size = f"more than {len(raw)}" if cut_short else str(len(raw))
+        text += f"\n[ductile: stdout was {size} bytes; only the first {EXCERPT_CAP} are kept]"
+    return text
+
+
 def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
-    stdout_text = run.stdout.decode("utf-8", errors="replace")
-    kept = stdout_text or None
+    kept = excerpt(run.stdout, cut_short=run.stdout_overflow)
     if run.spawn_error:
         return Verdict("failed", run.spawn_error, retryable=run.spawn_errno not in _PERMANENT_SPAWN_ERRORS)
     warnings = []
@@ -109,14 +128,18 @@ def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
     if run.stdout_overflow:
         return Verdict(
             "failed",
-            f"stdout exceeded the {STDOUT_CAP // (1024 * 1024)} MiB cap; the plugin was stopped and the "
-            "first 10 MiB are kept",
+            f"stdout exceeded the {STDOUT_CAP // (1024 * 1024)} MiB cap; the plugin was stopped",
             response_text=kept,
             warnings=warnings,
         )
     permanent = run.exit_code == EX_CONFIG
     exit_note = f" (exit code {run.exit_code})"
-    response, problem = _parse(stdout_text)
+    try:
+        stdout_text = run.stdout.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem: str | None = f"stdout is not valid UTF-8 (byte 0x{run.stdout[exc.start]:02x} at offset {exc.start})"
+    else:
+        response, problem = _parse(stdout_text)
     if problem is not None:
         return Verdict(
             "failed",
@@ -126,6 +149,7 @@ def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
             warnings=warnings,
         )
     assert response is not None
+    kept = stdout_text  # a usable response: kept verbatim
     if response["status"] == "error":
         retry_flag = response.get("retry", True) is not False
         return Verdict(

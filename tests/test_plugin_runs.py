@@ -145,10 +145,14 @@ def test_ok_with_nonzero_exit_still_succeeds(runtime):
 
 
 @pytest.mark.slow
-def test_stdout_over_10_mib_fails_and_keeps_the_prefix(runtime):
+def test_stdout_over_10_mib_fails_and_keeps_an_excerpt(runtime):
     job = run_job(runtime, "stress", payload={"mode": "big_stdout", "mib": 11})
     assert last_log(job).status == JobStatus.FAILED and "10 MiB" in job.last_error
-    assert len(last_log(job).result) == 10 * 1024 * 1024
+    # Issue 12, defect 7: an unusable response is kept as its head and its size, not 10 MiB of it.
+    assert last_log(job).result.startswith("x" * 65536)
+    assert last_log(job).result.endswith(
+        f"stdout was more than {10 * 1024 * 1024} bytes; only the first 65536 are kept]"
+    )
 
 
 def test_stderr_over_64_kib_is_truncated_and_the_job_succeeds(runtime):

@@ -7,6 +7,7 @@ the protocol response; anything else is a protocol error, captured for debugging
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -116,3 +117,50 @@ def test_an_outcome_the_database_refuses_still_ends_the_attempt(cfg):
     assert job["status"] in ("succeeded", "dead"), (job, out)
     if job["status"] == "dead":
         assert job["last_error"].startswith("internal error: "), job["last_error"]
+
+
+# -- defect 7: hostile output ----------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_invalid_utf8_on_stdout_is_a_protocol_error_not_replacement_characters(cfg):
+    (job_id,) = ledger(cfg, "enqueue", [hostile("bad_utf8")])
+    run_once(cfg)
+    job = job_of(cfg, job_id)
+    assert job["status"] == "dead", job
+    assert "protocol error" in job["last_error"] and "UTF-8" in job["last_error"], job["last_error"]
+    (log,) = logs_of(cfg, job_id)
+    assert "\ufffd" not in json.dumps(log["result"], ensure_ascii=False)
+    assert "\\xe9" in log["result"], log["result"]  # the bad bytes shown, escaped, for debugging
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_10_mib_unusable_stdout_is_stored_as_a_capped_excerpt(cfg):
+    (job_id,) = ledger(cfg, "enqueue", [hostile("junk", mib=10)])
+    run_once(cfg)
+    job = job_of(cfg, job_id)
+    assert job["status"] == "dead" and "protocol error" in job["last_error"], job
+    (log,) = logs_of(cfg, job_id)
+    assert isinstance(log["result"], str)
+    assert len(log["result"].encode()) < 65 * 1024, len(log["result"])
+    assert log["result"].startswith("not json not json")
+    assert "10485760 bytes" in log["result"], log["result"][-300:]
+
+
+@pytest.mark.postgres
+def test_nul_and_undecodable_bytes_on_stderr_are_stored_visibly(cfg):
+    (job_id,) = ledger(cfg, "enqueue", [hostile("nul_stderr")])
+    run_once(cfg)
+    assert job_of(cfg, job_id)["status"] == "succeeded"
+    (log,) = logs_of(cfg, job_id)
+    assert log["stderr"] == "nul \\x00 and \\xff\n", log["stderr"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_valid_large_response_is_kept_in_full(runtime):
+    from tests.test_plugin_runs import last_log, run_job
+
+    job = run_job(runtime, "stress", payload={"result_bytes": 200_000})
+    assert job.status == "succeeded"
+    assert json.loads(last_log(job).result)["result"] == "x" * 200_000

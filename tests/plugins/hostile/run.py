@@ -53,11 +53,16 @@ def main():
     if mode == "bad_utf8":
         sys.stdout.buffer.write(b'{"status": "ok", "result": "caf\xe9 \xff\xfe"}')
         return None
-    if mode == "junk":
-        chunk = "not json " * 7000
-        for _ in range(int(payload.get("mib", 10) * 1024 * 1024 // len(chunk))):
+    if mode == "junk":  # exactly payload.mib MiB that is not JSON
+        size, chunk = int(payload.get("mib", 10) * 1024 * 1024), "not json " * 7000
+        for _ in range(size // len(chunk)):
             sys.stdout.write(chunk)
+        sys.stdout.write(chunk[: size % len(chunk)])
         return None
+    if mode == "nul_stderr":  # stderr PostgreSQL's text columns cannot hold as it came
+        sys.stderr.buffer.write(b"nul \x00 and \xff\n")
+        sys.stderr.flush()
+        return answer(ok)
     if mode in ("leave_child", "hold_stdout", "setsid_child"):
         leave_child(marker_dir, keep_stdout=mode == "hold_stdout", setsid=mode == "setsid_child")
         # The child has written its pid before the answer, so a test never races the fork.
