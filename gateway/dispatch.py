@@ -125,7 +125,8 @@ class Executor:
             error=verdict.error,
             retryable=verdict.retryable,
             response_text=verdict.response_text,
-            stderr=shown(run.stderr),
+            # What the runner saw of the plugin's processes (an escape) goes with its stderr in job_log.
+            stderr=shown(run.stderr) + "".join(f"\n[ductile] warning: {w}" for w in run.warnings),
             backoff_base=instance.config.retry.backoff_base,
         )
         outcome.events.append(preflight_event(job, "run", ""))

@@ -115,7 +115,7 @@ def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
     kept = excerpt(run.stdout, cut_short=run.stdout_overflow)
     if run.spawn_error:
         return Verdict("failed", run.spawn_error, retryable=run.spawn_errno not in _PERMANENT_SPAWN_ERRORS)
-    warnings = []
+    warnings = list(run.warnings)
     if run.stderr_truncated:
         warnings.append(f"stderr exceeded {STDERR_CAP // 1024} KiB and was truncated")
     if run.timed_out:

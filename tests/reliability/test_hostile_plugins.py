@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import ConfigDir, ductile_json, ledger, start_workers, stop_gracefully
+from tests.support import ConfigDir, ductile_json, ledger, start_workers, stop_gracefully, wait_for
 
 
 def alive(pid: int) -> bool:
@@ -164,3 +165,74 @@ def test_a_valid_large_response_is_kept_in_full(runtime):
     job = run_job(runtime, "stress", payload={"result_bytes": 200_000})
     assert job.status == "succeeded"
     assert json.loads(last_log(job).result)["result"] == "x" * 200_000
+
+
+# -- defects 5 and 6: processes a plugin leaves behind ---------------------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_children_left_behind_after_the_answer_are_killed(cfg, tmp_path):
+    (job_id,) = ledger(cfg, "enqueue", [hostile("leave_child", tmp_path)])
+    run_once(cfg)
+    child = int((tmp_path / "child.pid").read_text())
+    try:
+        assert job_of(cfg, job_id)["status"] == "succeeded"
+        wait_for(lambda: not alive(child), timeout=5, what="the plugin's leftover child to be killed")
+    finally:
+        kill_if_alive(child)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_child_holding_stdout_open_does_not_turn_a_valid_answer_into_a_timeout(cfg, tmp_path):
+    cfg.plugins["hostile"]["timeout"] = "8s"
+    cfg.write()
+    (job_id,) = ledger(cfg, "enqueue", [hostile("hold_stdout", tmp_path, max_attempts=2)])
+    started = time.monotonic()
+    run_once(cfg)
+    elapsed = time.monotonic() - started
+    child = int((tmp_path / "child.pid").read_text())
+    try:
+        job = job_of(cfg, job_id)
+        assert job["status"] == "succeeded" and job["attempt"] == 1, job
+        assert elapsed < 8, f"waited {elapsed:.1f}s: the answer waited for the plugin's timeout"
+        wait_for(lambda: not alive(child), timeout=5, what="the child holding stdout to be killed")
+    finally:
+        kill_if_alive(child)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_child_escaping_with_setsid_is_killed_and_reported(cfg, tmp_path):
+    (job_id,) = ledger(cfg, "enqueue", [hostile("setsid_child", tmp_path)])
+    out = run_once(cfg)
+    child = int((tmp_path / "child.pid").read_text())
+    try:
+        assert job_of(cfg, job_id)["status"] == "succeeded"
+        wait_for(lambda: not alive(child), timeout=5, what="the escaped child to be killed")
+    finally:
+        kill_if_alive(child)
+    (log,) = logs_of(cfg, job_id)
+    assert f"[ductile] warning: process {child} " in log["stderr"], log["stderr"]
+    assert "left the plugin's process group (setsid?)" in log["stderr"]
+    assert f"process {child} " in out and "setsid" in out, out
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_plugins_and_their_children_die_with_a_daemon_killed_with_sigkill(cfg, tmp_path):
+    ledger(cfg, "enqueue", [hostile("sleep", tmp_path, seconds=120)])
+    daemon = start_workers(cfg, "--threads", "1")
+    try:
+        wait_for(lambda: (tmp_path / "plugin.pid").exists(), timeout=30, what="the plugin to start")
+    finally:
+        daemon.kill()  # SIGKILL: no drain, no cleanup
+        daemon.wait()
+    plugin, child = (int((tmp_path / f"{name}.pid").read_text()) for name in ("plugin", "child"))
+    try:
+        wait_for(lambda: not alive(plugin), timeout=5, what="the plugin to die with its daemon")
+        wait_for(lambda: not alive(child), timeout=5, what="the plugin's child to die with its daemon")
+    finally:
+        kill_if_alive(plugin)
+        kill_if_alive(child)

@@ -8,6 +8,7 @@ from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_USAGE, DuctileCommand, Exit
 from gateway.daemon.workers import WorkerDaemon
+from gateway.reaper import adopt_orphans
 from gateway.runtime import RUNTIME
 
 
@@ -34,6 +35,7 @@ class Command(DuctileCommand):
         if options["threads"] is not None and options["threads"] < 1:
             raise Exit(EXIT_USAGE, "--threads must be at least 1")
         plugins = [p for p in (options["plugins"] or "").split(",") if p] or None
+        adopt_orphans()  # a plugin's setsid escapes come back to us, to be killed and reported
         daemon = WorkerDaemon(
             RUNTIME,
             threads=options["threads"],

@@ -69,7 +69,8 @@ def main():
         while marker_dir and not os.path.exists(os.path.join(marker_dir, "child.pid")):
             time.sleep(0.01)
         return answer(ok)
-    if mode == "sleep":
+    if mode == "sleep":  # and a child in its process group, both for payload.seconds
+        leave_child(marker_dir, keep_stdout=False)
         note_pid(marker_dir, "plugin", os.getpid())
         time.sleep(float(payload.get("seconds", 60)))
     return answer(ok)
