@@ -108,8 +108,18 @@ class Executor:
             deadline_at=iso(now + timedelta(seconds=timeout)),
             instance=instance.name,
         )
+        # The plugin's code again, as late as can be (issue 12: trust and seal checked at load only
+        # let a swapped symlink or an edited entrypoint run).
+        spawn = runtime.plugin_seal.check(instance)
+        if spawn.refusal:
+            outcome = AttemptOutcome(JobStatus.FAILED, error=spawn.refusal, retryable=False)
+            outcome.events.append(preflight_event(job, "fail", spawn.refusal))
+            self._record(job, outcome, runtime)
+            return
         runtime_pre_ns = time.perf_counter_ns() - pre_started
-        run = run_plugin(instance.manifest.entrypoint, request, timeout=timeout, env=runtime.plugin_env)
+        run = run_plugin(spawn.path, request, timeout=timeout, env=runtime.plugin_env)
+        if spawn.warning:
+            run.warnings.insert(0, spawn.warning)
         post_started = time.perf_counter_ns()
         verdict = judge(run, timeout=timeout, max_subs=instance.manifest.max_subs)
         for warning in verdict.warnings:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -18,6 +18,7 @@ from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, load_gateway_config
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.registry import Registry, build_registry
+from gateway.plugins.seal import PluginSeal, verify_plugins
 from gateway.runner import plugin_environment
 from gateway.webhooks.endpoints import load_webhooks
 from pipelines.dsl import PipelineErrors, PipelineSet, compile_pipelines
@@ -33,6 +34,8 @@ class Runtime:
     # The environment every plugin process gets, fixed at load: clean plus the passthrough list.
     plugin_env: Mapping[str, str] = field(default_factory=dict)
     tokens: TokenRegistry = field(default_factory=TokenRegistry)
+    # The plugins' code as sealed and as loaded: checked again before every spawn.
+    plugin_seal: PluginSeal = field(default_factory=PluginSeal)
     # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
     loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -51,10 +54,14 @@ def build_runtime(
     )
     discovery = discover_plugins(config.plugin_roots, allow_symlinks=config.service.allow_symlinks)
     registry = build_registry(config, discovery)
+    plugin_seal = verify_plugins(config, registry)
+    # Outside strict mode a failed plugin fingerprint check warns, as an operational file's does.
+    warned = plugin_seal.warnings if config.service.strict_mode else (*plugin_seal.problems, *plugin_seal.warnings)
+    registry = replace(registry, warnings=(*registry.warnings, *warned))
     routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
     pipelines = compile_config_pipelines(config, registry)
     tokens = load_tokens(config)
-    if config.service.strict_mode and (refusals := strict_refusals(config, registry, tokens)):
+    if config.service.strict_mode and (refusals := [*plugin_seal.problems, *strict_refusals(config, registry, tokens)]):
         raise ConfigError(refusals)
     # webhooks.yaml is a high-security file: a bad one stops every process (exit 78).
     load_webhooks(config, registry, tokens)
@@ -66,6 +73,7 @@ def build_runtime(
         pipelines=pipelines,
         plugin_env=MappingProxyType(env),
         tokens=tokens,
+        plugin_seal=plugin_seal,
     )
 
 

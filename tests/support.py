@@ -69,15 +69,15 @@ class ConfigDir:
 
 
 def seal(directory: Path) -> None:
-    """`config lock`: seal every file the config reads, as an operator would after editing (tests
-    about what a config says, not about the seal, start from a sealed directory). A config whose
-    files cannot be read is left unsealed: loading it reports why."""
+    """`config lock`: seal every file the config reads and fingerprint every configured plugin, as
+    an operator would after editing (tests about what a config says, not about the seal, start
+    from a sealed directory). A config whose files cannot be read is left unsealed: loading it
+    reports why."""
     from gateway.config.errors import ConfigError
-    from gateway.config.integrity import lock
-    from gateway.config.loader import config_files
+    from gateway.plugins.seal import lock_config
 
     try:
-        lock(directory, config_files(directory))
+        lock_config(directory)
     except ConfigError:
         pass
 

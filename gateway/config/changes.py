@@ -20,12 +20,13 @@ from typing import Any
 import yaml
 
 from gateway.api.tokens import ADMIN, RESOURCES
+from gateway.plugins.seal import lock_config
 
 from .address import AddressError, resolve
 from .atomic import write_atomic
 from .edit import EditError, set_value
-from .integrity import CHECKSUMS, Tier, digest, lock, read_seal, reseal, tier_of
-from .loader import ROOT_FILE, MergedConfig, config_files, load_config_tree
+from .integrity import CHECKSUMS, Tier, digest, read_seal, reseal, tier_of
+from .loader import ROOT_FILE, MergedConfig, load_config_tree
 from .yamlsrc import KeyPath, Yaml12Loader
 
 STARTER = Path(__file__).with_name("starter")
@@ -245,7 +246,7 @@ def apply(config_dir: Path, changes: Sequence[FileChange], environ: Mapping[str,
             sealed = [c.path for c in changes if c.before is None or str(c.path) in seal.hashes]
             reseal(config_dir, sealed)
         elif any(tier_of(c.path) is Tier.HIGH_SECURITY for c in changes):
-            sealed = [f.path for f in lock(config_dir, config_files(config_dir)).files]
+            sealed = [f.path for f in lock_config(config_dir)[0].files]
         else:
             sealed = []
         _validate(config_dir, environ)

@@ -11,12 +11,17 @@ Operator Handbook's `config lock` ritual. Two tiers:
 Hashes are of the bytes the loader parsed, taken before `${VAR}` interpolation, so what was
 verified is exactly what runs. `.checksums` never lists itself, and moving the directory breaks
 the seal (keys are absolute paths): only `config lock` writes it.
+
+The seal also holds `plugin_fingerprints`: per configured plugin, the BLAKE3 of its manifest and
+entrypoint bytes with their configured and symlink-resolved paths (the original's format; spec 000
+testing guide, "Config integrity / plugin fingerprint tests"). This module reads and writes them;
+`gateway.plugins.seal` computes and checks them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -68,12 +73,47 @@ def scope_files(config_dir: Path) -> list[Path]:
 
 
 @dataclass(frozen=True)
+class PluginFingerprint:
+    """The authorized identity of one configured plugin instance: its code's bytes. An alias
+    (`uses:`) is recorded under its own name with its base plugin's files."""
+
+    name: str
+    enabled: bool
+    uses: str
+    manifest_path: str
+    manifest_resolved_path: str
+    manifest_hash: str
+    entrypoint_path: str
+    entrypoint_resolved_path: str
+    entrypoint_hash: str
+
+    def as_entry(self) -> dict[str, object]:
+        entry: dict[str, object] = {"name": self.name, "enabled": self.enabled}
+        if self.uses:
+            entry["uses"] = self.uses
+        for f in fields(self)[3:]:
+            entry[f.name] = getattr(self, f.name)
+        return entry
+
+    @classmethod
+    def from_entry(cls, entry: object) -> PluginFingerprint:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ValueError("each plugin_fingerprints entry needs a name")
+        values = {f.name: str(entry.get(f.name) or "") for f in fields(cls)}
+        return cls(**{**values, "enabled": entry.get("enabled", True) is not False})  # type: ignore[arg-type]
+
+    def same_code(self, other: PluginFingerprint) -> bool:
+        return (self.manifest_hash, self.entrypoint_hash) == (other.manifest_hash, other.entrypoint_hash)
+
+
+@dataclass(frozen=True)
 class Seal:
-    """A `.checksums` manifest as read."""
+    """A `.checksums` manifest as read. `plugins` is None when it has no `plugin_fingerprints`."""
 
     path: Path
     hashes: Mapping[str, str]
     generated_at: str | None = None
+    plugins: Mapping[str, PluginFingerprint] | None = None
 
 
 class SealUnusable(Exception):
@@ -100,7 +140,16 @@ def read_seal(config_dir: Path) -> Seal | None:
             "run `ductile config lock` to rewrite it"
         )
     hashes = {str(k): str(v) for k, v in doc["hashes"].items()}
-    return Seal(path, hashes, str(doc["generated_at"]) if doc.get("generated_at") else None)
+    plugins = None
+    if doc.get("plugin_fingerprints") is not None:
+        try:
+            entries = doc["plugin_fingerprints"]
+            if not isinstance(entries, list):
+                raise ValueError("plugin_fingerprints must be a list")
+            plugins = {fp.name: fp for fp in map(PluginFingerprint.from_entry, entries)}
+        except ValueError as exc:
+            raise SealUnusable(f"{path}: {exc}; run `ductile config lock` to rewrite it") from exc
+    return Seal(path, hashes, str(doc["generated_at"]) if doc.get("generated_at") else None, plugins)
 
 
 @dataclass
@@ -167,24 +216,44 @@ class SealedFile:
 
 
 @dataclass(frozen=True)
+class SealedPlugin:
+    name: str
+    change: str  # added | changed | unchanged | removed
+
+
+@dataclass(frozen=True)
 class LockReport:
     seal_path: Path
     files: tuple[SealedFile, ...]
     removed: tuple[str, ...]  # sealed before, no longer part of the config
     written: bool
+    plugins: tuple[SealedPlugin, ...] = ()
 
     @property
     def changed(self) -> bool:
-        return bool(self.removed) or any(f.change != "unchanged" for f in self.files)
+        return (
+            bool(self.removed)
+            or any(f.change != "unchanged" for f in self.files)
+            or any(p.change != "unchanged" for p in self.plugins)
+        )
 
 
-def lock(config_dir: Path, files: Iterable[Path], *, dry_run: bool = False) -> LockReport:
+def lock(
+    config_dir: Path,
+    files: Iterable[Path],
+    *,
+    plugins: Iterable[PluginFingerprint] | None = None,
+    dry_run: bool = False,
+) -> LockReport:
     """Seal `files` (the config's own, found by the loader): hash each and write `.checksums`
-    atomically, replacing the previous seal entirely."""
+    atomically, replacing the previous seal entirely. `plugins`: the plugin fingerprints to
+    record; None carries the previous seal's forward unchanged."""
     try:
         previous = read_seal(config_dir)
     except SealUnusable:
         previous = None  # being replaced: that is what lock is for
+    old_plugins = dict(previous.plugins or {}) if previous else {}
+    new_plugins = old_plugins if plugins is None else {fp.name: fp for fp in plugins}
     before = dict(previous.hashes) if previous else {}
     sealed = []
     for path in sorted(set(files)):
@@ -196,8 +265,40 @@ def lock(config_dir: Path, files: Iterable[Path], *, dry_run: bool = False) -> L
         sealed.append(SealedFile(path, tier_of(path), value, change))
     seal_path = config_dir / CHECKSUMS
     if not dry_run:
-        _write_seal(seal_path, {str(f.path): f.hash for f in sealed})
-    return LockReport(seal_path, tuple(sealed), tuple(sorted(before)), written=not dry_run)
+        _write_seal(seal_path, {str(f.path): f.hash for f in sealed}, new_plugins.values() if new_plugins else None)
+    return LockReport(
+        seal_path,
+        tuple(sealed),
+        tuple(sorted(before)),
+        written=not dry_run,
+        plugins=plugin_changes(old_plugins, new_plugins),
+    )
+
+
+def plugin_changes(
+    old: Mapping[str, PluginFingerprint], new: Mapping[str, PluginFingerprint]
+) -> tuple[SealedPlugin, ...]:
+    changes = [
+        SealedPlugin(name, "added" if name not in old else "unchanged" if old[name].same_code(fp) else "changed")
+        for name, fp in new.items()
+    ]
+    changes += [SealedPlugin(name, "removed") for name in old if name not in new]
+    return tuple(sorted(changes, key=lambda c: c.name))
+
+
+def seal_plugins(config_dir: Path, fingerprints: Iterable[PluginFingerprint], *, dry_run: bool = False) -> LockReport:
+    """`plugin lock`: record these plugins' fingerprints and change nothing else in the seal, so
+    authorizing one plugin never blesses another plugin's or a config file's unreviewed change."""
+    seal = read_seal(config_dir)
+    if seal is None:
+        raise SealUnusable(f"no {CHECKSUMS} in {config_dir}: run `ductile config lock` first")
+    old = dict(seal.plugins or {})
+    named = {fp.name: fp for fp in fingerprints}
+    new = {**old, **named}
+    if not dry_run:
+        _write_seal(seal.path, seal.hashes, new.values())
+    changes = tuple(c for c in plugin_changes(old, new) if c.name in named)
+    return LockReport(seal.path, (), (), written=not dry_run, plugins=changes)
 
 
 def reseal(config_dir: Path, files: Iterable[Path]) -> bool:
@@ -213,11 +314,17 @@ def reseal(config_dir: Path, files: Iterable[Path]) -> bool:
     hashes = dict(seal.hashes)
     for path in files:
         hashes[str(path)] = digest(path.read_bytes())
-    _write_seal(seal.path, hashes)
+    _write_seal(seal.path, hashes, seal.plugins.values() if seal.plugins is not None else None)
     return True
 
 
-def _write_seal(path: Path, hashes: Mapping[str, str]) -> None:
-    body = {"version": MANIFEST_VERSION, "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+def _write_seal(path: Path, hashes: Mapping[str, str], plugins: Iterable[PluginFingerprint] | None) -> None:
+    body: dict[str, object] = {
+        "version": MANIFEST_VERSION,
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "hashes": dict(hashes),
+    }
+    if plugins is not None:
+        body["plugin_fingerprints"] = [fp.as_entry() for fp in sorted(plugins, key=lambda fp: fp.name)]
     # Mode 0600: the seal says which files matter and what they must be.
-    write_atomic(path, yaml.safe_dump({**body, "hashes": dict(hashes)}, sort_keys=False), mode=0o600)
+    write_atomic(path, yaml.safe_dump(body, sort_keys=False), mode=0o600)

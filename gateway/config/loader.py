@@ -76,14 +76,19 @@ def resolve_config_dir(explicit: str | os.PathLike[str] | None, environ: Mapping
 
 
 def load_config_tree(
-    config_dir: Path, environ: Mapping[str, str], overrides: Mapping[Path, str] | None = None
+    config_dir: Path,
+    environ: Mapping[str, str],
+    overrides: Mapping[Path, str] | None = None,
+    *,
+    check_seal: bool = True,
 ) -> MergedConfig:
     """Read, verify against the seal, and merge the tree. Raises ConfigError with every problem of
     every file read: include, path and `.env` problems together with unset variables and
     high-security integrity refusals, so one run shows all of them.
 
     `overrides`: proposed new text for some files (`config set` validates its edit before writing
-    it); such a file is verified as it is on disk, since the edit re-seals it."""
+    it); such a file is verified as it is on disk, since the edit re-seals it. `check_seal=False`: the
+    seal's refusals do not stop the read (`config lock` reads the config whose seal it rewrites)."""
     config_dir = Path(os.path.abspath(config_dir))
     reader = _TreeReader(config_dir, overrides)
     reader.read(config_dir / ROOT_FILE, chain=())
@@ -93,7 +98,7 @@ def load_config_tree(
     env = _environment(reader, environ)
     merged = MergedConfig(config_dir, {}, {}, [d.file for d in reader.docs], reader.env_files, reader.warnings)
     merged.integrity = integrity
-    problems: list[ConfigProblem] = [*reader.problems, *integrity.refusals]
+    problems: list[ConfigProblem] = [*reader.problems, *(integrity.refusals if check_seal else ())]
     for doc in reader.docs:
         _interpolate(doc, doc.data, (), env, problems)
     if problems:

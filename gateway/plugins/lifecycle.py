@@ -1,5 +1,5 @@
-"""`init` runs through the queue on first discovery and whenever the plugin or its config changes
-(spec §5.2: not retried; a failure marks the plugin unhealthy)."""
+"""`init` runs through the queue on first discovery and whenever the plugin (its manifest or its
+entrypoint) or its config changes (spec §5.2: not retried; a failure marks the plugin unhealthy)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from ledger.models.workers import PluginHealth
 INIT_DEDUPE_TTL = 365 * 86400.0
 
 
-def instance_fingerprint(manifest_fingerprint: str, config: object) -> str:
-    body = manifest_fingerprint + json.dumps(thaw(config), sort_keys=True, default=str)
+def instance_fingerprint(code_hash: str, config: object) -> str:
+    body = code_hash + json.dumps(thaw(config), sort_keys=True, default=str)
     return blake3.blake3(body.encode()).hexdigest()[:32]
 
 
@@ -26,7 +26,10 @@ def schedule_inits(runtime: Runtime) -> list[str]:
     for instance in runtime.registry.instances.values():
         if "init" not in instance.manifest.commands:
             continue
-        fingerprint = instance_fingerprint(instance.manifest.fingerprint, instance.config.config)
+        # The code (manifest and entrypoint, as the seal fingerprints them) and the config.
+        code = runtime.plugin_seal.loaded.get(instance.name)
+        code_hash = code.manifest_hash + code.entrypoint_hash if code else instance.manifest.fingerprint
+        fingerprint = instance_fingerprint(code_hash, instance.config.config)
         record, _ = PluginInstanceRecord.objects.get_or_create(name=instance.name)
         if record.fingerprint == fingerprint:
             continue

@@ -54,7 +54,8 @@ class Manifest:
     name: str
     version: str
     protocol: int
-    entrypoint: Path
+    entrypoint: Path  # resolved (symlinks followed) when loaded: the file that is run
+    declared_entrypoint: Path  # as the manifest names it, under `directory`
     directory: Path
     root: Path
     file: Path
@@ -136,6 +137,7 @@ def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) ->
         version=str(data["version"]),
         protocol=data["protocol"],
         entrypoint=entrypoint,
+        declared_entrypoint=directory / str(data["entrypoint"]),
         directory=directory,
         root=root,
         file=file,

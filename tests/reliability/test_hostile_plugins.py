@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,11 +32,15 @@ def alive(pid: int) -> bool:
         return False
 
 
-def kill_if_alive(pid: int) -> None:
+@contextmanager
+def left_behind(marker: Path, name: str = "child") -> Iterator[int]:
+    """The pid a hostile plugin wrote to `marker/<name>.pid`, killed after the test whatever happens."""
+    pid = int((marker / f"{name}.pid").read_text())
     try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        yield pid
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def hostile(mode: str, marker: Path | None = None, max_attempts: int = 1, **payload) -> dict:
@@ -175,12 +181,9 @@ def test_a_valid_large_response_is_kept_in_full(runtime):
 def test_children_left_behind_after_the_answer_are_killed(cfg, tmp_path):
     (job_id,) = ledger(cfg, "enqueue", [hostile("leave_child", tmp_path)])
     run_once(cfg)
-    child = int((tmp_path / "child.pid").read_text())
-    try:
+    with left_behind(tmp_path) as child:
         assert job_of(cfg, job_id)["status"] == "succeeded"
         wait_for(lambda: not alive(child), timeout=5, what="the plugin's leftover child to be killed")
-    finally:
-        kill_if_alive(child)
 
 
 @pytest.mark.postgres
@@ -192,14 +195,11 @@ def test_a_child_holding_stdout_open_does_not_turn_a_valid_answer_into_a_timeout
     started = time.monotonic()
     run_once(cfg)
     elapsed = time.monotonic() - started
-    child = int((tmp_path / "child.pid").read_text())
-    try:
+    with left_behind(tmp_path) as child:
         job = job_of(cfg, job_id)
         assert job["status"] == "succeeded" and job["attempt"] == 1, job
         assert elapsed < 8, f"waited {elapsed:.1f}s: the answer waited for the plugin's timeout"
         wait_for(lambda: not alive(child), timeout=5, what="the child holding stdout to be killed")
-    finally:
-        kill_if_alive(child)
 
 
 @pytest.mark.postgres
@@ -207,12 +207,9 @@ def test_a_child_holding_stdout_open_does_not_turn_a_valid_answer_into_a_timeout
 def test_a_child_escaping_with_setsid_is_killed_and_reported(cfg, tmp_path):
     (job_id,) = ledger(cfg, "enqueue", [hostile("setsid_child", tmp_path)])
     out = run_once(cfg)
-    child = int((tmp_path / "child.pid").read_text())
-    try:
+    with left_behind(tmp_path) as child:
         assert job_of(cfg, job_id)["status"] == "succeeded"
         wait_for(lambda: not alive(child), timeout=5, what="the escaped child to be killed")
-    finally:
-        kill_if_alive(child)
     (log,) = logs_of(cfg, job_id)
     assert f"[ductile] warning: process {child} " in log["stderr"], log["stderr"]
     assert "left the plugin's process group (setsid?)" in log["stderr"]
@@ -229,10 +226,6 @@ def test_plugins_and_their_children_die_with_a_daemon_killed_with_sigkill(cfg, t
     finally:
         daemon.kill()  # SIGKILL: no drain, no cleanup
         daemon.wait()
-    plugin, child = (int((tmp_path / f"{name}.pid").read_text()) for name in ("plugin", "child"))
-    try:
+    with left_behind(tmp_path, "plugin") as plugin, left_behind(tmp_path) as child:
         wait_for(lambda: not alive(plugin), timeout=5, what="the plugin to die with its daemon")
         wait_for(lambda: not alive(child), timeout=5, what="the plugin's child to die with its daemon")
-    finally:
-        kill_if_alive(plugin)
-        kill_if_alive(child)

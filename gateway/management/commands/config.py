@@ -20,8 +20,9 @@ from gateway.config.changes import ChangeRefused, FileChange, apply, plan_init, 
 from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
-from gateway.config.integrity import CHECKSUMS, SealUnusable, file_digest, lock, read_seal, tier_of
+from gateway.config.integrity import CHECKSUMS, LockReport, SealUnusable, file_digest, read_seal, tier_of
 from gateway.config.loader import config_files, load_config_tree
+from gateway.plugins.seal import lock_config
 from gateway.redaction import config_view, redact
 from gateway.runtime import RUNTIME, Runtime, build_runtime
 
@@ -142,25 +143,8 @@ class Command(DuctileCommand):
         return out
 
     def lock_config(self, dry_run: bool) -> None:
-        report = lock(self.config_dir, config_files(self.config_dir), dry_run=dry_run)
-        data = {
-            "seal": str(report.seal_path),
-            "dry_run": dry_run,
-            "written": report.written,
-            "files": [{"path": str(f.path), "tier": str(f.tier), "change": f.change} for f in report.files],
-            "removed": list(report.removed),
-        }
-
-        def text() -> str:
-            lines = [f"{f.change:9} {f.tier:13} {f.path}" for f in report.files]
-            lines += [f"{'removed':9} {'':13} {p}" for p in report.removed]
-            verb = "would seal" if dry_run else "sealed"
-            lines.append(f"{verb} {len(report.files)} file(s) in {report.seal_path}")
-            if not dry_run:
-                lines.append("next: `ductile system reload` applies the config to a running gateway")
-            return "\n".join(lines)
-
-        self.emit(data, text)
+        report, notes = lock_config(self.config_dir, dry_run=dry_run)
+        emit_lock_report(self, report, notes, dry_run)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -361,3 +345,31 @@ def _yaml_text(data: Any) -> str:
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip()
+
+
+def emit_lock_report(command: DuctileCommand, report: LockReport, notes: list[str], dry_run: bool) -> None:
+    """What `config lock` and `plugin lock` sealed: files, plugin fingerprints, and why any plugin
+    could not be fingerprinted."""
+    data = {
+        "seal": str(report.seal_path),
+        "dry_run": dry_run,
+        "written": report.written,
+        "files": [{"path": str(f.path), "tier": str(f.tier), "change": f.change} for f in report.files],
+        "removed": list(report.removed),
+        "plugins": [{"name": p.name, "change": p.change} for p in report.plugins],
+        "notes": notes,
+    }
+
+    def text() -> str:
+        lines = [f"{f.change:9} {f.tier:13} {f.path}" for f in report.files]
+        lines += [f"{'removed':9} {'':13} {p}" for p in report.removed]
+        lines += [f"{p.change:9} {'plugin':13} {p.name}" for p in report.plugins]
+        lines += [f"note: {n}" for n in notes]
+        verb = "would seal" if dry_run else "sealed"
+        plugins = sum(p.change != "removed" for p in report.plugins)
+        lines.append(f"{verb} {len(report.files)} file(s), {plugins} plugin fingerprint(s) in {report.seal_path}")
+        if not dry_run:
+            lines.append("next: `ductile system reload` applies the config to a running gateway")
+        return "\n".join(lines)
+
+    command.emit(data, text)

@@ -1,4 +1,4 @@
-"""`plugin list` and `plugin run NAME`."""
+"""`plugin list`, `plugin run NAME` and `plugin lock NAME... | --all`."""
 
 from __future__ import annotations
 
@@ -11,15 +11,18 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
+from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
+from gateway.config.integrity import SealUnusable
 from gateway.dispatch import Executor
+from gateway.management.commands.config import emit_lock_report
+from gateway.plugins.seal import lock_plugins
 from gateway.reports import latest_result, ts
 from gateway.runtime import RUNTIME, Runtime
 from ledger.models import Job, JobSpec, PluginInstanceRecord, WorkerInstance
 
 
 class Command(DuctileCommand):
-    help = "Plugins: `plugin list`, `plugin run NAME`."
+    help = "Plugins: `plugin list`, `plugin run NAME`, `plugin lock NAME... | --all`."
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -35,12 +38,36 @@ class Command(DuctileCommand):
         run.add_argument("--no-wait", action="store_true", help="enqueue only; a running daemon picks it up")
         run.add_argument("--dry-run", action="store_true", help="check and show the job; enqueue nothing")
         self.add_json(run)
+        lock = actions.add_parser(
+            "lock", help="authorize these plugins' code as it is now: record their fingerprints in .checksums"
+        )
+        lock.add_argument("names", nargs="*", metavar="NAME", help="configured plugin (or a discovered one, to add)")
+        lock.add_argument("--all", action="store_true", help="every configured plugin")
+        lock.add_argument("--dry-run", action="store_true", help="show what would be recorded; write nothing")
+        self.add_json(lock)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "list":
             self.list_plugins(options)
+        elif options["action"] == "lock":
+            self.lock_plugins(options)
         else:
             self.run_plugin(options)
+
+    # -- plugin lock ---------------------------------------------------------------------------
+
+    def lock_plugins(self, options: dict[str, Any]) -> None:
+        """Only the named plugins' fingerprints change: authorizing one plugin's edit never blesses
+        another's, or a config file's (`config lock` re-seals everything)."""
+        names = options["names"]
+        if bool(names) == options["all"]:
+            raise Exit(EXIT_USAGE, "name the plugins to lock, or give --all")
+        config_dir = RUNTIME.config_dir or Path(os.environ["DUCTILE_CONFIG_DIR"])
+        try:
+            report, notes = lock_plugins(config_dir, None if options["all"] else names, dry_run=options["dry_run"])
+        except SealUnusable as exc:
+            raise Exit(EXIT_CONFIG, str(exc)) from exc
+        emit_lock_report(self, report, notes, options["dry_run"])
 
     # -- plugin list ---------------------------------------------------------------------------
 
