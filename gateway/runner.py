@@ -192,8 +192,8 @@ class _Exchange:
             if now < self.exited_at + AFTER_EXIT:
                 return self.exited_at + AFTER_EXIT - now
             self.result.warnings.append(
-                f"a process outside the plugin's process group still held its output open {AFTER_EXIT:g}s after "
-                "the plugin exited; stopped reading"
+                f"the plugin's output was still held open {AFTER_EXIT:g}s after it exited and its process group "
+                "was killed (by a process that left the group?); stopped reading"
             )
             return None
         if self.killed_at is None:

@@ -216,6 +216,25 @@ def test_a_child_escaping_with_setsid_is_killed_and_reported(cfg, tmp_path):
     assert f"process {child} " in out and "setsid" in out, out
 
 
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_an_escaped_process_holding_stdout_delays_the_answer_by_a_second_at_most(config_dir, tmp_path):
+    """Where no subreaper adopts it (a one-shot `plugin run`, or here, in-process), a process
+    that left the group with stdout open cannot be killed: the answer is taken 1 s after the
+    plugin exited, with a warning, not at the timeout."""
+    from tests.support import installed_runtime
+    from tests.test_plugin_runs import last_log, run_job
+
+    config_dir.plugins["hostile"] = {"config": {}, "timeout": "20s"}
+    with installed_runtime(config_dir) as holder:
+        started = time.monotonic()
+        job = run_job(holder, "hostile", payload={"mode": "setsid_holds_stdout", "marker_dir": str(tmp_path)})
+        elapsed = time.monotonic() - started
+    with left_behind(tmp_path):
+        assert job.status == "succeeded" and elapsed < 5, (job.status, elapsed)
+        assert "[ductile] warning: the plugin's output was still held open 1s after it exited" in last_log(job).stderr
+
+
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_plugins_and_their_children_die_with_a_daemon_killed_with_sigkill(cfg, tmp_path):

@@ -63,8 +63,8 @@ def main():
         sys.stderr.buffer.write(b"nul \x00 and \xff\n")
         sys.stderr.flush()
         return answer(ok)
-    if mode in ("leave_child", "hold_stdout", "setsid_child"):
-        leave_child(marker_dir, keep_stdout=mode == "hold_stdout", setsid=mode == "setsid_child")
+    if mode in ("leave_child", "hold_stdout", "setsid_child", "setsid_holds_stdout"):
+        leave_child(marker_dir, keep_stdout="hold" in mode, setsid=mode.startswith("setsid"))
         # The child has written its pid before the answer, so a test never races the fork.
         while marker_dir and not os.path.exists(os.path.join(marker_dir, "child.pid")):
             time.sleep(0.01)
