@@ -25,10 +25,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from django.db.models import Max, Q
+from django.http.response import HttpResponseBase
 
 from gateway.reports import ts
 from gateway.wakeup import WakeListener
@@ -137,8 +139,17 @@ def stop_streams(bell: Bell | None = None) -> None:
     (bell or BELL).ring()
 
 
-def frame(row: EventRecord) -> bytes:
-    data = {
+AnyResponse = TypeVar("AnyResponse", bound=HttpResponseBase)
+
+
+def stream_headers(response: AnyResponse) -> AnyResponse:
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a buffering proxy (nginx) would hold events back
+    return response
+
+
+def row_data(row: EventRecord) -> dict[str, Any]:
+    return {
         "id": row.id,
         "type": row.type,
         "event_id": row.event_id,
@@ -147,35 +158,59 @@ def frame(row: EventRecord) -> bytes:
         "payload": row.payload,
         "created_at": ts(row.created_at),
     }
+
+
+def next_rows(cursor: EventCursor) -> list[EventRecord]:
+    """The next rows `cursor` owes (at most BATCH), marked as sent."""
+    rows = list(EventRecord.objects.filter(cursor.pending(time.monotonic())).order_by("id")[:BATCH])
+    cursor.advance([row.id for row in rows], time.monotonic())
+    return rows
+
+
+def frame(row: EventRecord) -> bytes:
+    data = row_data(row)
     # A line break in a plugin-chosen type would end the `event:` field early; `data` keeps it exact.
     name = " ".join(row.type.splitlines())
     return f"id: {row.id}\nevent: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
+# What a stream does at each wake-up: the frames to send now, and whether more are already waiting
+# (then it polls again at once instead of sleeping).
+Poll = Callable[[], tuple[list[bytes], bool]]
+
+
 def stream(cursor: EventCursor, types: frozenset[str], bell: Bell = BELL) -> Iterator[bytes]:
-    """SSE frames until the client goes away (the server's write fails, the WSGI server closes
-    this generator, and `finally` lets go of the wake-up) or the process stops (`stop_streams`).
-    A keep-alive comment every KEEPALIVE_SECONDS of silence both holds proxies open and finds a
-    dead client within that."""
+    """`GET /events`: every row after the cursor, of the wanted types."""
+
+    def poll() -> tuple[list[bytes], bool]:
+        rows = next_rows(cursor)
+        # Filtered here, not in SQL, so the cursor sees every id and gaps are only real gaps.
+        return [frame(row) for row in rows if not types or row.type in types], len(rows) == BATCH
+
+    # The id sets the client's Last-Event-ID before any event arrives, so a reconnect resumes
+    # from here rather than from whenever it reconnects.
+    return serve(poll, f": stream open\nid: {cursor.last}\n\n".encode(), bell)
+
+
+def serve(poll: Poll, opening: bytes, bell: Bell = BELL) -> Iterator[bytes]:
+    """SSE frames from `poll` at every wake-up (a finished job, or POLL_SECONDS at the latest) until
+    the client goes away (the server's write fails, the WSGI server closes this generator, and
+    `finally` lets go of the wake-up) or the process stops (`stop_streams`). A keep-alive comment
+    every KEEPALIVE_SECONDS of silence both holds proxies open and finds a dead client within that."""
     waiter = bell.subscribe()
     try:
-        # The id sets the client's Last-Event-ID before any event arrives, so a reconnect resumes
-        # from here rather than from whenever it reconnects.
-        yield f": stream open\nid: {cursor.last}\n\n".encode()
+        yield opening
         quiet_since = time.monotonic()
         while not STOPPING.is_set():
             waiter.clear()  # before reading: a wake-up during the read makes the next wait return
-            rows = list(EventRecord.objects.filter(cursor.pending(time.monotonic())).order_by("id")[:BATCH])
-            cursor.advance([row.id for row in rows], time.monotonic())
-            for row in rows:
-                # Filtered here, not in SQL, so the cursor sees every id and gaps are only real gaps.
-                if not types or row.type in types:
-                    yield frame(row)
-                    quiet_since = time.monotonic()
+            frames, more = poll()
+            yield from frames
+            if frames:
+                quiet_since = time.monotonic()
             if time.monotonic() - quiet_since >= KEEPALIVE_SECONDS:
                 yield b": keep-alive\n\n"
                 quiet_since = time.monotonic()
-            if len(rows) < BATCH:
+            if not more:
                 waiter.wait(POLL_SECONDS)
         yield b": server stopping\n\n"
     finally:

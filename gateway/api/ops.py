@@ -4,7 +4,7 @@ redacted config, stopwatch percentiles, the topology graph, the live event strea
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -31,8 +31,6 @@ from gateway.reports import ts
 from gateway.runtime import RUNTIME
 from gateway.topology import topology
 from ledger.models import JobStopwatch
-
-AnyResponse = TypeVar("AnyResponse", bound=HttpResponseBase)
 
 
 class ConfigView(Endpoint):
@@ -185,7 +183,7 @@ class Events(Endpoint):
         raw = request.META.get("HTTP_LAST_EVENT_ID") or request.query_params.get("last_event_id")
         after = _event_id(raw) if raw else eventstream.latest_id()
         types = frozenset(t.strip() for t in request.query_params.get("types", "").split(",") if t.strip())
-        return _stream_headers(
+        return eventstream.stream_headers(
             StreamingHttpResponse(
                 eventstream.stream(eventstream.EventCursor(after), types), content_type="text/event-stream"
             )
@@ -194,13 +192,7 @@ class Events(Endpoint):
     def head(self, request: Request) -> HttpResponse:
         """The stream's headers only. Servers still drain the body of a HEAD answer without sending
         it, so an endless stream would never hit a closed socket and would hold its thread forever."""
-        return _stream_headers(HttpResponse(content_type="text/event-stream"))
-
-
-def _stream_headers(response: AnyResponse) -> AnyResponse:
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"  # a buffering proxy (nginx) would hold events back
-    return response
+        return eventstream.stream_headers(HttpResponse(content_type="text/event-stream"))
 
 
 def _event_id(raw: str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from gateway.api import ops
+from gateway.api import ops, watch
 
 urlpatterns = [
     path("config/view", ops.ConfigView.as_view(), name="config-view"),
@@ -14,4 +14,5 @@ urlpatterns = [
     path("events", ops.Events.as_view(), name="events"),
     path("system/reload", ops.SystemReload.as_view(), name="system-reload"),
     path("system/doctor", ops.SystemDoctor.as_view(), name="system-doctor"),
+    path("system/watch", watch.SystemWatch.as_view(), name="system-watch"),
 ]
