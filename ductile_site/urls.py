@@ -8,6 +8,8 @@ admin.site.site_url = None
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # The live views: pages for people (the admin session), before the API's routes.
+    path("dashboard/", include("gateway.dashboard.urls")),
     path("", include("gateway.api.urls")),
 ]
 

@@ -12,8 +12,12 @@ def mermaid_label(text: str) -> str:
     return text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
 
-def mermaid(pipeline: Pipeline) -> str:
-    # Mermaid ids are derived from the step id but must be unique: `a-b` and `a_b` are two steps.
+TRIGGER_ID = "trigger"
+
+
+def mermaid_ids(pipeline: Pipeline) -> dict[str, str]:
+    """Each node's (step's) Mermaid id, as `mermaid()` draws it: what a page colours a step by."""
+    # Derived from the step id but unique: `a-b` and `a_b` are two steps.
     ids: dict[str, str] = {}
     for node_id in pipeline.nodes:
         base = "n_" + re.sub(r"[^A-Za-z0-9_]", "_", node_id)
@@ -22,18 +26,44 @@ def mermaid(pipeline: Pipeline) -> str:
             n += 1
             candidate = f"{base}_{n}"
         ids[node_id] = candidate
+    return ids
+
+
+def node_label(pipeline: Pipeline, node_id: str) -> str:
+    """How a diagram names a node: a step by its id, a step's `if:` gate as "if: <step>"."""
+    if pipeline.nodes[node_id].kind == "switch":
+        return f"if: {node_id.removesuffix(SWITCH_SUFFIX)}"
+    return node_id
+
+
+def flow_order(pipeline: Pipeline) -> list[str]:
+    """The nodes from the entries along the edges (breadth first), then any not reached that way:
+    the order a list of a run's steps reads in."""
+    order: list[str] = []
+    frontier = list(pipeline.entries)
+    while frontier:
+        node_id = frontier.pop(0)
+        if node_id in order:
+            continue
+        order.append(node_id)
+        frontier += [target for _, target in pipeline.edges.get(node_id, ())]
+    return order + [node_id for node_id in pipeline.nodes if node_id not in order]
+
+
+def mermaid(pipeline: Pipeline) -> str:
+    ids = mermaid_ids(pipeline)
     trigger = ("hook " if pipeline.is_hook else "on ") + pipeline.trigger
     if pipeline.from_plugin:
         trigger += f" from {pipeline.from_plugin}"
-    lines = ["flowchart TD", f'    trigger(["{mermaid_label(trigger)}"])']
+    lines = ["flowchart TD", f'    {TRIGGER_ID}(["{mermaid_label(trigger)}"])']
     for node in pipeline.nodes.values():
         if node.kind == "switch":
-            lines.append(f'    {ids[node.id]}{{"if: {mermaid_label(node.id.removesuffix(SWITCH_SUFFIX))}"}}')
+            lines.append(f'    {ids[node.id]}{{"{mermaid_label(node_label(pipeline, node.id))}"}}')
         else:
             label = f"{mermaid_label(node.id)}<br/>{mermaid_label(node.plugin)}.{mermaid_label(node.command)}"
             lines.append(f'    {ids[node.id]}["{label}"]')
     for entry in pipeline.entries:
-        lines.append(f"    trigger -->{'|if|' if pipeline.condition else ''} {ids[entry]}")
+        lines.append(f"    {TRIGGER_ID} -->{'|if|' if pipeline.condition else ''} {ids[entry]}")
     for source, edges in pipeline.edges.items():
         for wanted, target in edges:
             label = {SWITCH_TRUE: "|true|", SWITCH_FALSE: "|false|"}.get(wanted or "", "")

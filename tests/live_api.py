@@ -1,5 +1,5 @@
-"""`system start` serving only the API (no workers, no scheduler), for tests that drive a real
-gunicorn over HTTP from a real client."""
+"""`system start` serving the API (by default alone: no workers, no scheduler), for tests that
+drive a real gunicorn over HTTP from a real client."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ class LiveApi:
 
 
 @contextmanager
-def live_api(cfg: ConfigDir, tokens: list[dict[str, Any]]) -> Iterator[LiveApi]:
+def live_api(cfg: ConfigDir, tokens: list[dict[str, Any]], *, workers: bool = False) -> Iterator[LiveApi]:
+    """`workers`: also run the workers and the scheduler (not the housekeeping cluster)."""
     port = free_port()
     cfg.extra["api"] = {"listen": f"127.0.0.1:{port}", "auth": {"tokens": tokens}}
     cfg.write()
-    argv = [sys.executable, str(REPO / "manage.py"), "system", "start", "--no-workers", "--no-scheduler"]
+    only = ["--no-housekeeping"] if workers else ["--no-workers", "--no-scheduler"]
+    argv = [sys.executable, str(REPO / "manage.py"), "system", "start", *only]
     proc = subprocess.Popen(
         [*argv, "--config-dir", str(cfg.path)],
         env=cli_env(cfg),
