@@ -1,17 +1,21 @@
 """`system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN [--command C]`,
-`system start`, `system reload`, `system doctor`, `system backup`, `system restore`, `system selfcheck`."""
+`system start`, `system reload`, `system doctor`, `system backup`, `system restore`, `system selfcheck`,
+`system watch`."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.core.management.base import CommandParser
 from django.db import transaction
 from django.utils import timezone
+from rich.console import Console
 
 from gateway.backups.cli import run_backup, run_restore
 from gateway.backups.scope import DEFAULT_SCOPE, SCOPES
-from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, DuctileCommand, Exit
+from gateway.cli.api_call import base_url, config_token, env_token
+from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.config.errors import ConfigError
 from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
 from gateway.daemon.supervisor import Supervisor, pid_file_for, plan
@@ -21,6 +25,7 @@ from gateway.housekeeping import refresh_schedules
 from gateway.reports import breaker_report, queue_status, schedule_report
 from gateway.scheduler.spec import scheduled_entries
 from gateway.selfcheck import run_selfcheck
+from gateway.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
 from ledger.models import CircuitBreaker, PluginInstanceRecord, ScheduleEntry
 from ledger.models.workers import PluginHealth
 
@@ -68,6 +73,14 @@ class Command(DuctileCommand):
         self.add_json(reload)
         doctor = actions.add_parser("doctor", help="what loads but cannot work as meant: plugins, aliases, routes, …")
         self.add_json(doctor)
+        watch = actions.add_parser("watch", help="live view: queue, running, throughput, latency, breakers (q quits)")
+        watch.add_argument("--once", action="store_true", help="print one snapshot and exit")
+        watch.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+        watch.add_argument("--api-url", help="watch a gateway over its API (default with --api-key: api.listen)")
+        watch.add_argument(
+            "--api-key", help="bearer token (default: $DUCTILE_API_KEY, $DUCTILE_TOKEN, else the config's `*` token)"
+        )
+        self.add_json(watch)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "start":
@@ -82,6 +95,8 @@ class Command(DuctileCommand):
             self.reload(options["dry_run"])
         elif options["action"] == "doctor":
             self.doctor()
+        elif options["action"] == "watch":
+            self.watch(options)
         elif options["action"] == "breaker":
             self.breakers(options["plugin"], options["limit"])
         elif options["action"] == "scheduler":
@@ -109,6 +124,31 @@ class Command(DuctileCommand):
         data = {"pid": pid, "signalled": not dry_run, "dry_run": dry_run, "config_dir": str(runtime.config.config_dir)}
         verb = "would send" if dry_run else "sent"
         self.emit(data, f"{verb} SIGHUP to the gateway (pid {pid}): every process reloads {runtime.config.config_dir}")
+
+    def watch(self, options: dict[str, Any]) -> None:
+        """Over the API when a URL or a key is given (spec: `system watch --api-key TOKEN`), else
+        from this machine's ledger. The view itself is gateway/watch.py."""
+        if options["interval"] <= 0:
+            raise Exit(EXIT_USAGE, "--interval must be a positive number of seconds")
+        source: LocalSource | ApiSource
+        if options["api_url"] or options["api_key"]:
+            token = options["api_key"] or env_token(os.environ)
+            base = options["api_url"] or base_url(self.runtime())
+            source = ApiSource(base, token or config_token(self.runtime()))
+        else:
+            source = LocalSource(self.open_ledger())
+        console = Console()
+        try:
+            if self.as_json:
+                json_lines(source, self.stdout, options["interval"], options["once"])
+            elif options["once"]:
+                print_once(source, console)
+            elif not console.is_terminal:
+                raise Exit(EXIT_USAGE, "the live view needs a terminal: use --once or --json")
+            else:
+                Watch(source, console, options["interval"]).run()
+        except WatchError as exc:
+            raise Exit(EXIT_FAILED, str(exc)) from exc
 
     def doctor(self) -> None:
         findings = diagnose(self.runtime())

@@ -1,0 +1,136 @@
+"""`ductile system watch` in a real terminal (tmux): a person starts it from a shell, reads the
+figures, sees them change as the ledger does, and quits with `q` or Ctrl+C, getting the shell
+back as it was (the watch's screen gone, the terminal's line editing and echo restored)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import REPO, ConfigDir, cli_env, ductile, ledger, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+PROMPT = "ready$"  # capture-pane drops the space after it
+
+
+class Terminal:
+    """A tmux pane running a bare bash, on a tmux server of its own."""
+
+    def __init__(self, env: dict[str, str]):
+        self.socket = f"ductile-test-{uuid.uuid4().hex[:8]}"
+        self.env = {**env, "TERM": "xterm-256color"}
+        self.tmux("new-session", "-d", "-x", "160", "-y", "50", "bash --norc --noprofile")
+        self.type(f"PS1='{PROMPT} '; clear")
+
+    def tmux(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def type(self, line: str) -> None:
+        self.tmux("send-keys", "-t", "0", "-l", line)
+        self.tmux("send-keys", "-t", "0", "Enter")
+
+    def key(self, name: str) -> None:
+        self.tmux("send-keys", "-t", "0", name)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "0")
+
+    def wait_for_text(self, *texts: str, timeout: float = 30) -> str:
+        """The screen once it shows every one of `texts`."""
+
+        def showing() -> str:
+            screen = self.screen()
+            return screen if all(text in screen for text in texts) else ""
+
+        return wait_for(showing, timeout, what=f"{texts!r} on the screen")
+
+    def at_prompt(self) -> str:
+        """The screen once the shell waits for a command (its prompt is the last line shown)."""
+
+        def waiting() -> str:
+            screen = self.screen()
+            return screen if screen.rstrip().endswith(PROMPT) else ""
+
+        return wait_for(waiting, 30, what="the shell's prompt")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def terminal(process_db) -> Iterator[tuple[Terminal, ConfigDir]]:
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must run the terminal tests: install tmux")
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    cfg = process_db
+    cfg.write()
+    ran = ductile(cfg, "plugin", "run", "echo")
+    assert ran.returncode == 0, ran.stderr
+    term = Terminal(cli_env(cfg))
+    try:
+        term.at_prompt()
+        yield term, cfg
+    finally:
+        term.close()
+
+
+def watch_command(cfg: ConfigDir) -> str:
+    argv = [
+        sys.executable,
+        str(REPO / "manage.py"),
+        "system",
+        "watch",
+        "--interval",
+        "0.5",
+        "--config-dir",
+        str(cfg.path),
+    ]
+    return shlex.join(argv)
+
+
+def assert_shell_is_back(term: Terminal) -> None:
+    """The watch's screen is gone (the alternate screen was left) and the terminal's modes are
+    what a shell expects: line editing (icanon) and echo on."""
+    screen = term.at_prompt()
+    assert "Queue and throughput" not in screen
+    flags = "stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | sort | tr '\\n' ' '"
+    term.type(f"echo status=$?; {flags}")
+    term.wait_for_text("status=0", "echo icanon")
+
+
+def test_the_view_shows_the_figures_follows_the_ledger_and_q_quits(terminal):
+    term, cfg = terminal
+    term.type(watch_command(cfg))
+    screen = term.wait_for_text("Queue and throughput", "Plugin latency", "q quit")
+    assert "1 succeeded" in screen and "0 queued" in screen
+    assert "echo" in screen  # in the latency table and the events
+    # A job enqueued elsewhere shows without touching the terminal.
+    ledger(cfg, "enqueue", [{"plugin": "echo", "command": "poll", "submitted_by": "test"}])
+    term.wait_for_text("1 queued", timeout=15)
+    term.key("q")
+    assert_shell_is_back(term)
+
+
+def test_ctrl_c_quits_and_restores_the_terminal(terminal):
+    term, cfg = terminal
+    term.type(watch_command(cfg))
+    term.wait_for_text("Queue and throughput")
+    term.key("C-c")
+    assert_shell_is_back(term)
