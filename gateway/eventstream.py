@@ -192,8 +192,8 @@ def stream(cursor: EventCursor, types: frozenset[str], bell: Bell = BELL) -> Ite
     return serve(poll, f": stream open\nid: {cursor.last}\n\n".encode(), bell)
 
 
-def serve(poll: Poll, opening: bytes, bell: Bell = BELL) -> Iterator[bytes]:
-    """SSE frames from `poll` at every wake-up (a finished job, or POLL_SECONDS at the latest) until
+def serve(poll: Poll, opening: bytes, bell: Bell = BELL, interval: float = POLL_SECONDS) -> Iterator[bytes]:
+    """SSE frames from `poll` at every wake-up (a finished job, or `interval` at the latest) until
     the client goes away (the server's write fails, the WSGI server closes this generator, and
     `finally` lets go of the wake-up) or the process stops (`stop_streams`). A keep-alive comment
     every KEEPALIVE_SECONDS of silence both holds proxies open and finds a dead client within that."""
@@ -211,7 +211,7 @@ def serve(poll: Poll, opening: bytes, bell: Bell = BELL) -> Iterator[bytes]:
                 yield b": keep-alive\n\n"
                 quiet_since = time.monotonic()
             if not more:
-                waiter.wait(POLL_SECONDS)
+                waiter.wait(interval)
         yield b": server stopping\n\n"
     finally:
         bell.unsubscribe(waiter)

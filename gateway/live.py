@@ -31,11 +31,11 @@ from django.db.models import CharField, Count
 from django.db.models.functions import Cast, Substr
 from django.utils import timezone
 
+from gateway import runs as run_index
 from gateway.api.ops import summary
 from gateway.database import describe_database
 from gateway.eventstream import row_data
 from gateway.reports import queue_status, ts
-from gateway.runs import RECENT_RUNS
 from gateway.runtime import Runtime
 from gateway.version import gateway_version
 from ledger.models import (
@@ -65,7 +65,7 @@ def build_snapshot(runtime: Runtime, now: datetime | None = None) -> dict[str, A
     service = runtime.config.service
     queue = queue_status(now, lease_ttl=service.lease_ttl)
     running = list(Job.objects.running().order_by("started_at", "id")[:RUNNING_LIMIT])
-    recent_runs = RECENT_RUNS.latest()
+    recent_runs = run_index.RECENT_RUNS.latest()
     return {
         "generated_at": ts(now),
         "gateway": {

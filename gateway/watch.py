@@ -19,6 +19,7 @@ import time
 import tty
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from types import FrameType
 from typing import IO, Any, Protocol
@@ -29,8 +30,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gateway import live
 from gateway.cli.api_call import Writable, build_call, send
-from gateway.live import LIVE_FIGURES
 from gateway.reports import parse_rfc3339
 from gateway.runtime import Runtime
 
@@ -68,28 +69,37 @@ class LocalSource:
         self.where = f"local ledger ({runtime.config.config_dir})"
 
     def get(self) -> dict[str, Any]:
-        return LIVE_FIGURES.get(self.runtime)
+        return live.LIVE_FIGURES.get(self.runtime)
 
 
 class ApiSource:
-    """A gateway's `GET /system/watch` (scope jobs:ro)."""
+    """A gateway's `GET /system/watch` (scope jobs:ro), asked with the ETag of the snapshot in
+    hand: while nothing moved the answer is a bodiless 304 and the snapshot is kept."""
 
     def __init__(self, base: str, token: str | None, timeout: float = 10.0):
         self.call = build_call("/system/watch", base=base, token=token)
         self.timeout = timeout
         self.where = base
+        self.last: tuple[str, dict[str, Any]] | None = None
 
     def get(self) -> dict[str, Any]:
+        call = self.call
+        if self.last is not None:
+            call = replace(call, headers={**call.headers, "If-None-Match": self.last[0]})
         try:
-            answer = send(self.call, timeout=self.timeout)
+            answer = send(call, timeout=self.timeout)
         except OSError as exc:
-            raise WatchError(f"cannot reach {self.call.url}: {exc}") from exc
+            raise WatchError(f"cannot reach {call.url}: {exc}") from exc
+        if answer.status == 304 and self.last is not None:
+            return self.last[1]
         body = answer.parsed()
         if not answer.ok:
             reason = body.get("error") if isinstance(body, dict) else None
-            raise WatchError(f"GET {self.call.url} answered {answer.status} {answer.reason}: {reason or body}")
+            raise WatchError(f"GET {call.url} answered {answer.status} {answer.reason}: {reason or body}")
         if not isinstance(body, dict):
-            raise WatchError(f"GET {self.call.url} did not answer a JSON object")
+            raise WatchError(f"GET {call.url} did not answer a JSON object")
+        if etag := answer.headers.get("ETag"):
+            self.last = (etag, body)
         return body
 
 
@@ -291,11 +301,11 @@ class Watch:
         try:
             with (
                 keys_without_echo(self.keys) as read_key,
-                Live(console=self.console, screen=True, auto_refresh=False, redirect_stdout=False) as live,
+                Live(console=self.console, screen=True, auto_refresh=False, redirect_stdout=False) as screen,
             ):
                 while True:
                     self.refresh()
-                    live.update(self.view(), refresh=True)
+                    screen.update(self.view(), refresh=True)
                     deadline = time.monotonic() + self.interval
                     while (left := deadline - time.monotonic()) > 0:
                         if QUIT_KEYS & set(read_key(left)):

@@ -59,6 +59,18 @@ def process_db(config_dir: ConfigDir):
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.fixture
+def fresh_live_state(monkeypatch):
+    """The live views' clock, snapshot and run index are per process, for one ledger (gateway/live.py,
+    gateway/runs.py); a test with a ledger of its own gets its own."""
+    from gateway import live, runs
+
+    clock = live.LedgerClock()
+    monkeypatch.setattr(live, "CLOCK", clock)
+    monkeypatch.setattr(live, "LIVE_FIGURES", live.LiveFigures(clock))
+    monkeypatch.setattr(runs, "RECENT_RUNS", runs.RecentRuns())
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """Screenshots are for looking at: say where they are."""
     if SCREENSHOTS.exists():

@@ -8,17 +8,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from gateway.accounts import save_account
 from gateway.dispatch import Executor
 from gateway.events import publish_event
 from ledger.models import EventRecord, Job, JobSpec
 from tests.support import load_runtime
 
-# serialized_rollback: the role groups made by migration 0006 come back after each flush.
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("fresh_live_state"),
+]
 
 PASSWORD = "correct horse battery"
 
@@ -40,9 +42,12 @@ def holder(config_dir):
 
 @pytest.fixture
 def auditor(holder) -> Client:
-    save_account("ada", "auditor", PASSWORD)
+    """A person who may read the ledger. (The role groups come from a migration, which these
+    flushed databases lose; the browser tests log in with a real `--role auditor` account.)"""
+    user = User.objects.create_user("ada", password=PASSWORD, is_staff=True)
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="ledger", codename="view_job"))
     client = Client()
-    client.force_login(User.objects.get(username="ada"))
+    client.force_login(user)
     return client
 
 

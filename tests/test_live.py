@@ -18,9 +18,13 @@ from gateway.live import WINDOW_MINUTES, LedgerClock, LiveFigures, build_snapsho
 from gateway.runs import RecentRuns, run_steps
 from ledger.models import Job, JobSpec
 from ledger.states import JobStatus
-from tests.support import load_runtime
+from tests.support import load_runtime, wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("fresh_live_state"),
+]
 
 PIPELINE = {
     "name": "greet",
@@ -244,6 +248,18 @@ def test_the_api_serves_the_snapshot_to_jobs_ro(holder):
     body = answer.json()
     assert body["queue"]["succeeded"] == 1 and body["throughput"]["finished"][-1] == 1
     assert {"running", "latency", "breakers", "schedules", "failures", "pipelines", "recent_events"} <= set(body)
+    # Asked again with its ETag: 304 and no body while the ledger stands still, the new figures after.
+    etag = answer["ETag"]
+    same = client.get("/system/watch", HTTP_AUTHORIZATION="Bearer tok-reader", HTTP_IF_NONE_MATCH=etag)
+    assert same.status_code == 304 and same.content == b"" and same["ETag"] == etag
+    enqueue("echo")
+
+    def moved():
+        again = client.get("/system/watch", HTTP_AUTHORIZATION="Bearer tok-reader", HTTP_IF_NONE_MATCH=etag)
+        return again if again.status_code == 200 else None
+
+    again = wait_for(moved, 5, what="the figures to move")  # the clock reads the ledger twice a second
+    assert again["ETag"] != etag and again.json()["queue"]["queued"] == 1
 
 
 def test_the_marker_is_one_cheap_statement(holder):

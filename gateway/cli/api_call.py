@@ -64,6 +64,7 @@ class ApiAnswer:
     reason: str
     content_type: str
     body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -161,7 +162,8 @@ def send(call: ApiCall, *, timeout: float, stream_to: Writable | None = None) ->
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as error:
         with error:
-            return ApiAnswer(error.code, error.reason, error.headers.get("Content-Type", ""), error.read())
+            headers = dict(error.headers.items())
+            return ApiAnswer(error.code, error.reason, error.headers.get("Content-Type", ""), error.read(), headers)
     except urllib.error.URLError as error:
         raise OSError(str(error.reason)) from error
     with response:
@@ -169,7 +171,9 @@ def send(call: ApiCall, *, timeout: float, stream_to: Writable | None = None) ->
         if stream_to is not None and content_type.startswith("text/event-stream"):
             _copy_lines(response.readline, stream_to)
             return ApiAnswer(response.status, response.reason, content_type, b"")
-        return ApiAnswer(response.status, response.reason, content_type, response.read())
+        return ApiAnswer(
+            response.status, response.reason, content_type, response.read(), dict(response.headers.items())
+        )
 
 
 def _copy_lines(readline: Callable[[], bytes], out: Writable) -> None:

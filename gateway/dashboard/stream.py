@@ -4,7 +4,8 @@ keep-alives, stopping with the server: gateway/eventstream.py) carrying what a p
 A page names the parts it wants (`parts`, a function of nothing returning {event name: data}).
 They are recomputed only when the ledger moved (`gateway.live.CLOCK`, shared by every stream of
 the process and read at most twice a second), and each is sent only when it differs from what
-this stream sent last. The overview also gets new `event_log` rows, batched per wake-up.
+this stream sent last. The overview also gets the `event_log` rows recorded since, batched: read
+when the clock moved, as the snapshot (whose latest events are the truth should one be missed).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gateway import eventstream
-from gateway.live import CLOCK, LedgerClock, event_summary
+from gateway import eventstream, live
+from gateway.live import LedgerClock, event_summary
 
 # A burst can record hundreds of events between two wake-ups; the page lists the latest few, so a
 # frame carries at most this many (the newest).
@@ -30,7 +31,9 @@ def message(name: str, text: str) -> bytes:
 
 
 class PageFeed:
-    """One page's stream state: what it was sent last, and the clock generation that was for."""
+    """One page's stream state: what it was sent last, and the clock generation that was for.
+    Nothing is read while the clock stands still: an idle gateway costs an open page one look at
+    the change marker per tick of the clock, shared with every other page of the process."""
 
     def __init__(self, parts: Parts, events: eventstream.EventCursor | None, clock: LedgerClock):
         self.parts, self.events, self.clock = parts, events, clock
@@ -38,28 +41,34 @@ class PageFeed:
         self.sent: dict[str, str] = {}
 
     def poll(self) -> tuple[list[bytes], bool]:
+        generation = self.clock.tick()
+        if generation == self.generation:
+            return [], False
+        self.generation = generation
         frames: list[bytes] = []
         more = False
         if self.events is not None:
             rows = eventstream.next_rows(self.events)
-            more = len(rows) == eventstream.BATCH
+            if more := len(rows) == eventstream.BATCH:
+                self.generation = None  # the rest of a burst: read again at once
             if rows:
                 recent = [event_summary(row) for row in rows[-MAX_EVENTS_PER_FRAME:]]
                 frames.append(message("events", json.dumps(recent, separators=(",", ":"))))
-        generation = self.clock.tick()
-        if generation != self.generation:
-            self.generation = generation
-            for name, data in self.parts().items():
-                text = json.dumps(data, separators=(",", ":"), default=str)
-                if self.sent.get(name) != text:
-                    self.sent[name] = text
-                    frames.append(message(name, text))
+        for name, data in self.parts().items():
+            text = json.dumps(data, separators=(",", ":"), default=str)
+            if self.sent.get(name) != text:
+                self.sent[name] = text
+                frames.append(message(name, text))
         return frames, more
 
 
 def page_stream(
-    parts: Parts, *, with_events: bool, clock: LedgerClock = CLOCK, bell: eventstream.Bell = eventstream.BELL
+    parts: Parts, *, with_events: bool, clock: LedgerClock | None = None, bell: eventstream.Bell = eventstream.BELL
 ) -> Iterator[bytes]:
+    """Woken by finished jobs like /events, else every tick of the clock (what it can see): by
+    default the process's own (`live.CLOCK`)."""
+    clock = clock or live.CLOCK
     cursor = eventstream.EventCursor(eventstream.latest_id()) if with_events else None
     feed = PageFeed(parts, cursor, clock)
-    return eventstream.serve(feed.poll, f": stream open\nretry: {RETRY_MS}\n\n".encode(), bell)
+    opening = f": stream open\nretry: {RETRY_MS}\n\n".encode()
+    return eventstream.serve(feed.poll, opening, bell, interval=clock.min_interval)

@@ -13,10 +13,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.shortcuts import render
 from django.urls import reverse
 
+from gateway import live, runs
 from gateway.dashboard.stream import page_stream
 from gateway.eventstream import stream_headers
-from gateway.live import LIVE_FIGURES, WINDOW_MINUTES
-from gateway.runs import RECENT_RUNS, run_steps
 from gateway.runtime import RUNTIME
 from ledger.states import JobStatus
 from pipelines.dsl import Pipeline
@@ -70,7 +69,10 @@ def overview(request: HttpRequest) -> HttpResponse:
         request,
         "dashboard/overview.html",
         page_context(
-            request, "Live dashboard", reverse("dashboard:stream") + "?view=overview", window_minutes=WINDOW_MINUTES
+            request,
+            "Live dashboard",
+            reverse("dashboard:stream") + "?view=overview",
+            window_minutes=live.WINDOW_MINUTES,
         ),
     )
 
@@ -101,15 +103,15 @@ def pipelines_parts(chosen: list[str]) -> dict[str, Any]:
     """Every pipeline's latest runs, and the steps of the run each pipeline's diagram colours: the
     one chosen on the page (`chosen`: root job ids), else its latest."""
     names = sorted(RUNTIME.get().pipelines.pipelines)
-    runs = RECENT_RUNS.latest()
+    latest = runs.RECENT_RUNS.latest()
     steps: dict[str, Any] = {}
     for job_id in chosen:
-        if (found := run_steps(job_id)) is not None:
+        if (found := runs.run_steps(job_id)) is not None:
             steps[found["pipeline"]] = found
     for name in names:
-        if name not in steps and runs.get(name):
-            steps[name] = run_steps(runs[name][0].job_id)
-    return {"runs": {name: [run.as_dict() for run in runs.get(name, [])] for name in names}, "steps": steps}
+        if name not in steps and latest.get(name):
+            steps[name] = runs.run_steps(latest[name][0].job_id)
+    return {"runs": {name: [run.as_dict() for run in latest.get(name, [])] for name in names}, "steps": steps}
 
 
 def stream(request: HttpRequest) -> HttpResponseBase:
@@ -121,7 +123,7 @@ def stream(request: HttpRequest) -> HttpResponseBase:
         return JsonResponse({"error": "log in to the audit console with a role that may read the ledger"}, status=403)
     view = request.GET.get("view", "overview")
     if view == "overview":
-        body = page_stream(lambda: {"snapshot": LIVE_FIGURES.get(RUNTIME.get())}, with_events=True)
+        body = page_stream(lambda: {"snapshot": live.LIVE_FIGURES.get(RUNTIME.get())}, with_events=True)
     elif view == "pipelines":
         chosen = [job_id for job_id in request.GET.getlist("run")[:MAX_CHOSEN] if job_id]
         body = page_stream(lambda: pipelines_parts(chosen), with_events=False)

@@ -1,0 +1,231 @@
+"""Benchmark: what the live views cost an idle gateway (issue 14: "with the dashboard open, an idle
+gateway stays under 1 % of a core").
+
+    .venv/bin/python tests/bench/bench_live_idle.py [--window 60] [--settle 10] [--out FILE]
+
+`manage.py system start` runs as an operator runs it (the API under gunicorn, runworkers,
+runscheduler and the housekeeping cluster), on a fresh config with one plugin and no schedules,
+so nothing runs: the gateway is idle. CPU is the utime + stime (plus that of reaped children) of
+every process of its tree, read from /proc/<pid>/stat before and after each --window seconds,
+after --settle seconds to settle. Windows, one after another on the same gateway:
+
+1. `idle`: nobody watching.
+2. `dashboard`: one headless Chromium (Debian's, as the browser tests use) logged in and showing
+   /dashboard/, its stream open. The browser is not in the gateway's tree: only the gateway's
+   cost is counted.
+3. `pipelines`: the same browser on /dashboard/pipelines/.
+4. `watch_api`: `manage.py system watch --json --api-url` polling GET /system/watch every second
+   (the watch process itself is not in the tree either).
+
+The machine is shared: the 1-minute load average is recorded around each window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from _common import NOP_SCRIPT, PYTHON, REPO, BenchConfig, emit, machine, stop_process, temp_dir, wait_until
+
+TOKEN = "bench-live-token"
+USER, PASSWORD = "watcher", "correct horse battery staple"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tree(root: int) -> list[int]:
+    """`root` and every process descended from it, now."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+    found, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        found += frontier
+    return found
+
+
+def ticks(pids: list[int]) -> dict[int, int]:
+    out = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[pid] = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return out
+
+
+def command(pid: int) -> str:
+    """A process's role in the gateway: `runworkers`, `gunicorn`, `qcluster`, … (its argv)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    words = [w.decode(errors="replace") for w in argv if w]
+    for word in words:
+        if word in ("runworkers", "runscheduler", "qcluster", "gunicorn", "start"):
+            return "system start (supervisor)" if word == "start" else word
+    return " ".join(words)[:60]
+
+
+def measure(root: int, window: float) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
+    pids = tree(root)
+    before, started = ticks(pids), time.monotonic()
+    time.sleep(window)
+    after, elapsed = ticks(pids), time.monotonic() - started
+    # Only processes alive at both ends: the idle gateway starts none (no plugin runs).
+    hz = os.sysconf("SC_CLK_TCK")
+    by_process: dict[str, float] = {}
+    for pid in before:
+        if pid in after:
+            name = command(pid)
+            by_process[name] = round(by_process.get(name, 0) + (after[pid] - before[pid]) / hz, 3)
+    used = sum(by_process.values())
+    return {
+        "window_s": round(elapsed, 1),
+        "processes": len(pids),
+        "cpu_s": round(used, 3),
+        "cpu_percent_of_one_core": round(100 * used / elapsed, 3),
+        "cpu_s_by_process": by_process,
+        "loadavg_1m_before": round(load_before, 2),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def manage(config: BenchConfig, *args: str, stdin: str | None = None) -> None:
+    subprocess.run(
+        [PYTHON, str(REPO / "manage.py"), *args, "--config-dir", str(config.path)],
+        input=stdin,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=config.env(),
+        cwd=REPO,
+    )
+
+
+def browser(profile: Path) -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"):
+        options.add_argument(arg)
+    options.add_argument("--disable-background-networking")
+    options.add_argument("--window-size=1400,1000")
+    options.add_argument(f"--user-data-dir={profile}")
+    return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+
+
+def run(window: float, settle: float) -> dict[str, Any]:
+    from selenium.webdriver.common.by import By
+
+    with temp_dir("live-idle") as base:
+        port = free_port()
+        api = {"listen": f"127.0.0.1:{port}", "auth": {"tokens": [{"name": "b", "token": TOKEN, "scopes": ["*"]}]}}
+        config = BenchConfig(base, {"nop": NOP_SCRIPT}, extra={"api": api})
+        manage(config, "migrate")
+        manage(config, "admin", "create-user", USER, "--role", "auditor", "--password-stdin", stdin=PASSWORD)
+        log = open(base / "gateway.log", "wb")  # noqa: SIM115 - closed below
+        gateway = subprocess.Popen(
+            [PYTHON, str(REPO / "manage.py"), "system", "start", "--config-dir", str(config.path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=config.env(),
+            cwd=REPO,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        results: dict[str, Any] = {}
+        driver = None
+        watch = None
+        try:
+            wait_until(lambda: _up(url), 120, 0.2, "the API")
+            time.sleep(settle)
+            results["idle"] = measure(gateway.pid, window)
+
+            driver = browser(base / "chromium")
+            driver.get(url + "/admin/login/?next=/dashboard/")
+            driver.find_element(By.ID, "id_username").send_keys(USER)
+            driver.find_element(By.ID, "id_password").send_keys(PASSWORD)
+            driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+            for page in ("dashboard", "pipelines"):
+                if page == "pipelines":
+                    driver.get(url + "/dashboard/pipelines/")
+                wait_until(
+                    lambda: driver.find_element(By.ID, "dash-status").get_attribute("data-state") == "live",
+                    60,
+                    0.2,
+                    f"the {page} page's stream",
+                )
+                time.sleep(settle)
+                results[page] = measure(gateway.pid, window)
+            driver.quit()
+            driver = None
+
+            argv = ["system", "watch", "--json", "--api-url", url, "--api-key", TOKEN, "--config-dir", str(config.path)]
+            watch = subprocess.Popen(
+                [PYTHON, str(REPO / "manage.py"), *argv],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=config.env(),
+                cwd=REPO,
+            )
+            time.sleep(settle)
+            results["watch_api"] = measure(gateway.pid, window)
+        finally:
+            if driver is not None:
+                driver.quit()
+            if watch is not None:
+                stop_process(watch)
+            stop_process(gateway, timeout=60)
+            log.close()
+        return results
+
+
+def _up(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--window", type=float, default=60.0)
+    parser.add_argument("--settle", type=float, default=10.0)
+    parser.add_argument("--out", help="also write the JSON result here")
+    args = parser.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    emit(
+        {
+            "benchmark": "live_idle",
+            "commit": commit.stdout.strip(),
+            "machine": machine(),
+            **run(args.window, args.settle),
+        },
+        args.out,
+    )
+
+
+if __name__ == "__main__":
+    main()
