@@ -78,23 +78,11 @@ def preview(runtime: Runtime, starts: list[Successor]) -> dict[str, Any]:
 
 
 def replay_spec(runtime: Runtime, job: Job, *, submitted_by: str) -> JobSpec:
-    """A new job for the same step from the stored `event_context` (spec 001 §6.1): same event,
-    payload, baggage row, parent and depth, so it runs and routes on exactly as the original did.
-    No dedupe key: a replay is asked for on purpose."""
+    """`Job.replay_spec` with the attempts the plugin is configured for now (ActionRefused for a
+    job that has not finished)."""
     target = runtime.registry.instances.get(job.plugin)
-    return JobSpec(
-        plugin=job.plugin,
-        command=job.command,
-        submitted_by=submitted_by,
-        payload=job.payload,
-        event=job.event,
-        max_attempts=target.config.retry.max_attempts if target else job.max_attempts,
-        parent_job_id=job.parent_job_id,
-        source_event_id=job.source_event_id,
-        event_context_id=job.event_context_id,
-        route_depth=job.route_depth,
-        note=f"replay of {job.id}",
-    )
+    max_attempts = target.config.retry.max_attempts if target else job.max_attempts
+    return job.replay_spec(submitted_by=submitted_by, max_attempts=max_attempts)
 
 
 class SyncRefused(ValueError):

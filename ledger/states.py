@@ -22,7 +22,8 @@ ALLOWED_TRANSITIONS: dict[str | None, frozenset[str]] = {
     JobStatus.FAILED: frozenset({JobStatus.QUEUED, JobStatus.DEAD}),
     JobStatus.TIMED_OUT: frozenset({JobStatus.QUEUED, JobStatus.DEAD}),
     JobStatus.SUCCEEDED: frozenset(),
-    JobStatus.DEAD: frozenset(),
+    # dead -> queued: only an operator's "retry now" (`job retry`, the console); nothing automatic.
+    JobStatus.DEAD: frozenset({JobStatus.QUEUED}),
 }
 
 # Statuses a job can rest in for good. `failed`/`timed_out` rest only when not retried.
@@ -34,6 +35,11 @@ STATUS_ALIASES = {"pending": JobStatus.QUEUED, "ok": JobStatus.SUCCEEDED, "error
 class IllegalTransition(Exception):
     def __init__(self, job_id: str, from_status: str | None, to_status: str):
         super().__init__(f"job {job_id}: transition {from_status} -> {to_status} is not allowed")
+
+
+class ActionRefused(Exception):
+    """An operator's action that the record's present state does not allow (cancel a running job,
+    reset a closed breaker, ...); the message says why, for the CLI's stderr and the console."""
 
 
 def check_transition(job_id: str, from_status: str | None, to_status: str) -> None:

@@ -84,15 +84,15 @@ def test_a_probe_that_never_reported_is_replaced_rather_than_blocking_forever():
     assert gate(T0 + timedelta(hours=2), probe_finished=True) == Gate.PROBE
 
 
-def test_manual_reset_closes_with_a_transition_and_is_a_no_op_when_closed():
+def test_manual_reset_closes_with_a_transition_naming_who_and_is_a_no_op_when_closed():
     for n in range(3):
         fail(f"j{n}", T0)
-    with transaction.atomic():
-        assert CircuitBreaker.locked("web", "poll").reset(now=T0 + timedelta(minutes=1)) is True
-    assert (breaker().state, breaker().failure_count) == (BreakerState.CLOSED, 0)
+    (reset,) = CircuitBreaker.objects.filter(plugin="web").reset(by="admin:alice", now=T0 + timedelta(minutes=1))
+    assert (reset.command, breaker().state, breaker().failure_count) == ("poll", BreakerState.CLOSED, 0)
     assert history()[-1] == ("open", "closed", "manual_reset", None)
-    with transaction.atomic():
-        assert CircuitBreaker.locked("web", "poll").reset(now=T0 + timedelta(minutes=2)) is False
+    last = CircuitBreakerTransition.objects.filter(plugin="web").latest("created_at")
+    assert last.actor == "admin:alice"
+    assert CircuitBreaker.objects.filter(plugin="web").reset(by="cli", now=T0 + timedelta(minutes=2)) == []
     assert len(history()) == 2
 
 

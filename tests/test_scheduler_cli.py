@@ -63,7 +63,7 @@ def test_pause_and_resume_by_plugin_or_entry_with_dry_run(cfg):
     code, paused = ductile_json(cfg, "schedule", "pause", "stress")
     assert paused["changed"] == ["stress:tick"]
     entry = ductile_json(cfg, "system", "scheduler")[1]["entries"][0]
-    assert entry["status"] == "paused_manual" and entry["reason"].startswith("paused by operator")
+    assert entry["status"] == "paused_manual" and entry["reason"].startswith("paused by cli at ")
     assert runscheduler_once(cfg).wait(timeout=60) == 0  # a restart keeps the manual pause
     assert ductile_json(cfg, "system", "scheduler")[1]["entries"][0]["status"] == "paused_manual"
     code, resumed = ductile_json(cfg, "schedule", "resume", "stress:tick")

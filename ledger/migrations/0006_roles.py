@@ -4,20 +4,14 @@ of the ledger and of the housekeeping queue."""
 from __future__ import annotations
 
 from django.apps.registry import Apps
-from django.contrib.auth.management import create_permissions
 from django.db import migrations
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
-from ledger.roles import ROLES, VIEWABLE_APPS
+from ledger.roles import ROLES, VIEWABLE_APPS, ensure_permissions
 
 
 def create_roles(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    # Django makes permissions after the last migration ran (post_migrate); on a fresh database they
-    # do not exist yet, so they are made here first (idempotent).
-    for app_config in apps.get_app_configs():
-        app_config.models_module = True
-        create_permissions(app_config, apps=apps, verbosity=0, using=schema_editor.connection.alias)
-        app_config.models_module = None
+    ensure_permissions(apps, schema_editor)
     group_model = apps.get_model("auth", "Group")
     permission_model = apps.get_model("auth", "Permission")
     views = permission_model.objects.filter(

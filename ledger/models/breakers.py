@@ -42,6 +42,19 @@ class CircuitBreakerQuerySet(models.QuerySet["CircuitBreaker"]):
     def tripped(self) -> CircuitBreakerQuerySet:
         return self.exclude(state=BreakerState.CLOSED)
 
+    def reset(self, *, by: str, now: datetime | None = None) -> list[CircuitBreaker]:
+        """`system reset` and the console's Reset: close every tripped breaker of this queryset,
+        each in its own transaction under its row lock, recording `by`. Returns those reset (a
+        breaker that closed on its own meanwhile is not)."""
+        now = now or timezone.now()
+        done = []
+        for plugin, command in list(self.tripped().order_by("plugin", "command").values_list("plugin", "command")):
+            with transaction.atomic():
+                breaker = CircuitBreaker.locked(plugin, command)
+                if breaker.reset(now=now, by=by):
+                    done.append(breaker)
+        return done
+
     def locked_for(self, targets: Iterable[tuple[str, str]]) -> dict[tuple[str, str], CircuitBreaker]:
         """The existing rows of these (plugin, command) targets, locked for update; a target with
         no row is closed and needs none until an outcome is counted. Call inside a transaction."""
@@ -68,6 +81,7 @@ class CircuitBreaker(models.Model):
 
     class Meta:
         db_table = "circuit_breakers"
+        permissions = [("reset_breaker", "Can reset a circuit breaker")]
         constraints = [models.UniqueConstraint(fields=["plugin", "command"], name="circuit_breakers_target_uniq")]
 
     def __str__(self) -> str:
@@ -116,13 +130,13 @@ class CircuitBreaker(models.Model):
     def probe_sent(self, job_id: str, *, now: datetime) -> None:
         self._save(now, last_job_id=job_id)
 
-    def reset(self, *, now: datetime) -> bool:
-        """`system reset`: closed with a zero count; False when it was closed already."""
+    def reset(self, *, now: datetime, by: str) -> bool:
+        """An operator's reset: closed with a zero count; False when it was closed already."""
         previous = self.state
         self._save(now, state=BreakerState.CLOSED, failure_count=0, opened_at=None)
         if previous == BreakerState.CLOSED:
             return False
-        self._transition(previous, BreakerReason.MANUAL_RESET, None, now)
+        self._transition(previous, BreakerReason.MANUAL_RESET, None, now, actor=by)
         return True
 
     def _save(self, now: datetime, **changes: object) -> None:
@@ -131,8 +145,11 @@ class CircuitBreaker(models.Model):
         self.updated_at = now
         self.save(update_fields=[*changes, "updated_at"])
 
-    def _transition(self, from_state: str, reason: str, job_id: str | None, now: datetime) -> None:
+    def _transition(
+        self, from_state: str, reason: str, job_id: str | None, now: datetime, actor: str | None = None
+    ) -> None:
         CircuitBreakerTransition.objects.create(
+            actor=actor,
             plugin=self.plugin,
             command=self.command,
             from_state=from_state,
@@ -153,6 +170,8 @@ class CircuitBreakerTransition(models.Model):
     failure_count = models.IntegerField(default=0)
     reason = models.CharField(max_length=32, choices=BreakerReason.choices)
     job_id = models.CharField(max_length=36, null=True, blank=True)
+    # Who asked for a manual reset (`admin:alice`, `cli`); empty for the breaker's own changes.
+    actor = models.CharField(max_length=200, null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -23,7 +23,11 @@ class EventContext(models.Model):
 
     class Meta:
         db_table = "event_context"
-        indexes = [models.Index(fields=["parent_id"], name="event_context_parent_idx")]  # read by job inspect
+        indexes = [
+            models.Index(fields=["parent_id"], name="event_context_parent_idx"),  # read by job inspect
+            # Read by the console's job list: its pipeline filter and that filter's choices.
+            models.Index(fields=["pipeline_name"], name="event_context_pipeline_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.pipeline_name or '-'}:{self.step_id or '-'} {self.id}"

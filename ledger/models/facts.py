@@ -50,7 +50,11 @@ class PluginFact(models.Model):
         db_table = "plugin_facts"
         ordering = ["-seq"]
         # Read by the operator query in "Database Reference" and by the latest-fact view rebuild.
-        indexes = [models.Index(fields=["plugin_name", "seq"], name="plugin_facts_plugin_seq_idx")]
+        indexes = [
+            models.Index(fields=["plugin_name", "seq"], name="plugin_facts_plugin_seq_idx"),
+            # Read by the console's job page: the facts a job wrote.
+            models.Index(fields=["job_id"], name="plugin_facts_job_idx", condition=models.Q(job_id__isnull=False)),
+        ]
 
     def __str__(self) -> str:
         return f"{self.plugin_name} #{self.seq} {self.fact_type}"

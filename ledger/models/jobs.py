@@ -27,10 +27,13 @@ from ledger.models.events import EventRecord
 from ledger.models.facts import write_state
 from ledger.models.retention import PrunableQuerySet
 from ledger.models.telemetry import JobStopwatch
-from ledger.states import TERMINAL, JobStatus, check_transition
+from ledger.states import TERMINAL, ActionRefused, JobStatus, check_transition
 from ledger.wakeups import notify_enqueued, notify_finished
 
 log = logging.getLogger("ductile.queue")
+
+# What an operator may send back to the queue by hand ("retry now").
+RETRYABLE_BY_HAND = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.DEAD})
 
 
 class LostJob(Exception):
@@ -334,9 +337,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             waiting = waiting.filter(dedupe_key=dedupe_key)
         for job in list(waiting):
             try:
-                with transaction.atomic():
-                    job.move(JobStatus.DEAD, reason, now=now, completed_at=now, last_error=reason)
-                    notify_finished()
+                job._bury(reason, now=now)
             except LostJob:
                 continue
             cancelled.append(job.id)
@@ -375,6 +376,12 @@ class Job(models.Model):
     class Meta:
         db_table = "job_queue"
         ordering = ["-created_at"]
+        # The operator's actions (ledger/roles.py: the `operator` group has them, `auditor` not).
+        permissions = [
+            ("replay_job", "Can replay a finished job"),
+            ("cancel_job", "Can cancel a queued job"),
+            ("retry_job", "Can retry a failed or dead job now"),
+        ]
         indexes = [
             # Read by JobQuerySet.claim_next: the FIFO scan over waiting jobs.
             models.Index(fields=["created_at", "id"], name="job_queue_claim_idx", condition=Q(status="queued")),
@@ -394,6 +401,18 @@ class Job(models.Model):
             ),
             # Read by retention pruning and `GET /jobs` ordering.
             models.Index(fields=["status", "completed_at"], name="job_queue_status_done_idx"),
+            # Read by the audit console's job list (ledger/admin/jobs.py), newest first: unfiltered
+            # and by time; by status (and the index page's counts); by plugin and by submitter
+            # (also their filters' choices, by loose index scan); by pipeline (the jobs of the
+            # pipeline's event_context rows); and its error-text search, over failed jobs only.
+            models.Index(fields=["created_at"], name="job_queue_created_idx"),
+            models.Index(fields=["status", "created_at"], name="job_queue_status_created_idx"),
+            models.Index(fields=["plugin", "created_at"], name="job_queue_plugin_created_idx"),
+            models.Index(fields=["submitted_by", "created_at"], name="job_queue_submitter_idx"),
+            models.Index(
+                fields=["event_context_id"], name="job_queue_context_idx", condition=Q(event_context_id__isnull=False)
+            ),
+            models.Index(fields=["created_at"], name="job_queue_error_idx", condition=Q(last_error__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -475,6 +494,76 @@ class Job(models.Model):
                 self._retry_or_bury(outcome.backoff_base, now=now, rng=rng)
             if self.is_terminal:
                 notify_finished()
+
+    # -- an operator's actions: `job cancel|retry|replay` and the console's buttons -------------
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.status == JobStatus.QUEUED
+
+    @property
+    def can_retry(self) -> bool:
+        return self.status in RETRYABLE_BY_HAND
+
+    @property
+    def can_replay(self) -> bool:
+        return self.is_terminal
+
+    def cancel(self, *, by: str, now: datetime | None = None) -> None:
+        """A queued job that must not run: `dead`, "cancelled by <who>". LostJob when a worker
+        claimed it in the meantime (it is running now and is left alone)."""
+        if not self.can_cancel:
+            raise ActionRefused(f"job {self.id} is {self.status}; only a queued job can be cancelled")
+        self._bury(f"cancelled by {by}", now=now or timezone.now())
+
+    def retry_now(self, *, by: str, now: datetime | None = None) -> None:
+        """A failed, timed-out or dead job gets one more attempt, due at once: "retried by <who>".
+        A job that had used all its attempts is given exactly one more (max_attempts grows to
+        fit), so a failure ends it `dead` again instead of starting another backoff series."""
+        if not self.can_retry:
+            raise ActionRefused(f"job {self.id} is {self.status}; only a failed, timed_out or dead job can be retried")
+        now = now or timezone.now()
+        attempt = self.attempt + 1
+        limit = max(self.max_attempts, attempt)
+        with transaction.atomic():
+            self.move(
+                JobStatus.QUEUED,
+                f"retried by {by}: attempt {attempt}/{limit}",
+                now=now,
+                attempt=attempt,
+                max_attempts=limit,
+                next_retry_at=None,
+                completed_at=None,
+                claimed_by=None,
+                lease_until=None,
+            )
+            notify_enqueued()
+
+    def replay_spec(self, *, submitted_by: str, max_attempts: int) -> JobSpec:
+        """A new job for the same step from the stored `event_context` (spec 001 §6.1): same event,
+        payload, baggage row, parent and depth, so it runs and routes on exactly as this one did.
+        No dedupe key: a replay is asked for on purpose."""
+        if not self.can_replay:
+            raise ActionRefused(f"job {self.id} is still {self.status}; only a finished job can be replayed")
+        return JobSpec(
+            plugin=self.plugin,
+            command=self.command,
+            submitted_by=submitted_by,
+            payload=self.payload,
+            event=self.event,
+            max_attempts=max_attempts,
+            parent_job_id=self.parent_job_id,
+            source_event_id=self.source_event_id,
+            event_context_id=self.event_context_id,
+            route_depth=self.route_depth,
+            note=f"replay of {self.id}",
+        )
+
+    def _bury(self, reason: str, *, now: datetime) -> None:
+        """queued -> dead with `reason`, never run."""
+        with transaction.atomic():
+            self.move(JobStatus.DEAD, reason, now=now, completed_at=now, last_error=reason)
+            notify_finished()
 
     def _retry_or_bury(self, backoff_base: float, *, now: datetime, rng: random.Random | None) -> None:
         if self.attempt >= self.max_attempts:

@@ -13,6 +13,7 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from ledger import sql
+from ledger.states import ActionRefused
 
 
 class ScheduleStatus(models.TextChoices):
@@ -120,6 +121,7 @@ class ScheduleEntry(models.Model):
 
     class Meta:
         db_table = "schedule_entries"
+        permissions = [("pause_schedule", "Can pause and resume a schedule entry")]
         constraints = [models.UniqueConstraint(fields=["plugin", "schedule_id"], name="schedule_entries_uniq")]
         indexes = [
             # Read by ScheduleEntryQuerySet.due at every scheduler tick.
@@ -135,10 +137,31 @@ class ScheduleEntry(models.Model):
 
     # -- state changes: one method each ----------------------------------------------------------
 
+    @property
+    def can_pause(self) -> bool:
+        return self.status == ScheduleStatus.ACTIVE
+
+    @property
+    def can_resume(self) -> bool:
+        return self.status == ScheduleStatus.PAUSED_MANUAL
+
+    def pause_by_hand(self, *, by: str, now: datetime) -> None:
+        """`schedule pause` and the console's Pause: kept across restarts and reloads."""
+        if not self.can_pause:
+            raise ActionRefused(f"{self.address} is {self.status}; only an active entry can be paused")
+        self.pause(f"paused by {by} at {now:%Y-%m-%dT%H:%M:%SZ}", manual=True, now=now)
+
     def pause(self, reason: str, *, manual: bool, now: datetime) -> None:
         self.status = ScheduleStatus.PAUSED_MANUAL if manual else ScheduleStatus.PAUSED_INVALID
         self.reason, self.updated_at = reason, now
         self.save(update_fields=["status", "reason", "updated_at"])
+
+    def resume_by_hand(self, *, next_run_at: datetime | None, now: datetime) -> None:
+        """`schedule resume` and the console's Resume: a manual pause only (an invalid entry is
+        resumed by fixing its config, an exhausted one-shot by redefining it)."""
+        if not self.can_resume:
+            raise ActionRefused(f"{self.address} is {self.status}; only a manually paused entry can be resumed")
+        self.resume(next_run_at=next_run_at, now=now)
 
     def resume(self, *, next_run_at: datetime | None, now: datetime) -> None:
         self.status, self.reason, self.next_run_at, self.updated_at = ScheduleStatus.ACTIVE, None, next_run_at, now

@@ -1,4 +1,5 @@
-"""`job inspect ID` and `job logs`."""
+"""`job inspect ID`, `job logs`, and an operator's `job replay|cancel|retry ID` (the audit
+console's buttons do the same through the same ledger methods)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
-from gateway.events import enqueue, replay_spec
+from gateway.events import replay_spec
 from gateway.management.commands.pipeline import run_tree
+from gateway.operations import CLI, replay
 from gateway.reports import MAX_LOGS, claims_only, find_logs, job_detail, parse_rfc3339
-from ledger.models import EventContext, Job
+from ledger.models import EventContext, Job, LostJob
+from ledger.states import ActionRefused, JobStatus
 
 
 def rfc3339(value: str | None, flag: str) -> datetime | None:
@@ -52,7 +55,7 @@ def tree_lines(tree: list[dict[str, Any]], verbose: bool) -> list[str]:
 
 
 class Command(DuctileCommand):
-    help = "Jobs: `job inspect ID`, `job replay ID`, `job logs`."
+    help = "Jobs: `job inspect ID`, `job logs`, `job replay ID`, `job cancel ID`, `job retry ID`."
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -65,6 +68,14 @@ class Command(DuctileCommand):
         replay.add_argument("--wait", action="store_true", help="block until the replay's tree is terminal")
         replay.add_argument("--timeout", type=float, default=300.0, help="seconds --wait waits (default 300)")
         self.add_json(replay)
+        for name, text in (
+            ("cancel", "a queued job that must not run: it ends dead, 'cancelled by cli'"),
+            ("retry", "a failed, timed_out or dead job: queued again for one more attempt, due now"),
+        ):
+            sub = actions.add_parser(name, help=text)
+            sub.add_argument("job_id")
+            sub.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+            self.add_json(sub)
         logs = actions.add_parser("logs", help="query finished attempts in job_log")
         logs.add_argument("--job-id")
         logs.add_argument("--plugin")
@@ -85,15 +96,18 @@ class Command(DuctileCommand):
             self.inspect(options["job_id"])
         elif options["action"] == "replay":
             self.replay(options)
+        elif options["action"] in ("cancel", "retry"):
+            self.act(options["action"], options["job_id"], options["dry_run"])
         else:
             self.logs(options)
 
     def replay(self, options: dict[str, Any]) -> None:
         job = self._job(options["job_id"])
-        if not job.is_terminal:
-            raise Exit(EXIT_USAGE, f"job {job.id} is still {job.status}; only a finished job can be replayed")
         runtime = self.runtime()
-        spec = replay_spec(runtime, job, submitted_by="cli")
+        try:
+            spec = replay_spec(runtime, job, submitted_by=CLI)
+        except ActionRefused as exc:
+            raise Exit(EXIT_USAGE, str(exc)) from exc
         if options["dry_run"]:
             position = EventContext.objects.filter(pk=job.event_context_id).first() if job.event_context_id else None
             data = {
@@ -109,7 +123,29 @@ class Command(DuctileCommand):
             }
             self.emit(data, lambda: "would enqueue (dry run):\n" + json.dumps(data, indent=2))
             return
-        run_tree(self, lambda: enqueue(runtime, [spec]), wait=options["wait"], timeout=options["timeout"])
+        run_tree(self, lambda: [replay(runtime, job, by=CLI)], wait=options["wait"], timeout=options["timeout"])
+
+    def act(self, action: str, job_id: str, dry_run: bool) -> None:
+        """`job cancel` (queued -> dead) and `job retry` (failed, timed_out or dead -> queued)."""
+        job = self._job(job_id)
+        before = job.status
+        allowed = job.can_cancel if action == "cancel" else job.can_retry
+        # A dry run the job's state refuses is still put to the ledger method: its refusal says why.
+        try:
+            if action == "cancel" and (not dry_run or not allowed):
+                job.cancel(by=CLI)
+            elif action == "retry" and (not dry_run or not allowed):
+                job.retry_now(by=CLI)
+        except ActionRefused as exc:
+            raise Exit(EXIT_USAGE, str(exc)) from exc
+        except LostJob as exc:
+            raise Exit(EXIT_FAILED, f"{exc}: it changed while this ran; nothing was done") from exc
+        after = JobStatus.DEAD if action == "cancel" else JobStatus.QUEUED
+        data = {"job_id": job.id, "action": action, "from": before, "to": after, "dry_run": dry_run}
+        if not dry_run:
+            data["attempt"], data["max_attempts"] = job.attempt, job.max_attempts
+        verb = {"cancel": "cancelled", "retry": "queued again"}[action]
+        self.emit(data, f"{'would be ' if dry_run else ''}{verb}: {job.id} ({before} -> {after})")
 
     def _job(self, job_id: str) -> Job:
         job = Job.objects.filter(pk=job_id).first()

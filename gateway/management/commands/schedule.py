@@ -8,9 +8,9 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from gateway.cli.base import EXIT_USAGE, DuctileCommand, Exit
-from gateway.scheduler.spec import scheduled_entries
-from gateway.scheduler.timing import next_run
-from ledger.models import ScheduleEntry, ScheduleStatus
+from gateway.operations import CLI, resume_schedule
+from ledger.models import ScheduleEntry
+from ledger.states import ActionRefused
 
 
 class Command(DuctileCommand):
@@ -40,22 +40,20 @@ class Command(DuctileCommand):
                 "(entries appear once `runscheduler` has started with them configured)",
             )
         pausing = options["action"] == "pause"
-        schedules = {(s.plugin, s.id): s for s in scheduled_entries(runtime.config)}
         now = timezone.now()
         changed = []
         for row in rows:
-            if pausing and row.status == ScheduleStatus.ACTIVE:
-                changed.append(row.address)
+            if pausing and row.can_pause:
                 if not options["dry_run"]:
-                    row.pause(f"paused by operator at {now:%Y-%m-%dT%H:%M:%SZ}", manual=True, now=now)
-            elif not pausing and row.status == ScheduleStatus.PAUSED_MANUAL:
-                schedule = schedules.get((row.plugin, row.schedule_id))
-                if schedule is None:
-                    raise Exit(EXIT_USAGE, f"{row.address} is no longer configured; it cannot be resumed")
-                changed.append(row.address)
-                if not options["dry_run"]:
-                    run = next_run(schedule, now, started_at=now)
-                    row.resume(next_run_at=run.due if run else None, now=now)
+                    row.pause_by_hand(by=CLI, now=now)
+            elif not pausing and row.can_resume:
+                try:
+                    resume_schedule(runtime, row, now=now, dry_run=options["dry_run"])
+                except ActionRefused as exc:
+                    raise Exit(EXIT_USAGE, str(exc)) from exc
+            else:
+                continue
+            changed.append(row.address)
         verb = ("would " if options["dry_run"] else "") + ("pause" if pausing else "resume")
         self.emit(
             {"action": options["action"], "changed": changed, "dry_run": options["dry_run"]},

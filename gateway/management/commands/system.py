@@ -8,7 +8,6 @@ import os
 from typing import Any
 
 from django.core.management.base import CommandParser
-from django.db import transaction
 from django.utils import timezone
 from rich.console import Console
 
@@ -22,6 +21,7 @@ from gateway.daemon.supervisor import Supervisor, pid_file_for, plan
 from gateway.database import describe_database
 from gateway.doctor import ERROR, diagnose
 from gateway.housekeeping import refresh_schedules
+from gateway.operations import CLI
 from gateway.reports import breaker_report, queue_status, schedule_report
 from gateway.scheduler.spec import scheduled_entries
 from gateway.selfcheck import run_selfcheck
@@ -240,14 +240,12 @@ class Command(DuctileCommand):
         rows = CircuitBreaker.objects.filter(plugin=plugin)
         if command:
             rows = rows.filter(command=command)
-        targets = list(rows.tripped().values_list("command", flat=True))
         if not rows.exists():
             raise Exit(EXIT_FAILED, f"no circuit breaker for {plugin}" + (f".{command}" if command else ""))
-        if not dry_run:
-            now = timezone.now()
-            for name in targets:
-                with transaction.atomic():
-                    CircuitBreaker.locked(plugin, name).reset(now=now)
+        if dry_run:
+            targets = list(rows.tripped().order_by("command").values_list("command", flat=True))
+        else:
+            targets = [b.command for b in rows.reset(by=CLI)]
         data = {"plugin": plugin, "reset": targets, "dry_run": dry_run}
         verb = "would reset" if dry_run else "reset"
         self.emit(data, f"{verb}: " + (", ".join(f"{plugin}.{c}" for c in targets) or "nothing (all closed)"))
