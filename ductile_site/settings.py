@@ -20,7 +20,8 @@ DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # django.contrib.admin with the audit console as its site (ledger/console/site.py).
+    "ledger.apps.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -108,6 +109,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Timestamps on pages in the ledger's own order and precision (ductile_site/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["ductile_site.formats"]
 
 STATIC_URL = "static/"
 # Filled by `collectstatic` at set-up (scripts/_env.sh); WhiteNoise serves it.

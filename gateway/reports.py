@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from gateway.config.errors import ConfigError
+from gateway.config.integrity import SealUnusable, file_digest, read_seal, tier_of
+from gateway.config.loader import config_files
 from gateway.runtime import Runtime
 from gateway.scheduler.spec import Schedule
 from gateway.scheduler.timing import next_run
@@ -333,3 +337,25 @@ def schedule_report(schedule: Schedule | None, row: ScheduleEntry | None, now: d
         "last_success_at": ts(row.last_success_at) if row else None,
         "last_success_job_id": row.last_success_job_id if row else None,
     }
+
+
+def seal_status(config_dir: Path) -> list[dict[str, str]]:
+    """Every config file and what the `.checksums` seal says of it: ok, changed, not sealed or
+    unreadable (`config check --json`, the console's config page)."""
+    try:
+        files = config_files(config_dir)
+    except ConfigError:
+        return []
+    try:
+        seal = read_seal(config_dir)
+    except SealUnusable:
+        seal = None
+    hashes = seal.hashes if seal else {}
+    out = []
+    for path in files:
+        actual, expected = file_digest(path), hashes.get(str(path))
+        status = "unreadable" if actual is None else "not sealed" if expected is None else "ok"
+        if expected is not None and actual is not None and expected != actual:
+            status = "changed"
+        out.append({"path": str(path), "tier": str(tier_of(path)), "status": status})
+    return out

@@ -55,11 +55,26 @@ class Page:
         self.find("#id_password").send_keys(password)
         self.find("input[type=submit]").click()
 
-    def screenshot(self, name: str) -> Path:
+    def screenshot(self, name: str, *, full: bool = False) -> Path:
+        """The window as it is; with `full`, the whole page (the window grown to its height for the
+        shot, then put back), for pages longer than a screen."""
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         target = SCREENSHOTS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.png"
-        self.driver.save_screenshot(str(target))
+        size = self.driver.get_window_size()
+        if full:
+            height = self.driver.execute_script("return document.documentElement.scrollHeight")
+            self.driver.set_window_size(size["width"], min(max(height + 140, size["height"]), 8000))
+        try:
+            self.driver.save_screenshot(str(target))
+        finally:
+            if full:
+                self.driver.set_window_size(size["width"], size["height"])
         return target
+
+    def theme(self, name: str) -> None:
+        """The admin's colour theme ("light", "dark" or "auto"), as its toggle stores it."""
+        self.driver.execute_script("localStorage.setItem('theme', arguments[0])", name)
+        self.driver.refresh()
 
     @property
     def text(self) -> str:

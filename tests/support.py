@@ -222,3 +222,18 @@ def run_sql(config: ConfigDir, statement: str) -> None:
     """One SQL statement on the database a config's gateway processes use: how a test moves rows
     back in time (a job finished days ago, a schedule due now)."""
     ledger(config, "sql", statement)
+
+
+def drain(holder: Any, limit: int = 50) -> None:
+    """Run every runnable job in this process through the normal claim path and real plugin
+    processes until the queue is empty."""
+    from gateway.dispatch import Executor
+    from ledger.models import Job
+
+    executor = Executor(holder, "w1")
+    for _ in range(limit):
+        job = Job.objects.claim_next(worker_id="w1", caps=holder.get().registry.claim_caps(), lease_ttl=60)
+        if job is None:
+            return
+        executor.execute(job)
+    raise AssertionError("queue did not drain")

@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from gateway.dispatch import Executor
 from ledger.models import EventContext, Job, JobLog, JobSpec
 from ledger.states import JobStatus
-from tests.support import load_runtime
+from tests.support import drain, load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -19,17 +18,6 @@ def load(config_dir, pipelines, **plugins):
     config_dir.plugins.update(plugins)
     config_dir.extra["pipelines"] = pipelines
     return load_runtime(config_dir)
-
-
-def drain(holder, limit=50):
-    """Run every runnable job through the normal claim path until the queue is empty."""
-    executor = Executor(holder, "w1")
-    for _ in range(limit):
-        job = Job.objects.claim_next(worker_id="w1", caps=holder.get().registry.claim_caps(), lease_ttl=60)
-        if job is None:
-            return
-        executor.execute(job)
-    raise AssertionError("queue did not drain")
 
 
 def publish(holder, event_type, payload):

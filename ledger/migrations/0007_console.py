@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AlterModelOptions(
             name='scheduleentry',
-            options={'permissions': [('pause_schedule', 'Can pause and resume a schedule entry')]},
+            options={'permissions': [('pause_schedule', 'Can pause and resume a schedule entry')], 'verbose_name_plural': 'schedule entries'},
         ),
         migrations.AddField(
             model_name='circuitbreakertransition',

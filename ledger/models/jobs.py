@@ -284,14 +284,16 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             )
             return job
 
-    def tree(self, root_ids: Iterable[str]) -> list[Job]:
-        """Every job in the trees under `root_ids`, parents before children."""
+    def tree(self, root_ids: Iterable[str], limit: int | None = None) -> list[Job]:
+        """Every job in the trees under `root_ids`, parents before children (level by level); with
+        `limit`, the first `limit` of them (the console's page of a huge fan-out)."""
         found: list[Job] = list(self.filter(pk__in=list(root_ids)).order_by("created_at"))
         frontier = [j.id for j in found]
-        while frontier:
-            children = list(self.filter(parent_job_id__in=frontier).order_by("created_at"))
-            found += children
-            frontier = [c.id for c in children]
+        while frontier and (limit is None or len(found) < limit):
+            children = self.filter(parent_job_id__in=frontier).order_by("created_at")
+            level = list(children if limit is None else children[: limit - len(found)])
+            found += level
+            frontier = [c.id for c in level]
         return found
 
     def tree_complete(self, root_ids: Iterable[str]) -> bool:

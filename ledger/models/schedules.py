@@ -121,6 +121,7 @@ class ScheduleEntry(models.Model):
 
     class Meta:
         db_table = "schedule_entries"
+        verbose_name_plural = "schedule entries"
         permissions = [("pause_schedule", "Can pause and resume a schedule entry")]
         constraints = [models.UniqueConstraint(fields=["plugin", "schedule_id"], name="schedule_entries_uniq")]
         indexes = [

@@ -20,10 +20,11 @@ from gateway.config.changes import ChangeRefused, FileChange, apply, plan_init, 
 from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
-from gateway.config.integrity import CHECKSUMS, LockReport, SealUnusable, file_digest, read_seal, tier_of
-from gateway.config.loader import config_files, load_config_tree
+from gateway.config.integrity import CHECKSUMS, LockReport
+from gateway.config.loader import load_config_tree
 from gateway.plugins.seal import lock_config
 from gateway.redaction import config_view, redact
+from gateway.reports import seal_status
 from gateway.runtime import RUNTIME, Runtime, build_runtime
 
 BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
@@ -98,7 +99,7 @@ class Command(DuctileCommand):
             warnings = [str(w) for w in (*runtime.config.warnings, *runtime.registry.warnings)]
             warnings += list(runtime.tokens.problems)
             strict = runtime.config.service.strict_mode
-        files = self._seal_status()
+        files = seal_status(self.config_dir)
         data = {
             "valid": not errors,
             "strict": strict,
@@ -121,26 +122,6 @@ class Command(DuctileCommand):
         self.emit(data, text)
         if errors:
             raise SystemExit(EXIT_CONFIG)
-
-    def _seal_status(self) -> list[dict[str, str]]:
-        """Every config file and what the seal says of it (for agents reading `check --json`)."""
-        try:
-            files = config_files(self.config_dir)
-        except ConfigError:
-            return []
-        try:
-            seal = read_seal(self.config_dir)
-        except SealUnusable:
-            seal = None
-        hashes = seal.hashes if seal else {}
-        out = []
-        for path in files:
-            actual, expected = file_digest(path), hashes.get(str(path))
-            status = "unreadable" if actual is None else "not sealed" if expected is None else "ok"
-            if expected is not None and actual is not None and expected != actual:
-                status = "changed"
-            out.append({"path": str(path), "tier": str(tier_of(path)), "status": status})
-        return out
 
     def lock_config(self, dry_run: bool) -> None:
         report, notes = lock_config(self.config_dir, dry_run=dry_run)
