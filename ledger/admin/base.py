@@ -54,7 +54,7 @@ class PeekPaginator(Paginator):
     def page(self, number: Any) -> Page:
         if self.validate_number(number) != self.number:
             raise InvalidPage(f"this paginator reads page {self.number} only")
-        return self._get_page(self.rows[: self.per_page], self.number, self)
+        return Page(self.rows[: self.per_page], self.number, self)
 
 
 class LedgerChangeList(ChangeList):

@@ -143,7 +143,7 @@ class JobAdmin(ActionsAdmin):
         newest = Job.objects.filter(last_error__isnull=False).order_by("-created_at")
         words, found = term.casefold(), 0
         for pk, error in newest.values_list("pk", "last_error")[:ERROR_SEARCH_WINDOW].iterator(chunk_size=2000):
-            if words in error.casefold():
+            if words in (error or "").casefold():
                 ids.add(pk)
                 found += 1
                 if found == ERROR_SEARCH_LIMIT:
