@@ -4,8 +4,9 @@
 
 Builds a ledger the way a long-running gateway would have one (30 days of jobs: 85 % succeeded,
 the rest failed, dead, timed out, with the last 0.3 % queued or running; 30 % of them steps of
-3-step pipelines with their event_context rows (12 pipelines of 25,000 runs, one of 20); three transitions, one job_log and one stopwatch
-row per finished job, an event_log row for every third job, a fact for every twentieth) with
+3-step pipelines with their event_context rows, 12 pipelines of 25,000 runs and one of 20; three
+transitions, one job_log and one stopwatch row per finished job, an event_log row for every
+third job, a fact for every twentieth; 20 jobs fail with a rare error) with
 INSERT … SELECT over a recursive counter, then asks Django's test client, in this process, for
 each page as an auditor: the index, the job list unfiltered and with each filter, searches, and
 job pages (a pipeline step in a tree, a failed job). Each page is asked for `--requests` times
