@@ -4,9 +4,12 @@ take the console's explicit actions."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps.registry import Apps
 from django.contrib.auth.management import create_permissions
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.models import Q
 
 AUDITOR = "auditor"
 OPERATOR = "operator"
@@ -32,3 +35,33 @@ def ensure_permissions(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> N
         app_config.models_module = True  # type: ignore[assignment]  # "has models": what create_permissions asks
         create_permissions(app_config, apps=apps, verbosity=0, using=schema_editor.connection.alias)
         app_config.models_module = None
+
+
+def grant_views(apps: Apps) -> None:
+    """Both groups, each with view permission on every table of VIEWABLE_APPS (migration 0006).
+    `apps`: a migration's historical registry, or `django.apps.apps` (idempotent)."""
+    group_model = apps.get_model("auth", "Group")
+    views = apps.get_model("auth", "Permission").objects.filter(
+        content_type__app_label__in=VIEWABLE_APPS, codename__startswith="view_"
+    )
+    for name in ROLES:
+        group, _ = group_model.objects.get_or_create(name=name)
+        group.permissions.add(*views)
+
+
+def grant_actions(apps: Apps) -> None:
+    """The operator's actions, and the audit trail for both (migration 0008; idempotent)."""
+    group_model = apps.get_model("auth", "Group")
+    trail = permissions(apps, (AUDIT_TRAIL,))
+    for name in ROLES:
+        group_model.objects.get(name=name).permissions.add(*trail)
+    group_model.objects.get(name=OPERATOR).permissions.add(*permissions(apps, OPERATOR_ACTIONS))
+
+
+def permissions(apps: Apps, pairs: tuple[tuple[str, str], ...]) -> list[Any]:
+    query = Q(pk__in=[])
+    for app_label, codename in pairs:
+        query |= Q(content_type__app_label=app_label, codename=codename)
+    found = list(apps.get_model("auth", "Permission").objects.filter(query))
+    assert len(found) == len(pairs), f"missing permissions: expected {pairs}"
+    return found

@@ -9,6 +9,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.apps import apps as django_apps
 from django.contrib.admin.models import LogEntry
 from django.db import connection
 from django.test import Client
@@ -30,6 +31,7 @@ from ledger.models import (
     ScheduleEntry,
 )
 from ledger.models.breakers import record_scheduled_outcome
+from ledger.roles import grant_actions, grant_views
 from ledger.states import JobStatus
 from tests.console_setup import (
     CONFIG_SECRET,
@@ -41,9 +43,7 @@ from tests.console_setup import (
 )
 from tests.support import drain, load_runtime
 
-# serialized_rollback: the roles and their permissions come from data migrations, which a
-# transactional test's flush would otherwise remove for the tests after it.
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 TABLES = [
     "job",
@@ -81,6 +81,10 @@ def run_pipeline(holder, **payload):
 
 
 def person(role, name):
+    # The groups come from data migrations 0006 and 0008, which a transactional test's flush
+    # empties for the tests after it: made again here by the same code.
+    grant_views(django_apps)
+    grant_actions(django_apps)
     save_account(name, role, PASSWORD)
     client = Client()
     assert client.login(username=name, password=PASSWORD)

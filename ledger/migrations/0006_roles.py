@@ -7,19 +7,12 @@ from django.apps.registry import Apps
 from django.db import migrations
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
-from ledger.roles import ROLES, VIEWABLE_APPS, ensure_permissions
+from ledger.roles import ROLES, ensure_permissions, grant_views
 
 
 def create_roles(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     ensure_permissions(apps, schema_editor)
-    group_model = apps.get_model("auth", "Group")
-    permission_model = apps.get_model("auth", "Permission")
-    views = permission_model.objects.filter(
-        content_type__app_label__in=VIEWABLE_APPS, codename__startswith="view_"
-    )
-    for name in ROLES:
-        group, _ = group_model.objects.get_or_create(name=name)
-        group.permissions.add(*views)
+    grant_views(apps)
 
 
 def remove_roles(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
