@@ -53,7 +53,17 @@ class Page:
         self.open("/admin/login/")
         self.find("#id_username").send_keys(username)
         self.find("#id_password").send_keys(password)
-        self.find("input[type=submit]").click()
+        self.follow(self.find("input[type=submit]"))
+
+    def follow(self, element, timeout: float = 30) -> None:
+        """Click something that loads a page, and wait for the new page: until then `find` would
+        still see the old one (and a request started meanwhile may race the click's own)."""
+        from selenium.webdriver.support import expected_conditions
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        old = self.find("html")
+        element.click()
+        WebDriverWait(self.driver, timeout).until(expected_conditions.staleness_of(old))
 
     def screenshot(self, name: str, *, full: bool = False) -> Path:
         """The window as it is; with `full`, the whole page (the window grown to its height for the

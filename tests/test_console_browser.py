@@ -77,10 +77,10 @@ def fill_ledger(cfg):
 
 def act(browser, button, expect_title):
     """Press an action's button on a record page, check the confirmation page, confirm."""
-    browser.find(f"a.ductile-action[href$='/act/{button}/']").click()
+    browser.follow(browser.find(f"a.ductile-action[href$='/act/{button}/']"))
     assert expect_title in browser.find("#content h1").text
     browser.screenshot(f"console-confirm-{button}")
-    browser.find(".ductile-confirm-row input[type=submit]").click()
+    browser.follow(browser.find(".ductile-confirm-row input[type=submit]"))
 
 
 def test_auditor_reads_and_is_refused_operator_acts_and_sees_the_new_state(config_dir, browser):
@@ -105,7 +105,7 @@ def test_auditor_reads_and_is_refused_operator_acts_and_sees_the_new_state(confi
         assert figures["failed or dead, last 24 h"].find_element("css selector", ".ductile-figure-value").text == "2"
         assert figures["open circuit breakers"].find_element("css selector", ".ductile-figure-value").text == "1"
         browser.screenshot("console-index-summary", full=True)
-        figures["failed or dead, last 24 h"].click()
+        browser.follow(figures["failed or dead, last 24 h"])
         rows = browser.find_all("#result_list tbody tr")
         assert len(rows) == 2 and all("dead" in r.text for r in rows)  # the noisy failure and the scheduled poll
         browser.screenshot("console-jobs-failed-24h", full=True)
@@ -150,18 +150,19 @@ def test_auditor_reads_and_is_refused_operator_acts_and_sees_the_new_state(confi
         browser.open("/admin/config/")
         assert "noisy 1.0.0" in browser.text and CONFIG_SECRET not in browser.text
         browser.screenshot("console-config", full=True)
-        browser.find("#logout-form button").click()
+        browser.follow(browser.find("#logout-form button"))
 
         # -- the operator: each action, confirmed, and the new state ----------------------------
         browser.log_in("olga", PASSWORD)
+        assert "WELCOME, OLGA" in browser.find("#user-tools").text.upper()
         # Cancel from the list: select the queued job, choose the action, confirm.
         browser.open("/admin/ledger/job/?status=queued")
         browser.find(f"input[name=_selected_action][value='{jobs['queued']}']").click()
         Select(browser.find("select[name=action]")).select_by_value("cancel")
-        browser.find("button[name=index]").click()  # the admin's "Go"
+        browser.follow(browser.find("button[name=index]"))  # the admin's "Go"
         assert "Cancel: are you sure?" in browser.find("#content h1").text
         browser.screenshot("console-confirm-list-cancel")
-        browser.find(".ductile-confirm-row input[type=submit]").click()
+        browser.follow(browser.find(".ductile-confirm-row input[type=submit]"))
         assert "cancelled (dead, never run)" in browser.find(".messagelist").text
         browser.open(f"/admin/ledger/job/{jobs['queued']}/change/")
         assert browser.find("#summary .ductile-badge").text == "dead"
@@ -173,7 +174,7 @@ def test_auditor_reads_and_is_refused_operator_acts_and_sees_the_new_state(confi
         act(browser, "replay", "Replay: are you sure?")
         message = browser.find(".messagelist")
         assert "replayed as job" in message.text
-        message.find_elements("css selector", "a.ductile-id")[-1].click()
+        browser.follow(message.find_elements("css selector", "a.ductile-id")[-1])
         assert "admin:olga" in browser.find("#summary").text
         assert "replay of" in browser.find("#transitions").text
         browser.screenshot("console-job-replayed")
@@ -186,7 +187,7 @@ def test_auditor_reads_and_is_refused_operator_acts_and_sees_the_new_state(confi
 
         # Reset the open breaker; its history names who did it.
         browser.open("/admin/ledger/circuitbreaker/?state=tripped")
-        browser.find("#result_list tbody tr th a").click()
+        browser.follow(browser.find("#result_list tbody tr th a"))
         browser.screenshot("console-breaker-open", full=True)
         act(browser, "reset", "Reset: are you sure?")
         assert "reset: closed" in browser.find(".messagelist").text
@@ -195,7 +196,7 @@ def test_auditor_reads_and_is_refused_operator_acts_and_sees_the_new_state(confi
 
         # Pause, then resume, a schedule entry.
         browser.open("/admin/ledger/scheduleentry/?status__exact=active")
-        next(a for a in browser.find_all("#result_list tbody tr th a") if a.text == "stress:tick").click()
+        browser.follow(next(a for a in browser.find_all("#result_list tbody tr th a") if a.text == "stress:tick"))
         act(browser, "pause", "Pause: are you sure?")
         assert "paused_manual" in browser.text and "paused by admin:olga" in browser.text
         browser.screenshot("console-schedule-paused", full=True)
