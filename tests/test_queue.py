@@ -227,14 +227,18 @@ def test_dead_worker_jobs_recovered_at_once_and_past_max_attempts_go_dead():
     assert job.status == JobStatus.DEAD
 
 
-def test_heartbeat_extends_only_own_leases():
-    enqueue()
-    enqueue()
-    mine, theirs = claim(worker="w1"), claim(worker="w2")
+def test_heartbeat_extends_only_own_leases_of_jobs_in_flight():
+    for _ in range(3):
+        enqueue()
+    caps = {"echo": 3}
+    mine, theirs, stalled = claim(caps, "w1"), claim(caps, "w2"), claim(caps, "w1")
     future = timezone.now() + timedelta(seconds=300)
-    assert Job.objects.heartbeat("w1", 600) == 1
+    # `theirs` is named but owned by w2; `stalled` is w1's but no longer in flight there.
+    assert Job.objects.heartbeat("w1", [mine.pk, theirs.pk], 600) == 1
     assert Job.objects.get(pk=mine.pk).lease_until > future
     assert Job.objects.get(pk=theirs.pk).lease_until < future
+    assert Job.objects.get(pk=stalled.pk).lease_until < future
+    assert Job.objects.heartbeat("w1", [], 600) == 0
 
 
 def test_cancel_queued_sends_jobs_dead_with_reason():

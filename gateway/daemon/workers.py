@@ -61,7 +61,9 @@ class WorkerDaemon:
         self._count_lock = threading.Lock()
         self.claimed = 0
         self._busy = 0
-        self._idle_threads = 0
+        # Ids of the jobs an execution thread is running now (under _count_lock): the heartbeat
+        # renews these and no others, so a job whose execution ended without an outcome expires.
+        self._in_flight: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -118,11 +120,16 @@ class WorkerDaemon:
             now = time.monotonic()
             if now - last_beat >= beat_every:
                 last_beat = now
-                Job.objects.heartbeat(self.worker_id, lease_ttl)
-                instance.beat(timezone.now())
+                self._beat(instance, lease_ttl)
             if now - last_recover >= recover_every:
                 last_recover = now
                 self._recover()
+
+    def _beat(self, instance: WorkerInstance, lease_ttl: float) -> None:
+        with self._count_lock:
+            in_flight = list(self._in_flight)
+        Job.objects.heartbeat(self.worker_id, in_flight, lease_ttl)
+        instance.beat(timezone.now())
 
     def stop(self) -> None:
         self.stopping.set()
@@ -160,6 +167,7 @@ class WorkerDaemon:
                     finally:
                         with self._count_lock:
                             self._busy -= 1
+                            self._in_flight.discard(job.id)
                         self.wake()  # a finished job may have routed children or freed a cap
                     continue
                 if self.once and self._pass_done():
@@ -191,15 +199,21 @@ class WorkerDaemon:
             if self.max_jobs is not None and self.claimed >= self.max_jobs:
                 return None
             self._busy += 1
-        with sqlite_writer():  # in turn with the API's enqueues, not in SQLite's busy handler
-            job = Job.objects.claim_next(
-                worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
-            )
-        with self._count_lock:
-            if job is None:
-                self._busy -= 1
-            else:
-                self.claimed += 1
+        job = None
+        try:
+            with sqlite_writer():  # in turn with the API's enqueues, not in SQLite's busy handler
+                job = Job.objects.claim_next(
+                    worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
+                )
+        finally:
+            # Why finally: a claim that raised must give back its `_busy` count, or `--once`
+            # would wait for it forever.
+            with self._count_lock:
+                if job is None:
+                    self._busy -= 1
+                else:
+                    self.claimed += 1
+                    self._in_flight.add(job.id)
         return job
 
     def _caps(self, runtime: Runtime) -> dict[str, int]:

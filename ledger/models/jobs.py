@@ -300,10 +300,17 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         """Exact because successors are enqueued in the same transaction that ends their parent."""
         return all(job.is_terminal for job in self.tree(root_ids))
 
-    def heartbeat(self, worker_id: str, lease_ttl: float, now: datetime | None = None) -> int:
-        """Extend the leases of every job `worker_id` holds; the count tells the caller it still owns them."""
+    def heartbeat(self, worker_id: str, job_ids: Collection[str], lease_ttl: float, now: datetime | None = None) -> int:
+        """Extend the leases of `job_ids`, the jobs `worker_id` is really running; the count tells
+        the caller how many it still owns. Why not every job claimed by `worker_id`: a job whose
+        execution died without recording an outcome would then be renewed for as long as the
+        worker lives, never recovered, and hold a parallelism slot; left out, its lease expires
+        and `recover_lost` gives it its next attempt."""
+        if not job_ids:
+            return 0
         now = now or timezone.now()
-        return self.running().filter(claimed_by=worker_id).update(lease_until=now + timedelta(seconds=lease_ttl))
+        mine = self.running().filter(pk__in=list(job_ids), claimed_by=worker_id)
+        return mine.update(lease_until=now + timedelta(seconds=lease_ttl))
 
     def lost(self, *, now: datetime, dead_workers: Collection[str] = ()) -> JobQuerySet:
         """Running jobs whose owner is gone: lease expired, or owner known dead (its PID is gone)."""
