@@ -3,8 +3,10 @@ refused with the command that migrates it (spec "Plugin Facts" §8, "Migrations 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -74,3 +76,41 @@ def _migration_lock() -> Iterator[None]:
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [_PG_MIGRATION_LOCK])
+
+
+# sqlite3's primary result codes (the low byte of an extended code): SQLITE_FULL is "database or
+# disk is full"; on a full disk a WAL write can fail as SQLITE_IOERR ("disk I/O error") instead.
+_SQLITE_STORAGE = {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR}
+_SQLITE_STORAGE_TEXT = ("database or disk is full", "disk i/o error")
+_PG_DISK_FULL = "53100"  # PostgreSQL's disk_full SQLSTATE
+_OS_STORAGE = {errno.ENOSPC, errno.EDQUOT}
+
+
+def storage_full(exc: BaseException) -> bool:
+    """Whether `exc` (or what it wraps: Django re-raises the driver's error from it) says the
+    database's storage refuses writes: a full disk, a quota, a write error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.Error):
+            code = getattr(current, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF in _SQLITE_STORAGE:
+                return True
+            if any(text in str(current).lower() for text in _SQLITE_STORAGE_TEXT):
+                return True
+        if getattr(current, "sqlstate", None) == _PG_DISK_FULL:
+            return True
+        if isinstance(current, OSError) and current.errno in _OS_STORAGE:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def unavailable_reason(exc: BaseException) -> str:
+    """Why the database could not do what was asked, in words for whoever asked (an API client,
+    a log line): a full disk said as such, anything else by its class and first line."""
+    first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+    if storage_full(exc):
+        return f"its disk is full ({first_line})" if first_line else "its disk is full"
+    return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__

@@ -5,9 +5,11 @@ supervised process tree (ARCHITECTURE "Processes").
 SIGHUP is passed to every child that reloads (gunicorn re-forks its workers on the new config; the
 daemons reload); the housekeeping cluster has no reload of its own: the supervisor refreshes its
 schedules from the new config instead (`on_config`). SIGTERM/SIGINT go to every child (each
-drains), and the supervisor waits for them. A child that dies
-is restarted with a growing delay; one that cannot stay up (a port in use, a broken config) stops
-the whole tree with exit 1 rather than flapping forever. The PID file lets `system reload` find us.
+drains), and the supervisor waits for them. A child that dies is restarted with a growing delay,
+for as long as the tree runs: one that cannot stay up (a port in use, a broken config, a database
+it cannot open) is logged as an error at every restart, and never takes its healthy siblings down
+with it (issue 12: a runworkers dying on a full disk stopped the API and the webhooks too). The
+PID file lets `system reload` find us.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -33,8 +35,12 @@ log = logger("supervisor")
 
 REPO = Path(__file__).resolve().parent.parent.parent
 GUNICORN_CONFIG = REPO / "ductile_site" / "gunicorn.py"
-# A child that dies this many times within FLAP_WINDOW seconds is not coming up: stop everything.
-FLAP_LIMIT, FLAP_WINDOW = 5, 60.0
+# A child that dies within STABLE_AFTER seconds of starting, this many times in a row, is not
+# coming up by itself: each further restart is an error in the log. One that ran longer was up:
+# its next death starts the count (and the delay) over.
+FLAP_LIMIT, STABLE_AFTER = 5, 60.0
+# Restart delays: 1, 2, 4, ... seconds, then every RESTART_CEILING seconds.
+RESTART_CEILING = 60
 STOP_GRACE = 60.0
 PID_FILE = "ductile.pid"
 
@@ -65,14 +71,35 @@ class Child:
     # Whether SIGHUP reloads it; django-q2's cluster would simply die of one.
     reloads: bool = True
     process: subprocess.Popen[bytes] | None = None
-    deaths: list[float] = field(default_factory=list)
+    # Deaths in a row, each within STABLE_AFTER seconds of its start.
+    failures: int = 0
+    started_at: float = 0.0
     restart_at: float = 0.0
 
     def start(self) -> None:
         # Own session: a terminal's Ctrl+C reaches only the supervisor, which forwards it once; a
         # child receiving it twice (directly and forwarded) would take it as "force".
         self.process = subprocess.Popen(self.argv, env={**os.environ, **self.env}, cwd=REPO, start_new_session=True)
+        self.started_at = time.monotonic()
         log.info("started %s (pid %d)", self.name, self.process.pid)
+
+    def died(self, code: int, now: float) -> None:
+        """Schedule the restart of a child that exited with `code`."""
+        self.failures = self.failures + 1 if now - self.started_at < STABLE_AFTER else 1
+        delay = min(2 ** (self.failures - 1), RESTART_CEILING)
+        if self.failures >= FLAP_LIMIT:
+            log.error(
+                "%s keeps exiting (%d times in a row, each within %.0fs of starting; last exit %s): restarting it "
+                "in %ds; the other processes keep running. Its own log lines above say why.",
+                self.name,
+                self.failures,
+                STABLE_AFTER,
+                code,
+                delay,
+            )
+        else:
+            log.warning("%s exited with %s; restarting in %ds", self.name, code, delay)
+        self.process, self.restart_at = None, now + delay
 
     def signal(self, signum: int) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -140,22 +167,18 @@ class Supervisor:
                 signal.signal(signum, self._on_signal)
         for child in self.children:
             child.start()
-        code = 0
         try:
             while True:
                 self._handle_signals()
                 if self.stopping:
                     break
-                if not self._watch():
-                    code = 1
-                    self._stop_all(signal.SIGTERM)
-                    break
+                self._watch()
                 time.sleep(0.2)
             self._wait_all()
         finally:
             self._remove_pid()
         log.info("system stopped")
-        return code
+        return 0
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._pending.append(signum)
@@ -186,8 +209,8 @@ class Supervisor:
             # The children run on regardless; what failed is logged with its traceback.
             log.exception("applying the %s config to the supervisor failed", "reloaded" if reloaded else "loaded")
 
-    def _watch(self) -> bool:
-        """Restart children that died; False when one keeps dying (the tree must stop)."""
+    def _watch(self) -> None:
+        """Restart the children that died, each after its delay."""
         now = time.monotonic()
         for child in self.children:
             if child.process is None:
@@ -195,22 +218,8 @@ class Supervisor:
                     child.start()
                 continue
             code = child.process.poll()
-            if code is None:
-                continue
-            child.deaths = [t for t in child.deaths if now - t < FLAP_WINDOW] + [now]
-            if len(child.deaths) >= FLAP_LIMIT:
-                log.error(
-                    "%s exited %d times within %.0fs (last exit %s); stopping",
-                    child.name,
-                    FLAP_LIMIT,
-                    FLAP_WINDOW,
-                    code,
-                )
-                return False
-            delay = min(2 ** len(child.deaths), 30)
-            log.warning("%s exited with %s; restarting in %ds", child.name, code, delay)
-            child.process, child.restart_at = None, now + delay
-        return True
+            if code is not None:
+                child.died(code, now)
 
     def _stop_all(self, signum: int) -> None:
         for child in self.children:

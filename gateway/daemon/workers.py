@@ -9,13 +9,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from types import FrameType
 
-from django.db import close_old_connections, connections
+from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
 from gateway.config.errors import ConfigError
+from gateway.daemon.outage import Outage
 from gateway.database import describe_database, ensure_schema
 from gateway.dispatch import Executor
 from gateway.logs import logger
@@ -64,6 +65,10 @@ class WorkerDaemon:
         # Ids of the jobs an execution thread is running now (under _count_lock): the heartbeat
         # renews these and no others, so a job whose execution ended without an outcome expires.
         self._in_flight: set[str] = set()
+        lease_ttl = runtime.config.service.lease_ttl
+        self._claims_down = Outage("claiming jobs", log, floor=max(recheck, 0.1), ceiling=10.0)
+        self._beat_down = Outage("heartbeat", log, floor=0.5, ceiling=max(lease_ttl / 4, 1.0))
+        self._recovery_down = Outage("recovering lost jobs", log, floor=min(5.0, lease_ttl / 2), ceiling=30.0)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -103,27 +108,52 @@ class WorkerDaemon:
                 thread.join()
             wakeups.remove_listener(self.wake)
             listener.stop()
-            instance.stop(timezone.now())
+            try:
+                instance.stop(timezone.now())
+            except DatabaseError as exc:
+                # The row stays `running`; the next daemon on this host finds its PID gone.
+                log.error("could not record this worker as stopped: %s", exc, extra={"worker": self.worker_id})
             log.info("runworkers stopped after %d jobs", self.claimed, extra={"worker": self.worker_id})
             connections.close_all()
         return 0
 
     def _main_loop(self, pool: list[threading.Thread], instance: WorkerInstance, lease_ttl: float) -> None:
+        """Heartbeat, recovery and reloads until the pool ends. A database error here never ends
+        the daemon (issue 12: a full disk took it down for good): the step is retried with a
+        growing delay, and in-flight plugins keep running meanwhile."""
         beat_every, recover_every = max(lease_ttl / 4, 1.0), min(5.0, lease_ttl / 2)
-        last_beat = last_recover = time.monotonic()
+        start = time.monotonic()
+        next_beat, next_recover = start + beat_every, start + recover_every
         while any(t.is_alive() for t in pool):
             for thread in pool:
                 thread.join(timeout=0.25 / len(pool))
             if self._reload.is_set():
                 self._reload.clear()
-                self.reload()
+                try:
+                    self.reload()
+                except DatabaseError as exc:
+                    log.error(
+                        "config reloaded, but the database refused its follow-up (cancelling jobs of removed "
+                        "plugins, init jobs): %s",
+                        exc,
+                    )
             now = time.monotonic()
-            if now - last_beat >= beat_every:
-                last_beat = now
-                self._beat(instance, lease_ttl)
-            if now - last_recover >= recover_every:
-                last_recover = now
-                self._recover()
+            if now >= next_beat:
+                next_beat = now + self._attempt(self._beat_down, lambda: self._beat(instance, lease_ttl), beat_every)
+            # Not while our own heartbeat fails: our leases may have run out meanwhile, and the
+            # pass would recover our own running jobs from under us once the database is back.
+            if now >= next_recover and not self._beat_down.failures:
+                next_recover = now + self._attempt(self._recovery_down, self._recover, recover_every)
+
+    def _attempt(self, outage: Outage, step: Callable[[], object], every: float) -> float:
+        """Run one housekeeping step; the seconds until its next run."""
+        try:
+            step()
+        except DatabaseError as exc:
+            close_old_connections()  # a connection the error left unusable is reopened next time
+            return outage.failed(exc)
+        outage.recovered()
+        return every
 
     def _beat(self, instance: WorkerInstance, lease_ttl: float) -> None:
         with self._count_lock:
@@ -151,10 +181,14 @@ class WorkerDaemon:
                 seen = self._wake_seq
                 try:
                     job = self._claim(precheck=idle)
-                except Exception:
-                    # A database hiccup must not kill this thread for good; the re-check retries.
-                    log.exception("claim failed; retrying after the re-check interval")
-                    job = None
+                except Exception as exc:
+                    # A database that refuses the claim (a full disk, a restart) must not end this
+                    # thread: it waits, longer at each failure, and tries again.
+                    close_old_connections()
+                    self.stopping.wait(self._claims_down.failed(exc))
+                    idle = True
+                    continue
+                self._claims_down.recovered()
                 idle = job is None
                 if job is not None:
                     try:

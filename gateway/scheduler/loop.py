@@ -19,12 +19,13 @@ from datetime import datetime, timedelta
 from types import FrameType
 
 import blake3
-from django.db import IntegrityError, close_old_connections, connections, transaction
+from django.db import IntegrityError, OperationalError, close_old_connections, connections, transaction
 from django.db.models import Count, Min
 from django.utils import timezone
 
 from gateway.config.errors import ConfigError
 from gateway.config.frozen import thaw
+from gateway.daemon.outage import Outage
 from gateway.database import ensure_schema
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
@@ -181,6 +182,7 @@ class Scheduler:
         self._reload = threading.Event()
         self._wake = threading.Event()  # ends the sleep early: a stop or a reload
         self.schedules: dict[tuple[str, str], Schedule] = {}
+        self._down = Outage("scheduler tick", log, floor=1.0, ceiling=30.0)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -192,23 +194,35 @@ class Scheduler:
         log.info("runscheduler started: %d schedule entries", len(self.schedules))
         try:
             while not self.stopping.is_set():
-                if self._reload.is_set():
-                    self._reload.clear()
-                    self.reload()
-                close_old_connections()
-                try:
-                    self.tick(self.clock())
-                except Exception:
-                    # A database hiccup must not end the scheduler; the next tick retries.
-                    log.exception("scheduler tick failed; retrying")
+                delay = self._step()
                 if self.once:
                     break
-                self._wake.wait(self.sleep_for(self.clock()))
+                self._wake.wait(delay)
                 self._wake.clear()
         finally:
             connections.close_all()
             log.info("runscheduler stopped")
         return 0
+
+    def _step(self) -> float:
+        """A reload if one was asked for, and a tick; the seconds to sleep after. Any error (a full
+        disk, a database restarting) is ridden out: the step is retried, sooner at first, and the
+        scheduler never exits for it (issue 12)."""
+        close_old_connections()
+        try:
+            if self._reload.is_set():
+                self._reload.clear()
+                try:
+                    self.reload()
+                except Exception:
+                    self._reload.set()  # the new config's schedules are synced at the next try
+                    raise
+            self.tick(self.clock())
+            delay = self.sleep_for(self.clock())
+        except Exception as exc:
+            return self._down.failed(exc)
+        self._down.recovered()
+        return delay
 
     def sleep_for(self, now: datetime) -> float:
         """Until the earliest due run (so it fires on time), at most `service.tick_interval`."""
@@ -326,6 +340,8 @@ class Scheduler:
         one entry that cannot fire (its error logged, retried next tick) never holds up the rest."""
         try:
             return self.fire(batch, now)
+        except OperationalError:
+            raise  # the database itself (full, locked, gone): one at a time would fail the same way
         except Exception:
             if len(batch) == 1:
                 raise

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import time
 
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from gateway.api.errors import RETRY_AFTER, unavailable_message
 from gateway.logs import logger
 from gateway.reports import health_status
 from gateway.runtime import RUNTIME
@@ -45,6 +47,13 @@ def receive(request: HttpRequest) -> HttpResponse:
     except UnstorableBody as exc:
         log.warning("webhook %s rejected: %s", endpoint.name, exc, extra=extra)
         return JsonResponse({"error": str(exc)}, status=400)
+    except DatabaseError as exc:
+        # The sender should deliver again later; nothing of this delivery was kept.
+        message = unavailable_message(exc, writing=True)
+        log.warning("webhook %s refused: %s", endpoint.name, message, extra=extra)
+        response = JsonResponse({"error": message}, status=503)
+        response["Retry-After"] = str(RETRY_AFTER)
+        return response
     log.info("webhook %s accepted", endpoint.name, extra={**extra, "job_id": job_id})
     return JsonResponse({"job_id": job_id, "status": "queued"}, status=202)
 

@@ -1,0 +1,176 @@
+"""Issue 12, defect 1: a full disk under the state directory. The whole `system start` tree rides
+it out: the API keeps answering reads and refuses writes with 503 and why, the webhook listener
+too, `runworkers` and `runscheduler` log, back off and keep running, no process is restarted,
+and once space is freed everything resumes by itself with no accepted job lost (ARCHITECTURE
+"Claims, leases and recovery": at-least-once, never lost)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.output import Output
+from tests.support import REPO, cli_env, stop_gracefully, wait_for
+from tests.test_system_start import Api, free_port
+
+pytestmark = [pytest.mark.slow]
+
+TOKEN = "tok-disk"
+HOOK_SECRET = b"hook-secret"
+
+
+@pytest.fixture
+def small_disk(config_dir):
+    """The config's state directory (its SQLite ledger, PID file, write gate) on a 20 MB tmpfs."""
+    state = config_dir.db_path.parent
+    state.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=20m,mode=0700", "tmpfs", str(state)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        if os.geteuid() != 0:
+            pytest.skip(f"mounting a tmpfs needs root (CI runs as root): {mounted.stderr.strip()}")
+        pytest.fail(f"cannot mount a tmpfs as root: {mounted.stderr.strip()}")
+    try:
+        yield state
+    finally:
+        if subprocess.run(["umount", str(state)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(state)], check=True)  # a process still holds a file
+
+
+def fill(directory: Path) -> Path:
+    """Write a file until the filesystem has no space left; returns it (delete it to free space)."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        for size in (1 << 20, 4096, 1):  # big writes, then whatever fits of a page, then bytes
+            try:
+                while os.write(fd, b"\0" * size):
+                    pass
+            except OSError:  # ENOSPC
+                continue
+    finally:
+        os.close(fd)
+    return filler
+
+
+class Gateway:
+    def __init__(self, api: Api, hook_base: str):
+        self.api, self.hook_base = api, hook_base
+
+    def enqueue(self, n: int) -> tuple[int, dict]:
+        return self.api.call("POST", "/plugin/stress/poll", {"payload": {"mode": "ok", "n": n}}, token=TOKEN)
+
+    def job(self, job_id: str) -> dict:
+        code, body = self.api.call("GET", f"/job/{job_id}", token=TOKEN)
+        assert code == 200, body
+        return body
+
+    def webhook(self) -> tuple[int, dict]:
+        body = b'{"message": "from a webhook"}'
+        signature = "sha256=" + hmac.new(HOOK_SECRET, body, hashlib.sha256).hexdigest()
+        headers = {"X-Signature-256": signature, "Content-Type": "application/json"}
+        request = urllib.request.Request(self.hook_base + "/hook/echo", data=body, method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+
+def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(config_dir, small_disk):
+    cfg = config_dir
+    port, hook_port = free_port(), free_port()
+    cfg.service["lease_ttl"] = "5s"  # heartbeat every 1.25 s: the daemon meets the full disk at once
+    # One at a time, a second each: jobs are running and waiting while the disk is full.
+    cfg.plugins["stress"] = {"config": {"sleep": 1}, "parallelism": 1, "retry": {"max_attempts": 3}}
+    # The scheduler writes every second too.
+    cfg.plugins["py-greet"] = {"config": {"name": "Test"}, "schedules": [{"every": "1s", "command": "poll"}]}
+    cfg.extra["api"] = {
+        "listen": f"127.0.0.1:{port}",
+        "auth": {"tokens": [{"name": "t", "token": TOKEN, "scopes": ["*"]}]},
+    }
+    cfg.extra["tokens"] = [{"name": "hook", "key": HOOK_SECRET.decode()}]
+    cfg.extra["webhooks"] = {
+        "listen": f"127.0.0.1:{hook_port}",
+        "endpoints": [
+            {"path": "/hook/echo", "plugin": "echo", "secret_ref": "hook", "signature_header": "X-Signature-256"}
+        ],
+    }
+    cfg.write()
+    argv = [
+        sys.executable,
+        str(REPO / "manage.py"),
+        "system",
+        "start",
+        "--no-housekeeping",
+        "--config-dir",
+        str(cfg.path),
+    ]
+    proc = subprocess.Popen(
+        argv, env=cli_env(cfg), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    output = Output(proc)
+    gateway = Gateway(Api(port), f"http://127.0.0.1:{hook_port}")
+    try:
+        wait_for(gateway.api.up, timeout=60, what="the API")
+        output.wait_for("runscheduler started")
+        output.wait_for("runworkers started")
+        accepted = [gateway.enqueue(n)[1]["job_id"] for n in range(8)]
+
+        filler = fill(small_disk)
+        # Enqueue until the database has no room left: the refusal is a 503 that says why.
+        refused = None
+        for n in range(8, 2000):
+            code, body = gateway.enqueue(n)
+            if code == 202:
+                accepted.append(body["job_id"])
+                continue
+            refused = (code, body)
+            break
+        assert refused is not None, "the database never filled up"
+        code, body = refused
+        assert code == 503, body
+        assert "disk is full" in body["error"] and "nothing was recorded" in body["error"], body
+        # Reads still answer; the webhook listener refuses its write the same way.
+        assert gateway.job(accepted[0])["job_id"] == accepted[0]
+        assert gateway.api.call("GET", "/healthz", token=None)[0] == 200
+        code, body = gateway.webhook()
+        assert code == 503 and "disk is full" in body["error"], body
+        # The daemons meet the full disk (claims, heartbeats, outcomes, scheduler ticks) and stay up.
+        time.sleep(8)
+        assert "exited with" not in output.text, output.text
+        outages = re.findall(
+            r'"component": "(?:workers|scheduler)", "message": "([^"]+) failed: the database refuses', output.text
+        )
+        assert "scheduler tick" in outages, output.text
+        assert set(outages) & {"claiming jobs", "heartbeat", "recovering lost jobs"}, output.text
+
+        filler.unlink()
+        # Space is back: everything resumes by itself.
+        after = wait_for(lambda: gateway.enqueue(9999)[1].get("job_id"), timeout=30, what="the API to accept again")
+        hook = wait_for(lambda: (r := gateway.webhook())[0] == 202 and r[1], timeout=30, what="webhooks")
+        accepted += [after, hook["job_id"]]
+        wait_for(
+            lambda: all(gateway.job(job_id)["status"] == "succeeded" for job_id in accepted),
+            timeout=60,
+            what=f"all {len(accepted)} accepted jobs to succeed",
+        )
+        for outage in set(outages):
+            output.wait_for(f"{outage} works again")
+    finally:
+        stop_gracefully(proc)
+    text = output.finish()
+    assert "exited with" not in text and "keeps exiting" not in text, text  # no process died
+    assert proc.returncode == 0, text

@@ -1,0 +1,71 @@
+"""Issue 12, defect 1: a child of `system start` that keeps dying never takes its healthy siblings
+down. It is restarted with a growing delay and logged as an error, and the API keeps serving."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.reliability.output import Output
+from tests.support import REPO, cli_env, stop_gracefully, wait_for
+from tests.test_system_start import Api, free_port
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+TOKEN = "tok-flap"
+
+
+def started_pids(output: Output, name: str) -> list[int]:
+    return [int(m) for m in re.findall(rf"started {name} \(pid (\d+)\)", output.text)]
+
+
+def test_a_child_killed_again_and_again_is_restarted_and_the_api_keeps_serving(process_db):
+    cfg = process_db
+    port = free_port()
+    cfg.extra["api"] = {
+        "listen": f"127.0.0.1:{port}",
+        "auth": {"tokens": [{"name": "t", "token": TOKEN, "scopes": ["*"]}]},
+    }
+    cfg.write()
+    argv = [sys.executable, str(REPO / "manage.py"), "system", "start", "--no-scheduler", "--no-housekeeping"]
+    proc = subprocess.Popen(
+        [*argv, "--config-dir", str(cfg.path)],
+        env=cli_env(cfg),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = Output(proc)
+    api = Api(port)
+    try:
+        wait_for(api.up, timeout=60, what="the API")
+        api_pid = started_pids(output, "api")
+        # Five deaths in a row, each soon after its start: runworkers "keeps exiting".
+        for death in range(1, 6):
+            wait_for(lambda n=death: len(started_pids(output, "runworkers")) >= n, timeout=30, what="a restart")
+            os.kill(started_pids(output, "runworkers")[death - 1], signal.SIGKILL)
+        seen_dying = ('"message": "runworkers exited', '"message": "runworkers keeps exiting')
+        wait_for(lambda: sum(map(output.count, seen_dying)) >= 5, what="the supervisor to see the fifth death")
+        time.sleep(1)
+        # The siblings were never touched, and the API still takes work.
+        assert proc.poll() is None, output.text
+        assert started_pids(output, "api") == api_pid
+        code, body = api.call("POST", "/plugin/echo/poll", {"payload": {"message": "still here"}}, token=TOKEN)
+        assert code == 202, body
+        assert output.count("runworkers keeps exiting (5 times in a row") == 1, output.text
+        # It is still restarted: the sixth start runs the job.
+        wait_for(
+            lambda: api.call("GET", f"/job/{body['job_id']}", token=TOKEN)[1]["status"] == "succeeded",
+            timeout=60,
+            what="the restarted runworkers to run the job",
+        )
+    finally:
+        stop_gracefully(proc)
+    assert proc.returncode == 0, output.finish()
