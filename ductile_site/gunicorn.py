@@ -26,6 +26,19 @@ errorlog = "-"
 loglevel = "warning"
 
 
+def on_starting(server: Any) -> None:
+    """In the master, before any worker: refuse a corrupted SQLite ledger (issue 12) with the
+    finding alone and exit 1. Why here and not in the WSGI module: a worker that fails to load
+    halts gunicorn, but with two or more failing at once gunicorn prints a traceback of its own."""
+    from gateway.bootstrap import ledger_refusal, prepare_process
+
+    prepare_process(config_dir=None)
+    refusal = ledger_refusal()
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
+        sys.exit(1)
+
+
 def post_worker_init(worker: Any) -> None:
     _end_streams_on_stop()
     _freeze_startup_objects()

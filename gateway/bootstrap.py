@@ -4,7 +4,10 @@ settings where the database is (the config's `state.path`, unless DATABASE_URL i
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Sequence
+from contextlib import closing
+from pathlib import Path
 
 from gateway.config.loader import resolve_config_dir
 from gateway.runtime import RUNTIME
@@ -18,6 +21,21 @@ def config_dir_from_argv(argv: Sequence[str]) -> str | None:
             if arg.startswith(flag):
                 return arg[len(flag) :]
     return None
+
+
+def ledger_refusal() -> str | None:
+    """The start-up integrity check where Django is not set up (gunicorn's master, before it forks
+    the API's or the webhook listener's workers: `ductile_site/gunicorn.py`), on the SQLite file
+    `prepare_process` chose; why the process must not start, or None. Nothing to check on
+    PostgreSQL, for a config that did not load, or before the file exists."""
+    path = os.environ.get("DUCTILE_DB_PATH")
+    if os.environ.get("DATABASE_URL") or not path or not Path(path).is_file():
+        return None
+    from gateway.database import START_CHECK, corrupted, integrity_finding
+
+    with closing(sqlite3.connect(path)) as db:
+        finding = integrity_finding(db, START_CHECK)
+    return corrupted(f"sqlite:{path}", finding) if finding else None
 
 
 def prepare_process(config_dir: str | None) -> None:

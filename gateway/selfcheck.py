@@ -33,7 +33,7 @@ from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError
 from gateway.config.loader import ROOT_FILE
 from gateway.daemon.supervisor import pid_file_for, running_pid
-from gateway.database import describe_database, pending_migrations
+from gateway.database import describe_database, integrity_finding, pending_migrations
 from gateway.housekeeping import PRUNE_EVERY_MINUTES
 from gateway.runtime import RUNTIME
 from ledger.models import Job
@@ -133,16 +133,10 @@ def _integrity(where: str, sqlite: bool) -> Check:
             "pages (run pg_amcheck for a deep check)",
             where,
         )
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA integrity_check")
-            lines = [str(row[0]) for row in cursor.fetchall()]
-    except DatabaseError as exc:
-        return Check("db_integrity", "fail", f"integrity_check could not read the database: {exc}", where)
-    if lines == ["ok"]:
+    finding = integrity_finding(connection, "integrity_check")
+    if finding is None:
         return Check("db_integrity", "ok", "PRAGMA integrity_check returned ok", where)
-    shown = "; ".join(lines[:10]) + (f"; ... ({len(lines)} problems)" if len(lines) > 10 else "")
-    return Check("db_integrity", "fail", f"PRAGMA integrity_check reported: {shown}", where)
+    return Check("db_integrity", "fail", finding, where)
 
 
 def _schema(where: str) -> Check:

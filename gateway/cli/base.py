@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError
 
 from gateway.config.errors import ConfigError
-from gateway.database import SchemaBehind, describe_database, ensure_schema
+from gateway.database import DatabaseCorrupt, SchemaBehind, describe_database, ensure_schema, verify_integrity
 from gateway.runtime import RUNTIME, Runtime
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 78
@@ -97,6 +97,8 @@ class DuctileCommand(BaseCommand):
             )
         except SchemaBehind as exc:
             self._fail(EXIT_CONFIG, str(exc), None)
+        except DatabaseCorrupt as exc:
+            self._fail(EXIT_FAILED, str(exc), None)
         except DatabaseError as exc:
             self._fail(EXIT_FAILED, f"database {describe_database()}: {exc}", None)
         return None
@@ -114,8 +116,12 @@ class DuctileCommand(BaseCommand):
     def runtime(self) -> Runtime:
         return RUNTIME.get()
 
-    def open_ledger(self) -> Runtime:
+    def open_ledger(self, *, check_integrity: bool = False) -> Runtime:
+        """The runtime, with the database's schema current. `check_integrity`: refuse a corrupted
+        SQLite file first (the daemons and `system start`, before they run anything on it)."""
         runtime = self.runtime()
+        if check_integrity:
+            verify_integrity()
         ensure_schema()
         return runtime
 

@@ -19,7 +19,7 @@ class Command(DuctileCommand):
         parser.add_argument("--once", action="store_true", help="sync and run one tick, then exit")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        runtime = self.open_ledger()
+        runtime = self.open_ledger(check_integrity=True)
         for warning in runtime.config.warnings:
             self.stderr.write(f"warning: {warning}")
         Scheduler(RUNTIME, once=options["once"]).run()

@@ -29,7 +29,7 @@ class Command(DuctileCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        runtime = self.open_ledger()
+        runtime = self.open_ledger(check_integrity=True)
         for warning in (*runtime.config.warnings, *runtime.registry.warnings):
             self.stderr.write(f"warning: {warning}")
         if options["threads"] is not None and options["threads"] < 1:

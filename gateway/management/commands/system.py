@@ -191,7 +191,7 @@ class Command(DuctileCommand):
         self.emit(data, text)
 
     def start(self, options: dict[str, Any]) -> None:
-        runtime = self.open_ledger()
+        runtime = self.open_ledger(check_integrity=True)
         for warning in (*runtime.config.warnings, *runtime.registry.warnings):
             self.stderr.write(f"warning: {warning}")
         for problem in runtime.tokens.problems:

@@ -1,0 +1,101 @@
+"""Issue 12, defect 10: a corrupted SQLite ledger was found only by `system selfcheck`, and
+`runworkers` ran jobs on one. Every process that starts on the ledger (runworkers, runscheduler,
+system start, the API's and the webhook listener's WSGI start-up) checks it first, and refuses
+with the selfcheck's finding and a non-zero exit, never a traceback and never a job run."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import REPO, cli_env, ductile, ductile_json, ledger
+from tests.test_system_start import free_port
+
+pytestmark = [pytest.mark.slow]
+
+
+# Two ledgers damaged the same way fail differently: on the first, SQLite cannot even open the
+# file (its first PRAGMA says "database disk image is malformed"); the second opens, and
+# quick_check reports the broken page. Both must be refused in the selfcheck's words.
+LEDGERS = {
+    "unopenable": ("quick_check could not read the database: ", 5, 295),
+    "broken-page": ("PRAGMA quick_check reported: ", 300, 0),
+}
+
+
+@pytest.fixture(params=list(LEDGERS))
+def corrupted(request, config_dir, tmp_path):
+    """A ledger with queued jobs (each would leave a marker file if it ran), pages in the middle
+    of its file overwritten."""
+    marker = tmp_path / "m"
+    marker.mkdir()
+    port, hook_port = free_port(), free_port()
+    config_dir.extra["api"] = {
+        "listen": f"127.0.0.1:{port}",
+        "auth": {"tokens": [{"name": "t", "token": "tok", "scopes": ["*"]}]},
+    }
+    config_dir.extra["tokens"] = [{"name": "hook", "key": "hook-secret"}]
+    config_dir.extra["webhooks"] = {
+        "listen": f"127.0.0.1:{hook_port}",
+        "endpoints": [{"path": "/hook/echo", "plugin": "echo", "secret_ref": "hook", "signature_header": "X-Sig"}],
+    }
+    config_dir.plugins["stress"]["schedules"] = [{"every": "1s", "command": "poll"}]
+    config_dir.write()
+    finding, stress, echo = LEDGERS[request.param]
+    job = {"plugin": "stress", "command": "poll", "submitted_by": "cli", "payload": {"marker_dir": str(marker)}}
+    if not echo:  # rows long enough to lay the file out differently
+        job["payload"]["pad"] = "x" * 500
+    ledger(
+        config_dir, "enqueue", [job] * stress + [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}] * echo
+    )
+    path = config_dir.db_path
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = db.execute("PRAGMA page_size").fetchone()[0]
+    pages = path.stat().st_size // page
+    assert pages > 20
+    with open(path, "r+b") as handle:
+        for number in range(pages // 2, pages // 2 + 4):
+            handle.seek(number * page)
+            handle.write(bytes(range(256)) * (page // 256))
+    return config_dir, marker, finding
+
+
+def refused(proc: subprocess.CompletedProcess[str]) -> str:
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text
+    assert "Traceback" not in text, text
+    return text
+
+
+def test_every_process_refuses_to_start_on_a_corrupted_ledger(corrupted):
+    cfg, marker, finding_at_start = corrupted
+    code, report = ductile_json(cfg, "system", "selfcheck")
+    [finding] = [c["detail"] for c in report["checks"] if c["name"] == "db_integrity"]
+    assert code == 1 and "integrity_check" in finding, report
+    # The start-up check runs the cheaper quick_check, and says it in the selfcheck's words.
+
+    for argv in (["runworkers", "--once"], ["runscheduler", "--once"], ["system", "start"]):
+        text = refused(ductile(cfg, *argv, timeout=60))
+        assert "refuses to start" in text and finding_at_start in text, (argv, text)
+        assert "ductile system selfcheck" in text, text
+
+    # The API and the webhook listener, started by gunicorn as an operator might without the
+    # supervisor: the worker refuses to load the app, and gunicorn stops.
+    for app in ("ductile_site.wsgi:application", "gateway.webhooks.wsgi:application"):
+        argv = [sys.executable, "-m", "gunicorn", "-c", str(REPO / "ductile_site" / "gunicorn.py")]
+        gunicorn = subprocess.run(
+            [*argv, "--bind", f"127.0.0.1:{free_port()}", app],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=cli_env(cfg, DUCTILE_CONFIG_DIR=str(cfg.path)),
+            cwd=REPO,
+        )
+        text = refused(gunicorn)
+        assert "refuses to start" in text and finding_at_start in text, (app, text)
+
+    assert not list(marker.iterdir()), "a job ran on the corrupted ledger"
