@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -332,11 +332,11 @@ def _merge(
         elif isinstance(existing, list) and isinstance(value, list):
             offset = len(existing)
             existing.extend(copy.deepcopy(value))
-            for index in range(len(value)):
-                _record(merged, doc, (*tpath, offset + index), (*spath, index))
+            for index, item in enumerate(value):
+                _record(merged, doc, (*tpath, offset + index), (*spath, index), item)
         else:
             target[key] = copy.deepcopy(value)
-            _record(merged, doc, tpath, spath)
+            _record(merged, doc, tpath, spath, value, replaced=existing)
 
 
 def _merge_webhook_list(merged: MergedConfig, doc: YamlDocument, endpoints: list[Any]) -> None:
@@ -352,17 +352,34 @@ def _merge_webhook_list(merged: MergedConfig, doc: YamlDocument, endpoints: list
         existing = target["endpoints"] = []
     offset = len(existing)
     existing.extend(copy.deepcopy(endpoints))
-    for index in range(len(endpoints)):
-        _record(merged, doc, ("webhooks", "endpoints", offset + index), ("webhooks", index))
+    for index, endpoint in enumerate(endpoints):
+        _record(merged, doc, ("webhooks", "endpoints", offset + index), ("webhooks", index), endpoint)
 
 
-def _record(merged: MergedConfig, doc: YamlDocument, tpath: KeyPath, spath: KeyPath) -> None:
-    for path in [p for p in merged.origins if p[: len(tpath)] == tpath]:
-        del merged.origins[path]
+def _record(
+    merged: MergedConfig, doc: YamlDocument, tpath: KeyPath, spath: KeyPath, value: Any, replaced: Any = None
+) -> None:
+    """`value`, at `spath` in `doc`, now sits at `tpath` (replacing `replaced`): where each of its
+    keys came from. Why walk the values rather than every origin and line: that was quadratic, and
+    most of checking a config of a few hundred plugins (issue 12)."""
+    for path in _key_paths(replaced):
+        merged.origins.pop((*tpath, *path), None)
     merged.origins[tpath] = Origin(doc.file, doc.line_of(spath), spath)
-    for path, line in doc.lines.items():
-        if len(path) > len(spath) and path[: len(spath)] == spath:
-            merged.origins[(*tpath, *path[len(spath) :])] = Origin(doc.file, line, path)
+    for path in _key_paths(value):
+        line = doc.lines.get((*spath, *path))
+        if line is not None:
+            merged.origins[(*tpath, *path)] = Origin(doc.file, line, (*spath, *path))
+
+
+def _key_paths(value: Any) -> Iterator[KeyPath]:
+    """The path of every key and list item under `value`, relative to it."""
+    stack: list[tuple[KeyPath, Any]] = [((), value)]
+    while stack:
+        path, node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, child in items:
+            stack.append(((*path, key), child))
+            yield (*path, key)
 
 
 def resolve_path(base: Path, value: str) -> str:

@@ -4,6 +4,10 @@ Read with the YAML 1.2 core schema, as the original's Go YAML library reads them
 YAML 1.1 default: `on:` (the pipelines DSL's trigger key), `yes`, `no`, `off` and `y` stay strings,
 `07:30` is not the sexagesimal number 450, `0420` is 420 and dates stay strings (plugin config
 travels to plugins as JSON).
+
+Bounded (issue 12: an alias bomb took 102 s and 6.6 GB to reject, a 4.4 MB config 37 s to
+check): a file over MAX_FILE_BYTES is refused unread, and a document whose aliases would expand
+it past MAX_NODES values, or that refers to itself, is refused before anything is built from it.
 """
 
 from __future__ import annotations
@@ -21,39 +25,58 @@ from .integrity import digest
 
 KeyPath = tuple[str | int, ...]
 
+# One config or manifest file. Hand- or agent-written configs of a few thousand plugins stay far
+# below; a bigger tree is split with `include:` (the bound is per file).
+MAX_FILE_BYTES = 1 << 20
+# Values of one document with every alias expanded (a plain 1 MiB file holds at most ~260,000):
+# what the loader, the schema and every consumer would walk.
+MAX_NODES = 250_000
+
 _BOOL = "tag:yaml.org,2002:bool"
 _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 
 
+def _construct_yaml12_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)
+
+
+def _yaml12(loader: Any) -> Any:
+    """`loader` (a class) with the YAML 1.2 core schema's implicit types (bool, int, float)."""
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_BOOL, _INT, _FLOAT, _TIMESTAMP)]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    loader.add_implicit_resolver(_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+    loader.add_implicit_resolver(
+        _FLOAT,
+        re.compile(
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        list("-+0123456789."),
+    )
+    loader.add_constructor(_INT, _construct_yaml12_int)
+    return loader
+
+
+@_yaml12
 class Yaml12Loader(yaml.SafeLoader):
     """PyYAML's safe loader with the YAML 1.2 core schema's implicit types (bool, int, float)."""
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:  # type: ignore[override]
-        text = str(self.construct_scalar(node))
-        if text.startswith("0o"):
-            return int(text[2:], 8)
-        if text.startswith("0x"):
-            return int(text[2:], 16)
-        return int(text, 10)
 
-
-Yaml12Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_BOOL, _INT, _FLOAT, _TIMESTAMP)]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-Yaml12Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-Yaml12Loader.add_implicit_resolver(_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
-Yaml12Loader.add_implicit_resolver(
-    _FLOAT,
-    re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+0123456789."),
-)
-Yaml12Loader.add_constructor(_INT, Yaml12Loader.construct_yaml_int)
+@_yaml12
+class _FastYaml12Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The same, parsing with libyaml where PyYAML has it (about ten times faster than the pure
+    Python parser, which was most of checking a config of hundreds of plugins). Its plain scalars
+    have style "" where the Python parser's have None."""
 
 
 def plain_scalar_value(text: str) -> Any:
@@ -124,6 +147,9 @@ class YamlDocument:
 
 def load_yaml_file(path: Path) -> YamlDocument:
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError([ConfigProblem(too_big(size), file=path)])
         data = path.read_bytes()
         text = data.decode("utf-8")
     except OSError as exc:
@@ -135,12 +161,22 @@ def load_yaml_file(path: Path) -> YamlDocument:
     return doc
 
 
+def too_big(size: int) -> str:
+    return (
+        f"file is {size / (1 << 20):.1f} MiB, over the {MAX_FILE_BYTES >> 20} MiB a config file may be; "
+        "split it into files listed under include:"
+    )
+
+
 def parse_yaml(text: str, path: Path) -> YamlDocument:
-    loader = Yaml12Loader(text)
+    if len(text) > MAX_FILE_BYTES:  # text not read from a file: `config set`'s proposed edit
+        raise ConfigError([ConfigProblem(too_big(len(text.encode())), file=path)])
+    loader = _FastYaml12Loader(text)
     doc = YamlDocument(file=path, data=None)
     try:
         node = loader.get_single_node()
         if node is not None:
+            _check_expansion(node, path)
             # Before constructing: construction flattens `<<` merges into the nodes themselves.
             _record_lines(node, (), doc)
             doc.data = loader.construct_document(node)
@@ -149,9 +185,63 @@ def parse_yaml(text: str, path: Path) -> YamlDocument:
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError([ConfigProblem(f"invalid YAML: {problem}", file=path, line=line)]) from exc
+    except RecursionError as exc:  # the pure Python parser, on deep nesting (libyaml stops at 1,000 levels)
+        raise ConfigError([ConfigProblem("invalid YAML: nested too deeply", file=path)]) from exc
     finally:
         loader.dispose()
     return doc
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _check_expansion(root: yaml.Node, path: Path) -> None:
+    """Refuse a document whose aliases expand it past MAX_NODES values, or that contains itself,
+    before anything is built from it. An alias is the very node it names, so the document is a
+    graph: the expanded size of each node is counted once (iteratively: no recursion limit) and
+    reused for every alias of it. Linear in the document as written."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose subtree is being counted
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, counted = stack.pop()
+        key = id(node)
+        if counted:
+            open_.discard(key)
+            sizes[key] = size = 1 + sum(sizes[id(child)] for child in _children(node))
+            if size > MAX_NODES:
+                raise ConfigError(
+                    [
+                        ConfigProblem(
+                            f"YAML aliases expand this value to more than {MAX_NODES:,} values (an alias bomb?); "
+                            "refused before expanding it",
+                            file=path,
+                            line=node.start_mark.line + 1,
+                        )
+                    ]
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in open_:  # reached again from inside itself
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "a YAML alias refers to a value that contains it (a recursive structure), "
+                        "which a config cannot hold",
+                        file=path,
+                        line=node.start_mark.line + 1,
+                    )
+                ]
+            )
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
 
 
 def _record_lines(node: yaml.Node, path: KeyPath, doc: YamlDocument, depth: int = 0, merged: bool = False) -> None:
@@ -181,7 +271,7 @@ def _record_lines(node: yaml.Node, path: KeyPath, doc: YamlDocument, depth: int 
             child = (*path, index)
             doc.lines.setdefault(child, item.start_mark.line + 1)
             _record_lines(item, child, doc, depth + 1)
-    elif isinstance(node, yaml.ScalarNode) and node.style is None and "${" in node.value:
+    elif isinstance(node, yaml.ScalarNode) and not node.style and "${" in node.value:
         doc.plain.add(path)
 
 
