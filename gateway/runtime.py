@@ -15,12 +15,12 @@ from gateway.api.tokens import TokenRegistry, load_tokens
 from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
-from gateway.config.model import GatewayConfig, load_gateway_config
+from gateway.config.model import GatewayConfig, typed_config
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
 from gateway.runner import plugin_environment
-from gateway.webhooks.endpoints import load_webhooks
+from gateway.webhooks.endpoints import parse_webhooks
 from pipelines.dsl import PipelineErrors, PipelineSet, compile_pipelines
 from pipelines.routing import RouteRule, RoutingTable
 
@@ -47,9 +47,11 @@ def build_runtime(
     strict: bool = False,
     overrides: Mapping[Path, str] | None = None,
 ) -> Runtime:
-    """Everything a process runs on, or ConfigError with every problem. `strict` and `overrides`
-    as in `load_gateway_config` (`config check --strict`; `config set` validating its edit)."""
-    config = load_gateway_config(
+    """Everything a process runs on, or ConfigError with every problem: each stage that can
+    still run on what the previous ones built checks its part, and all of it is reported at once.
+    `strict` and `overrides` as in `load_gateway_config` (`config check --strict`; `config set`
+    validating its edit)."""
+    config, problems = typed_config(
         config_dir, os.environ if environ is None else environ, strict=strict, overrides=overrides
     )
     discovery = discover_plugins(config.plugin_roots, allow_symlinks=config.service.allow_symlinks)
@@ -59,12 +61,18 @@ def build_runtime(
     warned = plugin_seal.warnings if config.service.strict_mode else (*plugin_seal.problems, *plugin_seal.warnings)
     registry = replace(registry, warnings=(*registry.warnings, *warned))
     routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
-    pipelines = compile_config_pipelines(config, registry)
+    try:
+        pipelines = compile_config_pipelines(config, registry)
+    except ConfigError as exc:
+        problems += exc.problems
+        pipelines = PipelineSet()
     tokens = load_tokens(config)
-    if config.service.strict_mode and (refusals := [*plugin_seal.problems, *strict_refusals(config, registry, tokens)]):
-        raise ConfigError(refusals)
+    if config.service.strict_mode:
+        problems += [*plugin_seal.problems, *strict_refusals(config, registry, tokens)]
     # webhooks.yaml is a high-security file: a bad one stops every process (exit 78).
-    load_webhooks(config, registry, tokens)
+    problems += parse_webhooks(config, registry, tokens)[1]
+    if problems:
+        raise ConfigError(problems)
     env = plugin_environment(config.service.plugin_env_passthrough)
     return Runtime(
         config=config,

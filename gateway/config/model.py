@@ -162,15 +162,36 @@ def load_gateway_config(
     """Read, merge, validate and type a config directory. Raises ConfigError with every problem.
     `strict` applies strict mode whatever `service.strict_mode` says (`config check --strict`);
     `overrides` as in `load_config_tree`."""
-    merged = load_config_tree(config_dir, os.environ if environ is None else environ, overrides)
+    config, refused = typed_config(config_dir, environ, strict=strict, overrides=overrides)
+    if refused:
+        raise ConfigError(refused)
+    return config
+
+
+def typed_config(
+    config_dir: Path,
+    environ: Mapping[str, str] | None = None,
+    *,
+    strict: bool = False,
+    overrides: Mapping[Path, str] | None = None,
+) -> tuple[GatewayConfig, list[ConfigProblem]]:
+    """`load_gateway_config`, but what the seal refuses (its refusals, and in strict mode its
+    operational problems: spec §2) is returned beside the config, which is built regardless: a
+    caller that goes on checking reports it with everything else it finds (issue 12: `config
+    check --strict` on an unsealed directory reported the missing seal alone). Raises ConfigError,
+    those problems included, when the config cannot be built."""
+    merged = load_config_tree(config_dir, os.environ if environ is None else environ, overrides, check_seal=False)
+    refused = list(merged.integrity.refusals)
     problems = _schema_problems(merged)  # also reads YAML 1.1 booleans such as `strict_mode: yes`
     if strict or (merged.data.get("service") or {}).get("strict_mode") is True:
-        # Strict mode: operational files failing the seal refuse the config too (spec §2).
-        problems = [*merged.integrity.operational, *problems]
+        refused += merged.integrity.operational
     else:
         merged.warnings.extend(merged.integrity.operational)
     if not problems:
-        return _Builder(merged, strict=strict).build()
+        try:
+            return _Builder(merged, strict=strict).build(), refused
+        except ConfigError as exc:
+            raise ConfigError([*refused, *exc.problems]) from exc
     # Schema problems are the whole story only when the typed checks have nothing to add:
     # report theirs too (parallelism over max_workers, retention under dedupe_ttl, ...), once per key.
     reported = {p.key for p in problems}
@@ -180,7 +201,7 @@ def load_gateway_config(
         problems.extend(p for p in exc.problems if p.key not in reported)
     except (TypeError, ValueError, KeyError, AttributeError):
         pass  # a document the schema refused can trip the builder; the schema problems say why
-    raise ConfigError(problems)
+    raise ConfigError([*refused, *problems])
 
 
 def _schema_problems(merged: MergedConfig) -> list[ConfigProblem]:
