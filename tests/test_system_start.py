@@ -53,6 +53,16 @@ class Api:
             return False
 
 
+def post_bytes(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+    """POST `body` as is (a webhook delivery): the status and the JSON answer."""
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
 @pytest.fixture
 def system(process_db):
     port, hook_port = free_port(), free_port()
@@ -162,12 +172,7 @@ def test_the_webhook_listener_runs_on_its_own_port(system):
     signature = "sha256=" + hmac.new(b"hook-secret", body, hashlib.sha256).hexdigest()
 
     def post(headers):
-        request = urllib.request.Request(api.hook_base + "/hook/echo", data=body, method="POST", headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+        return post_bytes(api.hook_base + "/hook/echo", body, headers)
 
     wait_for(lambda: post({"X-Signature-256": "sha256=00"})[0] == 403, what="the webhook listener")
     code, accepted = post({"X-Signature-256": signature, "Content-Type": "application/json"})

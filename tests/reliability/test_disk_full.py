@@ -8,21 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import re
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.live_api import live_api
 from tests.reliability.output import Output
-from tests.support import REPO, cli_env, stop_gracefully, wait_for
-from tests.test_system_start import Api, free_port
+from tests.support import wait_for
+from tests.test_system_start import Api, free_port, post_bytes
 
 pytestmark = [pytest.mark.slow]
 
@@ -81,26 +78,17 @@ class Gateway:
         body = b'{"message": "from a webhook"}'
         signature = "sha256=" + hmac.new(HOOK_SECRET, body, hashlib.sha256).hexdigest()
         headers = {"X-Signature-256": signature, "Content-Type": "application/json"}
-        request = urllib.request.Request(self.hook_base + "/hook/echo", data=body, method="POST", headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+        return post_bytes(self.hook_base + "/hook/echo", body, headers)
 
 
 def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(config_dir, small_disk):
     cfg = config_dir
-    port, hook_port = free_port(), free_port()
+    hook_port = free_port()
     cfg.service["lease_ttl"] = "5s"  # heartbeat every 1.25 s: the daemon meets the full disk at once
     # One at a time, a second each: jobs are running and waiting while the disk is full.
     cfg.plugins["stress"] = {"config": {"sleep": 1}, "parallelism": 1, "retry": {"max_attempts": 3}}
     # The scheduler writes every second too.
     cfg.plugins["py-greet"] = {"config": {"name": "Test"}, "schedules": [{"every": "1s", "command": "poll"}]}
-    cfg.extra["api"] = {
-        "listen": f"127.0.0.1:{port}",
-        "auth": {"tokens": [{"name": "t", "token": TOKEN, "scopes": ["*"]}]},
-    }
     cfg.extra["tokens"] = [{"name": "hook", "key": HOOK_SECRET.decode()}]
     cfg.extra["webhooks"] = {
         "listen": f"127.0.0.1:{hook_port}",
@@ -108,23 +96,10 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
             {"path": "/hook/echo", "plugin": "echo", "secret_ref": "hook", "signature_header": "X-Signature-256"}
         ],
     }
-    cfg.write()
-    argv = [
-        sys.executable,
-        str(REPO / "manage.py"),
-        "system",
-        "start",
-        "--no-housekeeping",
-        "--config-dir",
-        str(cfg.path),
-    ]
-    proc = subprocess.Popen(
-        argv, env=cli_env(cfg), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    output = Output(proc)
-    gateway = Gateway(Api(port), f"http://127.0.0.1:{hook_port}")
-    try:
-        wait_for(gateway.api.up, timeout=60, what="the API")
+    tokens = [{"name": "t", "token": TOKEN, "scopes": ["*"]}]
+    with live_api(cfg, tokens, workers=True) as live:
+        output, proc = Output(live.proc), live.proc
+        gateway = Gateway(live.api, f"http://127.0.0.1:{hook_port}")
         output.wait_for("runscheduler started")
         output.wait_for("runworkers started")
         accepted = [gateway.enqueue(n)[1]["job_id"] for n in range(8)]
@@ -169,8 +144,6 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
         )
         for outage in set(outages):
             output.wait_for(f"{outage} works again")
-    finally:
-        stop_gracefully(proc)
     text = output.finish()
     assert "exited with" not in text and "keeps exiting" not in text, text  # no process died
     assert proc.returncode == 0, text

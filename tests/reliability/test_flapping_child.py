@@ -6,15 +6,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
+from tests.live_api import live_api
 from tests.reliability.output import Output
-from tests.support import REPO, cli_env, stop_gracefully, wait_for
-from tests.test_system_start import Api, free_port
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -26,26 +24,10 @@ def started_pids(output: Output, name: str) -> list[int]:
 
 
 def test_a_child_killed_again_and_again_is_restarted_and_the_api_keeps_serving(process_db):
-    cfg = process_db
-    port = free_port()
-    cfg.extra["api"] = {
-        "listen": f"127.0.0.1:{port}",
-        "auth": {"tokens": [{"name": "t", "token": TOKEN, "scopes": ["*"]}]},
-    }
-    cfg.write()
-    argv = [sys.executable, str(REPO / "manage.py"), "system", "start", "--no-scheduler", "--no-housekeeping"]
-    proc = subprocess.Popen(
-        [*argv, "--config-dir", str(cfg.path)],
-        env=cli_env(cfg),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output = Output(proc)
-    api = Api(port)
-    try:
-        wait_for(api.up, timeout=60, what="the API")
+    tokens = [{"name": "t", "token": TOKEN, "scopes": ["*"]}]
+    with live_api(process_db, tokens, workers=True) as live:
+        output, api, proc = Output(live.proc), live.api, live.proc
+        wait_for(lambda: started_pids(output, "api"), what="the supervisor's start-up lines")
         api_pid = started_pids(output, "api")
         # Five deaths in a row, each soon after its start: runworkers "keeps exiting".
         for death in range(1, 6):
@@ -66,6 +48,4 @@ def test_a_child_killed_again_and_again_is_restarted_and_the_api_keeps_serving(p
             timeout=60,
             what="the restarted runworkers to run the job",
         )
-    finally:
-        stop_gracefully(proc)
     assert proc.returncode == 0, output.finish()
