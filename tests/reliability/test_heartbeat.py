@@ -54,7 +54,8 @@ def test_a_job_whose_execution_failed_is_recovered_not_kept_running_by_the_heart
     daemon = start_workers(cfg, "--threads", "1", "--interval", "0.2")
     output = Output(daemon)
     try:
-        output.wait_for("unexpected error")  # the plugin ran; its outcome could not be recorded
+        # The plugin ran; neither its outcome nor a failure could be recorded, and execute raised.
+        output.wait_for("its lease will expire")
         allow_finishing(cfg)
         # The lease (5 s) runs out because nothing renews it, the recovery pass re-queues the
         # job, and its second attempt succeeds. Renewed by the heartbeat, it would stay running.
