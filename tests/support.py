@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -117,9 +117,15 @@ def cli_env(config: ConfigDir, **extra: str) -> dict[str, str]:
 
 
 def ductile(
-    config: ConfigDir, *args: str, timeout: float = 60, input: str | None = None, **env: str
+    config: ConfigDir,
+    *args: str,
+    timeout: float = 60,
+    input: str | None = None,
+    limits: Callable[[], None] | None = None,
+    **env: str,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the `ductile` CLI in a subprocess, as a user would (`input` on its stdin)."""
+    """Run the `ductile` CLI in a subprocess, as a user would (`input` on its stdin; `limits` run
+    in the child before it starts, e.g. resource limits)."""
     return subprocess.run(
         [sys.executable, str(REPO / "manage.py"), *args, "--config-dir", str(config.path)],
         input=input,
@@ -128,6 +134,7 @@ def ductile(
         timeout=timeout,
         env=cli_env(config, **env),
         cwd=REPO,
+        preexec_fn=limits,
     )
 
 

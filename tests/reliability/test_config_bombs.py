@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 import resource
-import subprocess
-import sys
 
 import pytest
 
-from tests.support import REPO, cli_env
+from tests.support import ductile
 
 pytestmark = [pytest.mark.slow]
 
@@ -41,20 +39,8 @@ def limits() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
-def ductile(cfg, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), *args, "--config-dir", str(cfg.path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=cli_env(cfg),
-        cwd=REPO,
-        preexec_fn=limits,
-    )
-
-
 def check(cfg) -> tuple[int, dict]:
-    proc = ductile(cfg, "config", "check", "--json")
+    proc = ductile(cfg, "config", "check", "--json", timeout=120, limits=limits)
     assert proc.stdout.startswith("{"), (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     return proc.returncode, json.loads(proc.stdout)
 
@@ -79,7 +65,7 @@ def test_an_alias_bomb_is_refused_naming_the_file_and_line(cfg):
     line = problem["line"]
     assert line and "*" in ALIAS_BOMB.splitlines()[line - 1], problem
     # A process that would run on it refuses it the same way, promptly.
-    start = ductile(cfg, "runworkers", "--once")
+    start = ductile(cfg, "runworkers", "--once", timeout=120, limits=limits)
     assert start.returncode == 78 and f"{plugins}:{line}" in start.stderr, start.stderr
 
 
