@@ -142,7 +142,7 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["gateway.api.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {

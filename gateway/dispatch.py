@@ -10,25 +10,23 @@ from typing import Any
 
 from django.utils import timezone
 
+from gateway import intake
 from gateway.config.frozen import thaw
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
 from gateway.protocol import build_request, judge, shown
 from gateway.runner import run_plugin
 from gateway.runtime import Runtime, RuntimeHolder
-from gateway.writegate import sqlite_writer
 from ledger.ids import new_id
-from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, PluginState
-from ledger.models.workers import PluginHealth, PluginInstanceRecord
+from ledger.models import AttemptOutcome, EventContext, Job, LostJob, PluginState
 from ledger.states import JobStatus
+from ledger.submitters import Submitter
 from pipelines.dsl import SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
 from pipelines.predicates import evaluate
 from pipelines.router import (
     Position,
-    Successor,
     carry_forward,
     entry_matches,
-    stamp_upstream,
     step_successor,
     successors,
     synthetic_success,
@@ -37,9 +35,6 @@ from pipelines.routing import stamp_event
 from pipelines.templates import TemplateError, remap
 
 log = logger("dispatch")
-
-# `submitted_by` of scheduled jobs: only their outcomes move circuit breakers (spec 000 §5.8).
-SCHEDULER = "scheduler"
 
 
 def iso(dt: Any) -> str:
@@ -70,10 +65,9 @@ class Executor:
             return  # the outcome was recorded before the error, or another process recovered the job
         outcome = AttemptOutcome(JobStatus.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
         try:
-            with sqlite_writer():
-                job.record_outcome(
-                    outcome, worker=self.worker_id, default_dedupe_ttl=self.holder.get().config.service.dedupe_ttl
-                )
+            job.record_outcome(
+                outcome, worker=self.worker_id, default_dedupe_ttl=self.holder.get().config.service.dedupe_ttl
+            )
         except LostJob:
             pass  # recovered meanwhile: its next attempt is the one that counts
 
@@ -85,7 +79,7 @@ class Executor:
             self._switch(job, runtime, position)
             return
         instance = runtime.registry.instances.get(job.plugin)
-        refusal = self._refusal(runtime, instance, job)
+        refusal = intake.refusal(runtime, job.plugin, job.command)
         if refusal is None:
             try:
                 event = self._remapped_event(job, runtime, position)
@@ -171,17 +165,6 @@ class Executor:
             return Position(depth=job.route_depth)
         return Position(row.pipeline_name, row.step_id, job.route_depth, row.accumulated_json or {})
 
-    def _refusal(self, runtime: Runtime, instance: PluginInstance | None, job: Job) -> str | None:
-        if instance is None:
-            reason = runtime.registry.skipped.get(job.plugin)
-            if job.plugin in runtime.registry.disabled:
-                return f"plugin {job.plugin!r} is disabled (enabled: false)"
-            return f"plugin {job.plugin!r} is not loaded" + (f": {reason}" if reason else "")
-        if instance.command(job.command) is None:
-            known = ", ".join(instance.manifest.commands)
-            return f"plugin {job.plugin!r} has no command {job.command!r} (manifest declares: {known})"
-        return None
-
     def _node(self, runtime: Runtime, position: Position) -> Node | None:
         pipeline = runtime.pipelines.pipelines.get(position.pipeline or "")
         return pipeline.nodes.get(position.node or "") if pipeline else None
@@ -262,7 +245,9 @@ class Executor:
         if not found:
             log.debug("no route matched %d event(s)", len(events), extra={"plugin": job.plugin, "job_id": job.id})
         outcome.events += stamped
-        outcome.children += [child_spec(s, runtime, parent=job, upstream_pipeline=position.pipeline) for s in found]
+        outcome.children += [
+            intake.successor(runtime, s, parent=job, upstream_pipeline=position.pipeline) for s in found
+        ]
 
     def _hooks(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
         """Lifecycle hooks (DSL reference §8-§9): when a root job of a plugin that opted in with
@@ -271,9 +256,9 @@ class Executor:
         if instance is None or not instance.config.notify_on_complete or not runtime.pipelines.has_hooks():
             return
         hook_depth = int((job.event or {}).get("hook_depth") or 0)
-        if job.parent_job_id and job.submitted_by != "hook":
+        if job.parent_job_id and job.submitter is not Submitter.HOOK:
             return  # only roots (and hook-started roots) signal
-        final = final_status(job, outcome)
+        final = outcome.final_status(job.attempt, job.max_attempts)
         if final is None:
             return
         signals = lifecycle_signals(job, outcome, final)
@@ -292,18 +277,17 @@ class Executor:
                     continue
                 for node in pipeline.entries:
                     found = step_successor(pipeline, node, signal, {}, 1)
-                    spec = child_spec(found, runtime, parent=None, upstream_pipeline=None, submitted_by="hook")
+                    spec = intake.successor(runtime, found, parent=None, submitter=Submitter.HOOK)
                     event = {**spec.event, "hook_depth": hook_depth + 1} if spec.event else None
                     outcome.children.append(replace(spec, parent_job_id=job.id, event=event))
 
     def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
         self._hooks(job, outcome, runtime)
         instance = runtime.registry.instances.get(job.plugin)
-        if job.submitted_by == SCHEDULER and instance is not None:
+        if job.submitter is Submitter.SCHEDULER and instance is not None:
             outcome.breaker_threshold = instance.config.circuit_breaker.threshold
         try:
-            with sqlite_writer():  # in turn with the API's enqueues, not in SQLite's busy handler
-                job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
+            job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
         except LostJob as exc:
             # Why: our lease ran out and another process recovered the job; its next attempt is
             # the one that counts (at-least-once), so this result is dropped, not double-written.
@@ -325,59 +309,12 @@ class Executor:
                 child.command,
                 extra={"plugin": job.plugin, "job_id": job.id},
             )
-        if job.command == "init" and job.submitted_by == "system":
-            healthy = outcome.status == JobStatus.SUCCEEDED
-            PluginInstanceRecord.objects.filter(name=job.plugin).update(
-                health=PluginHealth.HEALTHY if healthy else PluginHealth.UNHEALTHY,
-                last_error=None if healthy else outcome.error,
-                updated_at=timezone.now(),
-            )
-
-
-def child_spec(
-    found: Successor,
-    runtime: Runtime,
-    *,
-    parent: Job | None,
-    upstream_pipeline: str | None,
-    submitted_by: str = "route",
-) -> JobSpec:
-    """A router successor as a queue request."""
-    payload = found.event.get("payload") or {}
-    if parent is not None:
-        payload = stamp_upstream(payload, parent.plugin, upstream_pipeline)
-    event = {**found.event, "payload": dict(payload)}
-    target = runtime.registry.instances.get(found.plugin)
-    return JobSpec(
-        plugin=found.plugin,
-        command=found.command,
-        submitted_by=submitted_by,
-        payload=event["payload"],
-        event=event,
-        dedupe_key=found.dedupe_key,
-        max_attempts=target.config.retry.max_attempts if target else 1,
-        parent_job_id=parent.id if parent else None,
-        source_event_id=event.get("event_id"),
-        event_context_id=parent.event_context_id if parent else None,
-        route_depth=found.depth,
-        step=(found.pipeline, found.node, found.context or {}) if found.pipeline and found.node else None,
-        refusal=found.refusal,
-    )
 
 
 def preflight_event(job: Job, decision: str, reason: str) -> dict[str, Any]:
     """DSL reference §6.4: every job records what preflight decided."""
     payload = {"job_id": job.id, "plugin": job.plugin, "command": job.command, "decision": decision, "reason": reason}
     return {"type": "job.preflight", "source": "core", "payload": payload}
-
-
-def final_status(job: Job, outcome: AttemptOutcome) -> str | None:
-    """The status this outcome leaves the job in for good, or None when it will be retried."""
-    if outcome.status == JobStatus.SUCCEEDED:
-        return JobStatus.SUCCEEDED
-    if not outcome.retryable:
-        return outcome.status
-    return JobStatus.DEAD if job.attempt >= job.max_attempts else None
 
 
 def lifecycle_signals(job: Job, outcome: AttemptOutcome, final: str) -> list[dict[str, Any]]:

@@ -13,10 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.api.tokens import RESOURCES
-from gateway.config.frozen import thaw
+from gateway.config.tokens import RESOURCES
 from gateway.runtime import Runtime
-from gateway.scheduler.spec import scheduled_entries
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -122,13 +120,11 @@ class _Doctor:
         used = {p.uses for p in self.config.plugins.values()}
         for name in sorted(set(registry.discovery.manifests) - used):
             self.add("unused_plugin", INFO, f"plugin {name!r} is discovered but not configured (add it under plugins:)")
-        triggered = {s.plugin for s in scheduled_entries(self.config)}
+        triggered = {s.plugin for s in self.config.scheduled_entries()}
         triggered |= {r.target for r in self.config.routes}
         for pipeline in self.runtime.pipelines.pipelines.values():
             triggered |= {node.plugin for node in pipeline.nodes.values() if node.plugin}
-        hooks = thaw(self.config.webhooks) or {}
-        endpoints = hooks.get("endpoints") if isinstance(hooks, dict) else None
-        triggered |= {str(e.get("plugin")) for e in endpoints or [] if isinstance(e, dict)}
+        triggered |= {endpoint.plugin for endpoint in self.runtime.webhooks.by_path.values()}
         for name in sorted(set(registry.instances) - triggered):
             self.add(
                 "untriggered_plugin",
@@ -138,20 +134,14 @@ class _Doctor:
             )
 
     def webhook_conflicts(self) -> None:
-        hooks = thaw(self.config.webhooks) or {}
-        api = thaw(self.config.api) or {}
-        listen = hooks.get("listen") if isinstance(hooks, dict) else None
-        if listen and api.get("enabled", True) and _port(listen) == _port(api.get("listen") or "localhost:8080"):
+        listen, api = self.runtime.webhooks.listen, self.config.api
+        if listen is not None and api.enabled and listen.port == api.listen.port:
             self.add(
                 "webhook_listen_conflict",
                 ERROR,
-                f"webhooks.listen {listen!r} and api.listen share port {_port(listen)}: one of them cannot start",
+                f"webhooks.listen {str(listen)!r} and api.listen share port {listen.port}: one of them cannot start",
                 ("webhooks", "listen"),
             )
-
-
-def _port(address: str) -> str:
-    return str(address).rpartition(":")[2] or "8080"
 
 
 def _cycles_from(start: str, edges: dict[str, set[str]]) -> list[list[str]]:

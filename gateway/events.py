@@ -1,19 +1,20 @@
-"""Root ingress of events and pipelines: what `event publish`, `pipeline run` and (later) the API
-and webhooks call. Each enqueues through the router like any other event."""
+"""Root events and pipelines: what `event publish`, `pipeline run` and the API's pipeline trigger
+start. Each is routed like any other event; the jobs enter through the intake (gateway.intake)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
+from gateway import intake
 from gateway.config.frozen import thaw
-from gateway.dispatch import child_spec, iso
+from gateway.dispatch import iso
 from gateway.runtime import Runtime
 from gateway.trees import TreeOutcome, TreeWaiter
 from ledger.ids import new_id
-from ledger.models import Job, JobSpec
+from ledger.models import JobSpec
+from ledger.submitters import Submitter
 from pipelines.dsl import Pipeline
 from pipelines.router import Position, Successor, step_successor, successors
 from pipelines.routing import stamp_event
@@ -30,8 +31,9 @@ def root_event(event_type: str, payload: dict[str, Any], source: str, dedupe_key
 def event_starts(
     runtime: Runtime, event_type: str, payload: dict[str, Any], *, source: str, dedupe_key: str | None = None
 ) -> list[Successor]:
-    """What a root event starts: every pipeline whose `on:` matches (routes need a source plugin)."""
-    event = root_event(event_type, payload, source, dedupe_key)
+    """What a root event starts: every pipeline whose `on:` matches (routes need a source plugin).
+    intake.Refused when the payload cannot be stored."""
+    event = root_event(event_type, intake.checked(payload, "payload"), source, dedupe_key)
     return successors(
         source_plugin=None, position=Position(), events=[event], routes=runtime.routing, pipelines=runtime.pipelines
     )
@@ -42,28 +44,28 @@ def pipeline_starts(
 ) -> list[Successor]:
     """One named pipeline's entry steps, whatever its trigger."""
     pipeline = runtime.pipelines.pipelines[name]
-    event = root_event(pipeline.trigger, payload, source, dedupe_key)
+    event = root_event(pipeline.trigger, intake.checked(payload, "payload"), source, dedupe_key)
     return [step_successor(pipeline, node, event, {}, 1) for node in pipeline.entries]
 
 
-def as_roots(runtime: Runtime, starts: list[Successor], submitted_by: str) -> list[JobSpec]:
-    return [child_spec(s, runtime, parent=None, upstream_pipeline=None, submitted_by=submitted_by) for s in starts]
+def as_roots(runtime: Runtime, starts: list[Successor], submitter: Submitter) -> list[JobSpec]:
+    return [intake.successor(runtime, s, parent=None, submitter=submitter) for s in starts]
 
 
 def publish_event(
-    runtime: Runtime, event_type: str, payload: dict[str, Any], *, submitted_by: str, dedupe_key: str | None = None
+    runtime: Runtime, event_type: str, payload: dict[str, Any], *, submitter: Submitter, dedupe_key: str | None = None
 ) -> list[str]:
     """A root event, routed like any other: every matching pipeline starts. Returns the job ids."""
-    starts = event_starts(runtime, event_type, payload, source=submitted_by, dedupe_key=dedupe_key)
-    return enqueue(runtime, as_roots(runtime, starts, submitted_by))
+    starts = event_starts(runtime, event_type, payload, source=submitter.value, dedupe_key=dedupe_key)
+    return intake.submit_ids(runtime, as_roots(runtime, starts, submitter))
 
 
 def pipeline_entries(
-    runtime: Runtime, name: str, payload: dict[str, Any], *, submitted_by: str, dedupe_key: str | None = None
+    runtime: Runtime, name: str, payload: dict[str, Any], *, submitter: Submitter, dedupe_key: str | None = None
 ) -> list[JobSpec]:
     """The root jobs that start one named pipeline."""
-    starts = pipeline_starts(runtime, name, payload, source=submitted_by, dedupe_key=dedupe_key)
-    return as_roots(runtime, starts, submitted_by)
+    starts = pipeline_starts(runtime, name, payload, source=submitter.value, dedupe_key=dedupe_key)
+    return as_roots(runtime, starts, submitter)
 
 
 def preview(runtime: Runtime, starts: list[Successor]) -> dict[str, Any]:
@@ -77,14 +79,6 @@ def preview(runtime: Runtime, starts: list[Successor]) -> dict[str, Any]:
     return {"hops": [h.as_dict() for h in hops], "truncated": truncated, "assumption": ASSUMPTION}
 
 
-def replay_spec(runtime: Runtime, job: Job, *, submitted_by: str) -> JobSpec:
-    """`Job.replay_spec` with the attempts the plugin is configured for now (ActionRefused for a
-    job that has not finished)."""
-    target = runtime.registry.instances.get(job.plugin)
-    max_attempts = target.config.retry.max_attempts if target else job.max_attempts
-    return job.replay_spec(submitted_by=submitted_by, max_attempts=max_attempts)
-
-
 class SyncRefused(ValueError):
     """A synchronous run that cannot be answered as one tree (the API's 400)."""
 
@@ -94,20 +88,20 @@ def run_synchronously(
     name: str,
     payload: dict[str, Any],
     *,
-    submitted_by: str,
+    submitter: Submitter,
     timeout: float,
     dedupe_key: str | None = None,
 ) -> TreeOutcome:
     """Start a pipeline and wait for its whole tree (or `timeout`). Entry dispatches are resolved
     first: more than one cannot be answered as one result, so it is refused before anything runs."""
-    specs = pipeline_entries(runtime, name, payload, submitted_by=submitted_by, dedupe_key=dedupe_key)
+    specs = pipeline_entries(runtime, name, payload, submitter=submitter, dedupe_key=dedupe_key)
     if len(specs) != 1:
         raise SyncRefused(
             f"pipeline {name!r} starts with {len(specs)} entry dispatches; a synchronous run needs exactly one "
             "(run it asynchronously instead)"
         )
     with TreeWaiter() as waiter:
-        return waiter.wait(enqueue(runtime, specs), timeout)
+        return waiter.wait(intake.submit_ids(runtime, specs), timeout)
 
 
 def sync_timeout(pipeline: Pipeline, requested: float | None, cap: float | None = None) -> float:
@@ -115,9 +109,3 @@ def sync_timeout(pipeline: Pipeline, requested: float | None, cap: float | None 
     past the operator's cap (`api.max_sync_timeout`)."""
     timeout = pipeline.timeout if requested is None else requested
     return min(timeout, cap) if cap else timeout
-
-
-def enqueue(runtime: Runtime, specs: list[JobSpec]) -> list[str]:
-    ttl = runtime.config.service.dedupe_ttl
-    with transaction.atomic():
-        return [Job.objects.enqueue(spec, default_dedupe_ttl=ttl).job_id for spec in specs]

@@ -6,36 +6,47 @@ loaded config (a replay's attempts, a resumed entry's next run) is here."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
-from gateway.events import enqueue, replay_spec
+from gateway import intake
 from gateway.runtime import Runtime
-from gateway.scheduler.spec import scheduled_entries
 from gateway.scheduler.timing import next_run
 from ledger.models import Job, ScheduleEntry
 from ledger.states import ActionRefused
-
-# Who the CLI's actions are recorded as: `submitted_by` of the jobs it enqueues (spec §3.2).
-CLI = "cli"
-# `job_queue.submitted_by` holds 64 characters.
-SUBMITTER_LENGTH = 64
+from ledger.submitters import Submitter
 
 
-def console_actor(username: str) -> str:
-    """A console user as the ledger records them: `admin:alice`."""
-    return f"admin:{username}"[:SUBMITTER_LENGTH]
+@dataclass(frozen=True)
+class Actor:
+    """Who acts by hand: the CLI, or a person in the audit console. As text (`cli`,
+    `admin:alice`) it is what the ledger records: a transition's reason, a breaker's actor."""
+
+    submitter: Submitter
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.submitter.by(self.name)
 
 
-def replay(runtime: Runtime, job: Job, *, by: str) -> str:
-    """A new job for the same step from the stored context; `by` is its submitter. Its id."""
-    return enqueue(runtime, [replay_spec(runtime, job, submitted_by=by)])[0]
+# The CLI's actions are recorded as `cli` (spec §3.2: the submitter of the jobs it enqueues).
+CLI = Actor(Submitter.CLI)
+
+
+def console_actor(username: str) -> Actor:
+    return Actor(Submitter.ADMIN, username)
+
+
+def replay(runtime: Runtime, job: Job, *, by: Actor) -> str:
+    """A new job for the same step from the stored context, submitted by `by`. Its id."""
+    return intake.submit_ids(runtime, [intake.replay(runtime, job, by.submitter, actor=by.name)])[0]
 
 
 def resume_schedule(runtime: Runtime, entry: ScheduleEntry, *, now: datetime, dry_run: bool = False) -> None:
     """Fire again from the next run after now (missed runs are not caught up). ActionRefused
     when the entry is no longer configured, or (`ScheduleEntry.resume_by_hand`) not paused by hand."""
     target = (entry.plugin, entry.schedule_id)
-    schedule = next((s for s in scheduled_entries(runtime.config) if (s.plugin, s.id) == target), None)
+    schedule = next((s for s in runtime.config.scheduled_entries() if (s.plugin, s.id) == target), None)
     if schedule is None:
         raise ActionRefused(f"{entry.address} is no longer configured; it cannot be resumed")
     if not dry_run:

@@ -14,8 +14,8 @@ from django.utils.dateparse import parse_datetime
 from gateway.config.errors import ConfigError
 from gateway.config.integrity import SealUnusable, file_digest, read_seal, tier_of
 from gateway.config.loader import config_files
+from gateway.config.schedules import Schedule
 from gateway.runtime import Runtime
-from gateway.scheduler.spec import Schedule
 from gateway.scheduler.timing import next_run
 from ledger.models import (
     CircuitBreaker,

@@ -11,16 +11,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 
-from gateway.api.tokens import TokenRegistry, load_tokens
 from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, typed_config
+from gateway.config.tokens import TokenRegistry, load_tokens
+from gateway.config.webhooks import Webhooks, parse_webhooks
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
 from gateway.runner import plugin_environment
-from gateway.webhooks.endpoints import parse_webhooks
 from pipelines.dsl import PipelineErrors, PipelineSet, compile_pipelines
 from pipelines.routing import RouteRule, RoutingTable
 
@@ -36,6 +36,8 @@ class Runtime:
     tokens: TokenRegistry = field(default_factory=TokenRegistry)
     # The plugins' code as sealed and as loaded: checked again before every spawn.
     plugin_seal: PluginSeal = field(default_factory=PluginSeal)
+    # The webhook listener's endpoints, parsed once per load.
+    webhooks: Webhooks = field(default_factory=Webhooks)
     # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
     loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -70,7 +72,8 @@ def build_runtime(
     if config.service.strict_mode:
         problems += [*plugin_seal.problems, *strict_refusals(config, registry, tokens)]
     # webhooks.yaml is a high-security file: a bad one stops every process (exit 78).
-    problems += parse_webhooks(config, registry, tokens)[1]
+    webhooks, webhook_problems = parse_webhooks(config, plugin_commands(registry), tokens.secrets)
+    problems += webhook_problems
     if problems:
         raise ConfigError(problems)
     env = plugin_environment(config.service.plugin_env_passthrough)
@@ -82,7 +85,16 @@ def build_runtime(
         plugin_env=MappingProxyType(env),
         tokens=tokens,
         plugin_seal=plugin_seal,
+        webhooks=webhooks,
     )
+
+
+def plugin_commands(registry: Registry) -> dict[str, tuple[str, ...] | None]:
+    """What each configured plugin can be asked to do; None for one skipped at load."""
+    commands: dict[str, tuple[str, ...] | None] = {name: None for name in registry.skipped}
+    for group in (registry.instances, registry.disabled):
+        commands.update({name: tuple(inst.manifest.commands) for name, inst in group.items()})
+    return commands
 
 
 def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegistry) -> list[ConfigProblem]:
@@ -93,7 +105,7 @@ def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegi
         for name, reason in registry.skipped.items()
         if config.plugins[name].enabled
     ]
-    if (thaw(config.api) or {}).get("enabled", True) and not tokens.tokens:
+    if config.api.enabled and not tokens.tokens:
         problems.append(
             config.problem(
                 ("api", "auth", "tokens"),
@@ -106,11 +118,8 @@ def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegi
 
 def compile_config_pipelines(config: GatewayConfig, registry: Registry) -> PipelineSet:
     """Compile `pipelines:` against the configured plugins; errors name file, line and key."""
-    commands: dict[str, list[str] | None] = {name: None for name in registry.skipped}
-    for group in (registry.instances, registry.disabled):
-        commands.update({name: list(inst.manifest.commands) for name, inst in group.items()})
     try:
-        return compile_pipelines(thaw(config.pipelines), commands, parse_duration)
+        return compile_pipelines(thaw(config.pipelines), plugin_commands(registry), parse_duration)
     except PipelineErrors as exc:
         raise ConfigError(config.problem(p.path, p.message) for p in exc.problems) from exc
 

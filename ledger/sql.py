@@ -33,11 +33,14 @@ def native(text: str, vendor: str) -> str:
 def execute(text: str, params: Sequence[Any]) -> Any:
     """Run a statement on the DB-API cursor of this thread's connection, inside whatever
     transaction Django has open on it. `text` must already be in the backend's placeholder
-    style (`native`). Skips Django's cursor wrapper, which costs more than the statement."""
+    style (`native`). Skips Django's cursor wrapper, which costs more than the statement, but not
+    its error translation: a driver's exception surfaces as Django's (`django.db.OperationalError`
+    and kin), and marks the connection so `close_old_connections` replaces a broken one."""
     conn = current()
     conn.ensure_connection()
-    cursor = conn.connection.cursor()
-    cursor.execute(text, params)
+    with conn.wrap_database_errors:
+        cursor = conn.connection.cursor()
+        cursor.execute(text, params)
     return cursor
 
 
@@ -48,11 +51,12 @@ def execute_many(text: str, rows: Sequence[Sequence[Any]]) -> None:
         return
     conn = current()
     conn.ensure_connection()
-    cursor = conn.connection.cursor()
-    try:
-        cursor.executemany(text, rows)
-    finally:
-        cursor.close()
+    with conn.wrap_database_errors:
+        cursor = conn.connection.cursor()
+        try:
+            cursor.executemany(text, rows)
+        finally:
+            cursor.close()
 
 
 @dataclass(frozen=True)

@@ -187,9 +187,12 @@ django.setup()
 from gateway.database import ensure_schema
 ensure_schema()
 from ledger.models import Job, JobSpec, JobTransition
+from ledger.submitters import Submitter
 action = sys.argv[2]
 if action == "enqueue":
     specs = json.loads(sys.stdin.read())
+    for spec in specs:
+        spec["submitter"] = Submitter(spec.pop("submitted_by", "cli"))
     ids = [Job.objects.enqueue(JobSpec(**spec), default_dedupe_ttl=86400).job_id for spec in specs]
     print(json.dumps(ids))
 elif action == "sql":

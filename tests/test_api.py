@@ -139,7 +139,7 @@ def test_plugin_trigger_enqueues_one_job_as_the_api(api):
 @pytest.mark.parametrize(
     ("path", "body", "code", "words"),
     [
-        ("/plugin/nope/poll", {}, 404, "no loaded plugin named 'nope'"),
+        ("/plugin/nope/poll", {}, 404, "plugin 'nope' cannot run: it is not configured"),
         ("/plugin/echo/nope", {}, 404, "has no command 'nope'"),
         ("/plugin/echo/poll", {"payload": [1]}, 400, "payload: must be a JSON object"),
         ("/plugin/echo/poll", "not json", 400, "JSON"),

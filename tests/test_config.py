@@ -170,7 +170,7 @@ def test_the_spec_example_config_yaml_loads(tmp_path: Path) -> None:
     config = load(tmp_path)
     assert config.service.max_workers == 4
     assert config.plugin_roots == (Path("/opt/ductile/plugins"), Path("/opt/ductile/plugins-private"))
-    assert config.api["listen"] == "127.0.0.1:8080"
+    assert str(config.api.listen) == "127.0.0.1:8080"
     assert config.state_path == tmp_path / "data" / "state.db"
     assert config.warnings == ()
 

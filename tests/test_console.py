@@ -33,6 +33,7 @@ from ledger.models import (
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.roles import grant_actions, grant_views
 from ledger.states import JobStatus
+from ledger.submitters import Submitter
 from tests.console_setup import (
     CONFIG_SECRET,
     EVENT_SECRET,
@@ -73,7 +74,7 @@ def holder(config_dir):
 def run_pipeline(holder, **payload):
     """One run of the `audit` pipeline, drained: its jobs by step."""
     before = set(Job.objects.values_list("id", flat=True))
-    publish_event(holder.get(), "audit.start", audit_payload(**payload), submitted_by="api")
+    publish_event(holder.get(), "audit.start", audit_payload(**payload), submitter=Submitter.API)
     drain(holder)
     contexts = dict(EventContext.objects.filter(pipeline_name="audit").values_list("id", "step_id"))
     jobs = Job.objects.filter(event_context_id__in=list(contexts)).exclude(pk__in=before)
@@ -121,7 +122,9 @@ def said(response):
 
 
 def enqueue(plugin="stress", **spec):
-    return Job.objects.enqueue(JobSpec(plugin, "poll", spec.pop("submitted_by", "api"), **spec), default_dedupe_ttl=60)
+    return Job.objects.enqueue(
+        JobSpec(plugin, "poll", spec.pop("submitter", Submitter.API), **spec), default_dedupe_ttl=60
+    )
 
 
 # -- what an auditor reads ----------------------------------------------------------------------
@@ -165,7 +168,7 @@ def test_the_job_list_filters_and_searches(holder, auditor):
     steps = run_pipeline(holder)
     failed = run_pipeline(holder, fail=True)["shout"]
     assert failed.status == JobStatus.DEAD
-    keyed = enqueue(payload={"mode": "ok"}, dedupe_key="nightly-2026-11-24", submitted_by="cli").job_id
+    keyed = enqueue(payload={"mode": "ok"}, dedupe_key="nightly-2026-11-24", submitter=Submitter.CLI).job_id
     old = enqueue(payload={"mode": "ok"}).job_id
     Job.objects.filter(pk=old).update(created_at=timezone.now() - timedelta(days=3))
 

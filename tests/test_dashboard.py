@@ -14,6 +14,7 @@ from django.test import Client
 from gateway.dispatch import Executor
 from gateway.events import publish_event
 from ledger.models import EventRecord, Job, JobSpec
+from ledger.submitters import Submitter
 from tests.support import load_runtime
 
 pytestmark = [
@@ -116,7 +117,7 @@ def test_the_overview_stream_sends_a_snapshot_then_what_changes(auditor, holder)
         ((name, snapshot),) = frames(response, 1)
         assert name == "snapshot" and snapshot["queue"]["queued"] == 0
         job_id = Job.objects.enqueue(
-            JobSpec(plugin="echo", command="poll", submitted_by="test"), default_dedupe_ttl=60
+            JobSpec(plugin="echo", command="poll", submitter=Submitter.CLI), default_dedupe_ttl=60
         ).job_id
         ((name, snapshot),) = frames(response, 1)
         assert name == "snapshot" and snapshot["queue"]["queued"] == 1
@@ -130,8 +131,8 @@ def test_the_overview_stream_sends_a_snapshot_then_what_changes(auditor, holder)
 
 
 def test_the_pipelines_stream_sends_runs_and_the_steps_of_each_pipelines_latest_or_chosen_run(auditor, holder):
-    first = publish_event(holder.get(), "greet.start", {"go": True}, submitted_by="test")[0]
-    second = publish_event(holder.get(), "greet.start", {"go": False}, submitted_by="test")[0]
+    first = publish_event(holder.get(), "greet.start", {"go": True}, submitter=Submitter.CLI)[0]
+    second = publish_event(holder.get(), "greet.start", {"go": False}, submitter=Submitter.CLI)[0]
     latest = auditor.get("/dashboard/stream?view=pipelines")
     chosen = auditor.get(f"/dashboard/stream?view=pipelines&run={first}")
     try:

@@ -21,6 +21,7 @@ from gateway.config.model import load_gateway_config
 from gateway.housekeeping import BACKUP_SCHEDULE, PRUNE_SCHEDULE, prune, rotate, sync_schedules
 from ledger.models import AttemptOutcome, EventRecord, Job, JobLog, JobSpec, JobStopwatch, JobTransition
 from ledger.states import JobStatus
+from ledger.submitters import Submitter
 from tests.support import REPO, cli_env, installed_runtime, ledger, run_sql, wait_for
 
 DAY = 86400.0
@@ -39,7 +40,7 @@ STOPWATCH = {
 def finished_job(at, *, status=JobStatus.SUCCEEDED, plugin="echo"):
     """A job enqueued, claimed and finished at `at`, through the queue's own methods: its
     job_queue, job_transitions, job_log, job_stopwatch and event_log rows all carry that time."""
-    job_id = Job.objects.enqueue(JobSpec(plugin, "poll", "cli"), default_dedupe_ttl=DAY, now=at).job_id
+    job_id = Job.objects.enqueue(JobSpec(plugin, "poll", Submitter.CLI), default_dedupe_ttl=DAY, now=at).job_id
     job = Job.objects.claim_next(worker_id="w1", caps={plugin: 1}, lease_ttl=60, now=at, only=job_id)
     assert job is not None
     outcome = AttemptOutcome(
@@ -59,10 +60,10 @@ class TestRetention:
         recent = finished_job(now - timedelta(hours=1))
         # Waiting and running jobs are never pruned, however old, nor is any of their history.
         waiting = Job.objects.enqueue(
-            JobSpec("echo", "poll", "cli"), default_dedupe_ttl=DAY, now=now - timedelta(days=40)
+            JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=DAY, now=now - timedelta(days=40)
         )
         running = Job.objects.enqueue(
-            JobSpec("stress", "poll", "cli"), default_dedupe_ttl=DAY, now=now - timedelta(days=40)
+            JobSpec("stress", "poll", Submitter.CLI), default_dedupe_ttl=DAY, now=now - timedelta(days=40)
         )
         assert Job.objects.claim_next(worker_id="w2", caps={"stress": 1}, lease_ttl=60, now=now - timedelta(days=40))
 

@@ -18,6 +18,7 @@ from gateway.live import WINDOW_MINUTES, LedgerClock, LiveFigures, build_snapsho
 from gateway.runs import RecentRuns, run_steps
 from ledger.models import Job, JobSpec
 from ledger.states import JobStatus
+from ledger.submitters import Submitter
 from tests.support import load_runtime, wait_for
 
 pytestmark = [
@@ -51,7 +52,7 @@ def holder(config_dir):
 
 
 def enqueue(plugin: str, **payload) -> str:
-    spec = JobSpec(plugin=plugin, command="poll", submitted_by="test", payload=payload, max_attempts=1)
+    spec = JobSpec(plugin=plugin, command="poll", submitter=Submitter.CLI, payload=payload, max_attempts=1)
     return Job.objects.enqueue(spec, default_dedupe_ttl=60).job_id
 
 
@@ -70,7 +71,7 @@ def drain(holder, limit: int = 50) -> None:
 
 
 def start_pipeline(holder, go: bool) -> str:
-    (job_id,) = publish_event(holder.get(), "greet.start", {"go": go}, submitted_by="test")
+    (job_id,) = publish_event(holder.get(), "greet.start", {"go": go}, submitter=Submitter.CLI)
     return job_id
 
 
@@ -200,7 +201,7 @@ def test_a_run_fails_as_soon_as_one_of_its_jobs_failed(holder, config_dir):
     ]
     holder = load_runtime(config_dir)
     runs = RecentRuns()
-    (job_id,) = publish_event(holder.get(), "fragile.start", {"mode": "error"}, submitted_by="test")
+    (job_id,) = publish_event(holder.get(), "fragile.start", {"mode": "error"}, submitter=Submitter.CLI)
     drain(holder)
     (run,) = runs.latest()["fragile"]
     assert (run.status, run.final) == ("failed", True)

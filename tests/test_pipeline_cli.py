@@ -130,13 +130,15 @@ django.setup()
 from gateway.database import ensure_schema
 ensure_schema()
 from gateway import trees
-from gateway.events import enqueue, pipeline_entries
+from gateway.events import pipeline_entries
+from gateway.intake import submit_ids
 from gateway.runtime import RUNTIME
+from ledger.submitters import Submitter
 # Only a wake-up can end this wait in time: the periodic re-check is pushed past the timeout.
 trees.RECHECK_SECONDS = 600
 runtime = RUNTIME.get()
 with trees.TreeWaiter() as waiter:
-    ids = enqueue(runtime, pipeline_entries(runtime, "chain", {"user": "cy", "n": 9}, submitted_by="cli"))
+    ids = submit_ids(runtime, pipeline_entries(runtime, "chain", {"user": "cy", "n": 9}, submitter=Submitter.CLI))
     outcome = waiter.wait(ids, 90)
 print(json.dumps({"complete": outcome.complete, "jobs": len(outcome.jobs)}))
 """

@@ -9,6 +9,7 @@ import pytest
 
 from ledger.models import EventContext, Job, JobLog, JobSpec
 from ledger.states import JobStatus
+from ledger.submitters import Submitter
 from tests.support import drain, load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -23,7 +24,7 @@ def load(config_dir, pipelines, **plugins):
 def publish(holder, event_type, payload):
     from gateway.events import publish_event
 
-    return publish_event(holder.get(), event_type, payload, submitted_by="cli")
+    return publish_event(holder.get(), event_type, payload, submitter=Submitter.CLI)
 
 
 def request_of(job):
@@ -250,7 +251,7 @@ def test_from_plugin_matches_only_events_of_that_plugin(config_dir):
             {"name": "from-echo", "on": "stress.event", "from_plugin": "echo", "steps": [{"id": "e", "uses": "probe"}]},
         ],
     )
-    Job.objects.enqueue(JobSpec("stress", "poll", "cli", payload={"emit": 1}), default_dedupe_ttl=60)
+    Job.objects.enqueue(JobSpec("stress", "poll", Submitter.CLI, payload={"emit": 1}), default_dedupe_ttl=60)
     drain(holder)
     assert "s" in steps("from-stress") and steps("from-echo") == {}
     publish(holder, "stress.event", {})  # no source plugin: a from_plugin pipeline never matches
@@ -302,7 +303,7 @@ def test_failure_hook_starts_a_fresh_root_with_the_failure_fields(config_dir):
         ],
     )
     failing = Job.objects.enqueue(
-        JobSpec("stress", "poll", "cli", payload={"mode": "retry_false"}, max_attempts=1), default_dedupe_ttl=60
+        JobSpec("stress", "poll", Submitter.CLI, payload={"mode": "retry_false"}, max_attempts=1), default_dedupe_ttl=60
     ).job_id
     drain(holder)
     hook_job = steps("on-failure")["notify"]
@@ -328,7 +329,8 @@ def test_hooks_need_the_opt_in_and_plugin_events_named_like_signals_do_not_fire_
         ],
     )
     Job.objects.enqueue(
-        JobSpec("stress", "poll", "cli", payload={"emit": 1, "event_type": "job.completed"}), default_dedupe_ttl=60
+        JobSpec("stress", "poll", Submitter.CLI, payload={"emit": 1, "event_type": "job.completed"}),
+        default_dedupe_ttl=60,
     )
     drain(holder)
     assert steps("on-complete") == {}
@@ -347,7 +349,7 @@ def test_a_hook_cannot_trigger_itself_forever(config_dir):
             }
         ],
     )
-    Job.objects.enqueue(JobSpec("probe", "poll", "cli"), default_dedupe_ttl=60)
+    Job.objects.enqueue(JobSpec("probe", "poll", Submitter.CLI), default_dedupe_ttl=60)
     drain(holder)
     assert Job.objects.filter(plugin="probe").count() == 3  # the root plus two generations of hooks
 
@@ -356,8 +358,10 @@ def test_every_job_records_a_preflight_event_and_emitted_events_are_logged(confi
     from ledger.models import EventRecord
 
     holder = load(config_dir, [])
-    ok = Job.objects.enqueue(JobSpec("stress", "poll", "cli", payload={"emit": 2}), default_dedupe_ttl=60).job_id
-    bad = Job.objects.enqueue(JobSpec("stress", "nope", "cli"), default_dedupe_ttl=60).job_id
+    ok = Job.objects.enqueue(
+        JobSpec("stress", "poll", Submitter.CLI, payload={"emit": 2}), default_dedupe_ttl=60
+    ).job_id
+    bad = Job.objects.enqueue(JobSpec("stress", "nope", Submitter.CLI), default_dedupe_ttl=60).job_id
     drain(holder)
     pre = {e.job_id: e.payload for e in EventRecord.objects.filter(type="job.preflight")}
     assert pre[ok]["decision"] == "run" and pre[bad]["decision"] == "fail" and "no command" in pre[bad]["reason"]

@@ -13,6 +13,7 @@ import pytest
 from gateway.dispatch import Executor
 from ledger.models import Job, JobLog, JobSpec, JobStopwatch, PluginFact, PluginState
 from ledger.states import JobStatus
+from ledger.submitters import Submitter
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -20,7 +21,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 def run_job(holder, plugin, command="poll", payload=None, **spec):
     spec.setdefault("max_attempts", holder.get().registry.instances[plugin].config.retry.max_attempts)
     job_id = Job.objects.enqueue(
-        JobSpec(plugin=plugin, command=command, submitted_by="cli", payload=payload, **spec), default_dedupe_ttl=86400
+        JobSpec(plugin=plugin, command=command, submitter=Submitter.CLI, payload=payload, **spec),
+        default_dedupe_ttl=86400,
     ).job_id
     job = Job.objects.claim_next(
         worker_id="w1", caps=holder.get().registry.parallelism_caps(), lease_ttl=60, only=job_id

@@ -14,13 +14,14 @@ from django.utils import timezone
 from ledger.models import AttemptOutcome, Job, JobSpec, JobTransition, LostJob
 from ledger.models.jobs import backoff_seconds
 from ledger.states import IllegalTransition, JobStatus
+from ledger.submitters import Submitter
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 TTL = 86400.0
 
 
 def enqueue(plugin="echo", command="poll", **kw):
-    kw.setdefault("submitted_by", "cli")
+    kw.setdefault("submitter", Submitter.CLI)
     return Job.objects.enqueue(JobSpec(plugin=plugin, command=command, **kw), default_dedupe_ttl=TTL)
 
 
@@ -179,7 +180,7 @@ def test_completion_enqueues_children_in_the_same_transaction():
     child = JobSpec(
         plugin="stress",
         command="handle",
-        submitted_by="route",
+        submitter=Submitter.ROUTE,
         parent_job_id=parent.id,
         source_event_id="e1",
         dedupe_key="dk",
@@ -195,7 +196,7 @@ def test_lost_owner_result_is_discarded_and_children_not_written():
     Job.objects.filter(pk=job.pk).update(claimed_by="w2")
     with pytest.raises(LostJob):
         job.record_outcome(
-            AttemptOutcome("succeeded", children=[JobSpec("echo", "handle", "route")]),
+            AttemptOutcome("succeeded", children=[JobSpec("echo", "handle", Submitter.ROUTE)]),
             worker="w1",
             default_dedupe_ttl=TTL,
         )
@@ -248,3 +249,46 @@ def test_cancel_queued_sends_jobs_dead_with_reason():
     assert Job.objects.get(pk=doomed).status == JobStatus.DEAD
     assert Job.objects.get(pk=doomed).last_error == "plugin removed"
     assert Job.objects.get(pk=kept).status == JobStatus.QUEUED
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "health"), [("succeeded", None, "healthy"), ("failed", "boom", "unhealthy")]
+)
+def test_an_init_outcome_sets_the_plugins_health_in_its_own_transaction(status, error, health):
+    """Spec 000 §5.2: init is not retried; its outcome is the plugin's health, recorded with it."""
+    from ledger.models import PluginInstanceRecord
+
+    job_id = Job.objects.enqueue(
+        JobSpec("echo", "init", Submitter.SYSTEM, max_attempts=1, dedupe_key="init:echo:f1"), default_dedupe_ttl=TTL
+    ).job_id
+    PluginInstanceRecord.objects.init_started("echo", fingerprint="f1", job_id=job_id)
+    job = Job.objects.claim_next(worker_id="w1", caps={"echo": 1}, lease_ttl=60)
+    job.record_outcome(AttemptOutcome(status, error=error), worker="w1", default_dedupe_ttl=TTL)
+    record = PluginInstanceRecord.objects.get(name="echo")
+    assert (job.status, record.health, record.last_error) == (
+        status if status == "succeeded" else "dead",
+        health,
+        error,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "retryable", "attempt", "final"),
+    [
+        ("succeeded", True, 1, "succeeded"),
+        ("failed", False, 1, "failed"),
+        ("timed_out", False, 1, "timed_out"),
+        ("failed", True, 1, None),
+        ("failed", True, 3, "dead"),
+        ("timed_out", True, 3, "dead"),
+    ],
+)
+def test_one_rule_decides_the_end_of_a_job(status, retryable, attempt, final):
+    """The status an outcome leaves its job in for good (None: retried), as the ledger records it."""
+    outcome = AttemptOutcome(status, error="x", retryable=retryable)
+    assert outcome.final_status(attempt, 3) == final
+    job_id = enqueue(max_attempts=3).job_id
+    Job.objects.filter(pk=job_id).update(attempt=attempt)
+    job = Job.objects.claim_next(worker_id="w1", caps={"echo": 1}, lease_ttl=60)
+    job.record_outcome(outcome, worker="w1", default_dedupe_ttl=TTL)
+    assert job.status == (final or "queued")

@@ -23,6 +23,7 @@ from ledger.models import (
     ScheduleStatus,
 )
 from ledger.states import JobStatus
+from ledger.submitters import Submitter
 from tests.support import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -56,7 +57,7 @@ def row(plugin="stress", schedule_id="default") -> ScheduleEntry:
 
 
 def jobs(**filters):
-    return list(Job.objects.filter(submitted_by="scheduler", **filters).order_by("created_at"))
+    return list(Job.objects.filter(submitted_by=Submitter.SCHEDULER, **filters).order_by("created_at"))
 
 
 def test_an_every_schedule_fires_on_its_grid_once_per_run(config_dir):
@@ -222,7 +223,7 @@ def test_the_breaker_opens_on_scheduled_failures_probes_after_cooldown_and_close
     breaker = CircuitBreaker.objects.get(plugin="stress", command="poll")
     assert (breaker.state, breaker.failure_count) == (BreakerState.OPEN, 3)
     # API and CLI jobs are never blocked, and their failures do not count.
-    Job.objects.enqueue(JobSpec("stress", "poll", "cli", payload={"mode": "error"}), default_dedupe_ttl=60)
+    Job.objects.enqueue(JobSpec("stress", "poll", Submitter.CLI, payload={"mode": "error"}), default_dedupe_ttl=60)
     run_due(T0 + timedelta(minutes=16))
     assert CircuitBreaker.objects.get(plugin="stress").failure_count == 3
     cooldown = timedelta(minutes=30)

@@ -18,8 +18,7 @@ import pytest
 
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.model import GatewayConfig, load_gateway_config
-from gateway.config.yamlsrc import KeyPath, dotted
-from gateway.scheduler.spec import (
+from gateway.config.schedules import (
     CatchUp,
     IfRunning,
     Interval,
@@ -27,8 +26,8 @@ from gateway.scheduler.spec import (
     Schedule,
     Window,
     parse_schedules,
-    scheduled_entries,
 )
+from gateway.config.yamlsrc import KeyPath, dotted
 from tests.support import seal
 
 REPO = Path(__file__).resolve().parent.parent
@@ -446,7 +445,7 @@ def test_preferred_window_is_accepted_with_a_warning_that_it_is_not_enforced(tmp
 
 def test_the_demo_fixture_schedules_stay_valid() -> None:
     config = load_gateway_config(REPO / "fixtures" / "demo", {})
-    assert [(e.plugin, e.id, e.every) for e in scheduled_entries(config)] == [
+    assert [(e.plugin, e.id, e.every) for e in config.scheduled_entries()] == [
         ("echo", "default", Interval("10s", seconds=10)),
         ("py-greet", "default", Interval("15s", seconds=15)),
     ]
@@ -471,7 +470,7 @@ def test_scheduled_entries_are_those_of_enabled_plugins_and_aliases_in_config_or
               - {at: "2026-03-15T14:00:00Z", command: shout}
         """,
     )
-    assert [e.dedupe_key for e in scheduled_entries(config)] == [
+    assert [e.dedupe_key for e in config.scheduled_entries()] == [
         "echo:poll:fast",
         "echo:poll:nightly",
         "echo_loud:shout:default",

@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.config.errors import ConfigProblem
+from gateway.config.schedules import Schedule, parse_schedules
 from gateway.config.yamlsrc import KeyPath, dotted
 from gateway.scheduler.constraints import allowed_until, next_allowed
-from gateway.scheduler.spec import Schedule, parse_schedules
 from gateway.scheduler.timing import CATCH_UP_LIMIT, CatchUpRun, Run, catch_up, next_run
 
 SYDNEY = ZoneInfo("Australia/Sydney")

@@ -122,7 +122,7 @@ def test_the_view_shows_the_figures_follows_the_ledger_and_q_quits(terminal):
     assert "1 succeeded" in screen and "0 queued" in screen
     assert "echo" in screen  # in the latency table and the events
     # A job enqueued elsewhere shows without touching the terminal.
-    ledger(cfg, "enqueue", [{"plugin": "echo", "command": "poll", "submitted_by": "test"}])
+    ledger(cfg, "enqueue", [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}])
     term.wait_for_text("1 queued", timeout=15)
     term.key("q")
     assert_shell_is_back(term)

@@ -15,7 +15,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from gateway.api.tokens import ApiToken
+from gateway.config.tokens import ApiToken
 from gateway.runtime import RUNTIME
 
 

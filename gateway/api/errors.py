@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions
@@ -11,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from gateway.database import storage_full, unavailable_reason
+from gateway.intake import Refused
 from gateway.logs import logger
 
 log = logger("api")
@@ -20,6 +23,11 @@ RETRY_AFTER = 30
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, Refused):
+        return Response({"error": str(exc)}, status=404 if exc.not_found else 400)
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response({"error": f"the request body is larger than the API accepts ({limit:,} bytes)"}, status=413)
     if isinstance(exc, DatabaseError) or storage_full(exc):
         request = context.get("request")
         return database_unavailable(exc, writing=getattr(request, "method", "GET") not in ("GET", "HEAD", "OPTIONS"))

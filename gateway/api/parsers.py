@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
-from rest_framework.parsers import JSONParser
+from collections.abc import Mapping
+from typing import IO, Any
+
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser as DRFJSONParser
+
+from ledger.storable import MAX_DEPTH
+
+
+class JSONParser(DRFJSONParser):
+    """DRF's parser, with a body nested past what the stack holds refused as the 400 it is (the
+    intake refuses anything nested past ledger.storable.MAX_DEPTH)."""
+
+    def parse(
+        self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
+    ) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise ParseError(f"JSON parse error - the body nests deeper than {MAX_DEPTH} levels") from None
 
 
 class AnyContentTypeJSONParser(JSONParser):

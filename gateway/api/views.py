@@ -17,13 +17,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gateway import intake
 from gateway.api import serializers as shapes
 from gateway.api.parsers import TRIGGER_PARSERS
 from gateway.api.serializers import errors
 from gateway.api.syncgate import Busy, sync_slot
-from gateway.config.durations import parse_duration
 from gateway.config.frozen import thaw
-from gateway.events import SyncRefused, enqueue, pipeline_entries, run_synchronously, sync_timeout
+from gateway.events import SyncRefused, pipeline_entries, run_synchronously, sync_timeout
 from gateway.plugins.registry import PluginInstance
 from gateway.reports import (
     MAX_LOGS,
@@ -39,9 +39,10 @@ from gateway.reports import (
 from gateway.runtime import RUNTIME, Runtime
 from gateway.skills import command_scopes, skills
 from gateway.version import gateway_version
-from gateway.writegate import sqlite_writer
-from ledger.models import Job, JobLog, JobSpec, WorkerInstance
+from ledger.models import Job, JobLog, WorkerInstance
 from ledger.states import JobStatus
+from ledger.storable import NOT_STORABLE, storable_text
+from ledger.submitters import Submitter
 
 OPEN = None  # `scopes` answer for endpoints anyone may call
 
@@ -59,31 +60,6 @@ class Endpoint(APIView):
         return RUNTIME.get()
 
 
-# PostgreSQL refuses NUL in text and JSON, and unpaired surrogates in JSON, even in a query's
-# parameters; JSON can carry both (`\u0000`, `\udc00`) and URLs can carry NUL. Refused up front,
-# they are a 400 (a 404 for a job id), not a 500.
-NOT_STORABLE = "must not contain NUL characters or unpaired surrogates"
-
-
-def storable_text(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in value
-
-
-def storable(value: Any) -> bool:
-    """Whether every string in a parsed JSON value, keys included, is `storable_text`."""
-    if isinstance(value, str):
-        return storable_text(value)
-    if isinstance(value, dict):
-        return all(storable_text(k) and storable(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(storable(v) for v in value)
-    return True
-
-
 def body_payload(request: Request) -> dict[str, Any]:
     data = request.data if isinstance(request.data, dict) else None
     if data is None:
@@ -93,8 +69,6 @@ def body_payload(request: Request) -> dict[str, Any]:
         payload = {}
     if not isinstance(payload, dict):
         raise ValidationError({"payload": "must be a JSON object"})
-    if not storable(payload):
-        raise ValidationError({"payload": f"strings {NOT_STORABLE}"})
     return payload
 
 
@@ -320,29 +294,10 @@ class PluginTrigger(Endpoint):
     )
     def post(self, request: Request, plugin: str, command: str) -> Response:
         runtime = self.runtime
-        instance = plugin_or_404(runtime, plugin)
-        if instance.command(command) is None:
-            known = ", ".join(instance.manifest.commands)
-            raise NotFound(f"plugin {plugin!r} has no command {command!r} (it has: {known})")
+        intake.resolve(runtime, plugin, command)  # a missing target is a 404 before the body is read
         payload = body_payload(request)
-        data = request.data
-        dedupe_key = data.get("dedupe_key")
-        if dedupe_key is not None and not isinstance(dedupe_key, str):
-            raise ValidationError({"dedupe_key": "must be a string"})
-        if dedupe_key is not None and len(dedupe_key) > shapes.DEDUPE_KEY_MAX:
-            raise ValidationError({"dedupe_key": f"must be at most {shapes.DEDUPE_KEY_MAX} characters"})
-        if dedupe_key is not None and not storable_text(dedupe_key):
-            raise ValidationError({"dedupe_key": NOT_STORABLE})
-        spec = JobSpec(
-            plugin=plugin,
-            command=command,
-            submitted_by="api",
-            payload=payload,
-            dedupe_key=dedupe_key,
-            max_attempts=instance.config.retry.max_attempts,
-        )
-        with sqlite_writer():
-            result = Job.objects.enqueue(spec, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
+        spec = intake.job(runtime, Submitter.API, plugin, command, payload, dedupe_key=request.data.get("dedupe_key"))
+        result = intake.submit(runtime, [spec])[0]
         body: dict[str, Any] = {"job_id": result.job_id, "status": "queued", "plugin": plugin, "command": command}
         if result.deduplicated:
             body["deduplicated"] = True
@@ -387,18 +342,15 @@ class PipelineTrigger(Endpoint):
         payload = body_payload(request)
         force_async = str(request.query_params.get("async", "")).lower() in ("1", "true", "yes")
         if pipeline.execution_mode != "synchronous" or force_async:
-            entries = pipeline_entries(runtime, name, payload, submitted_by="api")
-            with sqlite_writer():
-                ids = enqueue(runtime, entries)
+            ids = intake.submit_ids(runtime, pipeline_entries(runtime, name, payload, submitter=Submitter.API))
             body = {"job_id": ids[0] if ids else None, "job_ids": ids, "status": "queued"}
             return Response({**body, "plugin": "pipeline", "command": name}, status=status.HTTP_202_ACCEPTED)
-        api = thaw(runtime.config.api)
-        limit = int(api.get("max_concurrent_sync") or 10)
-        cap = _seconds(api.get("max_sync_timeout"))
+        limit = runtime.config.api.max_concurrent_sync
+        cap = runtime.config.api.max_sync_timeout
         try:
             with sync_slot(runtime.config.state_path.parent / "sync-slots", limit):
                 outcome = run_synchronously(
-                    runtime, name, payload, submitted_by="api", timeout=sync_timeout(pipeline, None, cap)
+                    runtime, name, payload, submitter=Submitter.API, timeout=sync_timeout(pipeline, None, cap)
                 )
         except Busy:
             raise Throttled(
@@ -408,10 +360,6 @@ class PipelineTrigger(Endpoint):
             raise ValidationError(str(exc) + "; add ?async=true") from exc
         code = status.HTTP_200_OK if outcome.complete else status.HTTP_202_ACCEPTED
         return Response(outcome.report(), status=code)
-
-
-def _seconds(value: Any) -> float | None:
-    return None if value in (None, "") else float(parse_duration(value))
 
 
 # -- jobs ------------------------------------------------------------------------------------
@@ -477,7 +425,7 @@ def text_param(request: Request, name: str) -> str | None:
     """A query parameter that filters a text column."""
     value = request.query_params.get(name)
     if value is not None and not storable_text(value):
-        raise ValidationError({name: NOT_STORABLE})
+        raise ValidationError({name: NOT_STORABLE})  # PostgreSQL refuses them even as parameters
     return value
 
 

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig
 
 SCOPES = ("db", "config", "plugins", "all")
@@ -27,7 +26,7 @@ PID_FILE = "ductile.pid"
 # Work directories of backups being written (or killed mid-write) start with this.
 WORK_PREFIX = ".ductile-backup-"
 # Files next to the live SQLite database that belong to it (WAL, shared memory, migration lock).
-DB_SIDECARS = ("-wal", "-shm", "-journal", ".migrate.lock")
+DB_SIDECARS = ("-wal", "-shm", "-journal", ".migrate.lock", ".write-gate")
 # Config files holding credentials: named in a warning when an archive carries them.
 CREDENTIAL_FILES = ("tokens.yaml", "api.yaml", "webhooks.yaml")
 
@@ -134,8 +133,7 @@ def _credential_warnings(plan: Plan) -> None:
                 f"{item.member} holds API credentials (token hashes, secret references or scope grants): "
                 "protect the archive as you protect the config"
             )
-    auth = (thaw(plan.config.api) or {}).get("auth") or {}
-    if auth.get("tokens"):
+    if plan.config.api.tokens:
         origin = plan.config.merged.origin_of(("api", "auth", "tokens")) if plan.config.merged else None
         where = f" ({origin.file})" if origin else ""
         plan.warnings.append(

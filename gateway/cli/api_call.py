@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.config.frozen import thaw
-from gateway.daemon.supervisor import listen_address
 from gateway.runtime import Runtime
 
 TOKEN_VARIABLES = ("DUCTILE_API_KEY", "DUCTILE_TOKEN")
@@ -82,9 +80,8 @@ class ApiAnswer:
 
 
 def base_url(runtime: Runtime) -> str:
-    api = thaw(runtime.config.api) or {}
-    host, _, port = listen_address(api.get("listen"), "localhost:8080").rpartition(":")
-    return f"http://{WILDCARD_HOSTS.get(host, host)}:{port}"
+    listen = runtime.config.api.listen
+    return f"http://{WILDCARD_HOSTS.get(listen.host, listen.host)}:{listen.port}"
 
 
 def config_token(runtime: Runtime) -> str | None:

@@ -17,6 +17,7 @@ from django.db import DatabaseError
 
 from gateway.config.errors import ConfigError
 from gateway.database import DatabaseCorrupt, SchemaBehind, describe_database, ensure_schema, verify_integrity
+from gateway.intake import Refused
 from gateway.runtime import RUNTIME, Runtime
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 78
@@ -97,6 +98,10 @@ class DuctileCommand(BaseCommand):
             )
         except SchemaBehind as exc:
             self._fail(EXIT_CONFIG, str(exc), None)
+        except Refused as exc:
+            # The intake's words, as the API gives them: a target that cannot run, input that
+            # cannot be stored (gateway.intake).
+            self._fail(EXIT_USAGE, str(exc), None)
         except DatabaseCorrupt as exc:
             self._fail(EXIT_FAILED, str(exc), None)
         except DatabaseError as exc:

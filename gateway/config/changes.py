@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from gateway.api.tokens import ADMIN, RESOURCES
+from gateway.config.tokens import ADMIN, RESOURCES
 from gateway.plugins.seal import lock_config
 
 from .address import AddressError, resolve

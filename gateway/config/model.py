@@ -19,12 +19,12 @@ from typing import Any
 from croniter import croniter
 from jsonschema import Draft202012Validator
 
-from gateway.scheduler.spec import Schedule, parse_schedules
-
+from .api import ApiConfig, api_config
 from .durations import parse_duration
 from .errors import ConfigError, ConfigProblem
 from .frozen import freeze
 from .loader import MergedConfig, load_config_tree
+from .schedules import Schedule, parse_schedules
 from .yamlsrc import KeyPath, coerce_yaml11_booleans
 
 DEFAULT_TIMEOUTS: Mapping[str, float] = {"poll": 60.0, "handle": 120.0, "health": 10.0, "init": 30.0}
@@ -132,7 +132,9 @@ class GatewayConfig:
     plugins: Mapping[str, PluginConfig]
     routes: tuple[Route, ...]
     pipelines: tuple[Mapping[str, Any], ...]
-    api: Mapping[str, Any]
+    api: ApiConfig
+    # The raw `webhooks:` mapping: its endpoints refer to plugins and secrets, so it is parsed
+    # with them (gateway.config.webhooks, called by gateway.runtime).
     webhooks: Any
     document: Mapping[str, Any]
     files: tuple[Path, ...]
@@ -140,6 +142,10 @@ class GatewayConfig:
     warnings: tuple[ConfigProblem, ...] = ()
     # Where every key came from, so later checks (pipelines, doctor) can name file and line.
     merged: MergedConfig | None = field(default=None, compare=False, repr=False)
+
+    def scheduled_entries(self) -> tuple[Schedule, ...]:
+        """The entries the scheduler runs: those of enabled plugins, in config order."""
+        return tuple(entry for plugin in self.plugins.values() if plugin.enabled for entry in plugin.schedules)
 
     def problem(self, path: KeyPath, message: str) -> ConfigProblem:
         if self.merged is None:
@@ -271,6 +277,7 @@ class _Builder:
         for root in self.data.get("plugin_roots") or []:
             if Path(root) not in roots:
                 roots.append(Path(root))
+        api = self._api()
         if self.problems:
             raise ConfigError(self.problems)
         return GatewayConfig(
@@ -281,7 +288,7 @@ class _Builder:
             plugins=MappingProxyType(plugins),
             routes=routes,
             pipelines=freeze(self.data.get("pipelines") or []),
-            api=freeze(self.data.get("api") or {}),
+            api=api,
             webhooks=freeze(self.data.get("webhooks")),
             document=freeze(self.data),
             files=tuple(self.merged.files),
@@ -289,6 +296,10 @@ class _Builder:
             warnings=tuple(self.merged.warnings),
             merged=self.merged,
         )
+
+    def _api(self) -> ApiConfig:
+        raw = self.data.get("api") or {}
+        return api_config(raw, lambda path, message: self.problems.append(self.merged.problem(path, message)))
 
     def _duration(self, path: KeyPath, raw: Any, default: float) -> float:
         if raw is None:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig
 from gateway.database import ensure_schema
 from gateway.logs import logger
@@ -106,11 +105,6 @@ class Child:
             self.process.send_signal(signum)
 
 
-def listen_address(value: object, default: str) -> str:
-    text = str(value or default)
-    return text if ":" in text else f"{text}:8080"
-
-
 def gunicorn(app: str, bind: str) -> list[str]:
     return [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--bind", bind, app]
 
@@ -124,13 +118,10 @@ def plan(
     common = ["--config-dir", str(config_dir)]
     env = {"DUCTILE_CONFIG_DIR": str(config_dir)}
     children = []
-    api = thaw(runtime.config.api) or {}
-    if api.get("enabled", True):
-        bind = listen_address(api.get("listen"), "localhost:8080")
-        children.append(Child("api", gunicorn("ductile_site.wsgi:application", bind), env))
-    hooks = thaw(runtime.config.webhooks) or {}
-    if isinstance(hooks, dict) and hooks.get("listen"):
-        bind = listen_address(hooks["listen"], "localhost:8091")
+    if runtime.config.api.enabled:
+        children.append(Child("api", gunicorn("ductile_site.wsgi:application", str(runtime.config.api.listen)), env))
+    if runtime.webhooks.listen is not None:
+        bind = str(runtime.webhooks.listen)
         children.append(Child("webhooks", gunicorn("gateway.webhooks.wsgi:application", bind), env))
     if workers:
         children.append(Child("runworkers", [python, manage, "runworkers", *common], env))

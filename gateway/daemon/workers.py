@@ -24,7 +24,6 @@ from gateway.plugins.lifecycle import schedule_inits
 from gateway.runner import kill_live_groups
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.wakeup import WakeListener
-from gateway.writegate import sqlite_writer
 from ledger import wakeups
 from ledger.models import Job, WorkerInstance
 
@@ -75,8 +74,8 @@ class WorkerDaemon:
     def run(self) -> int:
         ensure_schema()
         runtime = self.holder.get()
-        instance = WorkerInstance.objects.create(
-            id=self.worker_id,
+        instance = WorkerInstance.objects.register(
+            self.worker_id,
             hostname=self.hostname,
             pid=os.getpid(),
             threads=self.threads,
@@ -235,10 +234,9 @@ class WorkerDaemon:
             self._busy += 1
         job = None
         try:
-            with sqlite_writer():  # in turn with the API's enqueues, not in SQLite's busy handler
-                job = Job.objects.claim_next(
-                    worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
-                )
+            job = Job.objects.claim_next(
+                worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
+            )
         finally:
             # Why finally: a claim that raised must give back its `_busy` count, or `--once`
             # would wait for it forever.

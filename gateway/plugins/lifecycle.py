@@ -7,12 +7,10 @@ import json
 
 import blake3
 
+from gateway import intake
 from gateway.config.frozen import thaw
 from gateway.runtime import Runtime
-from ledger.models import Job, JobSpec, PluginInstanceRecord
-from ledger.models.workers import PluginHealth
-
-INIT_DEDUPE_TTL = 365 * 86400.0
+from ledger.models import PluginInstanceRecord
 
 
 def instance_fingerprint(code_hash: str, config: object) -> str:
@@ -30,22 +28,10 @@ def schedule_inits(runtime: Runtime) -> list[str]:
         code = runtime.plugin_seal.loaded.get(instance.name)
         code_hash = code.manifest_hash + code.entrypoint_hash if code else instance.manifest.fingerprint
         fingerprint = instance_fingerprint(code_hash, instance.config.config)
-        record, _ = PluginInstanceRecord.objects.get_or_create(name=instance.name)
-        if record.fingerprint == fingerprint:
+        record = PluginInstanceRecord.objects.filter(name=instance.name).first()
+        if record is not None and record.fingerprint == fingerprint:
             continue
-        result = Job.objects.enqueue(
-            JobSpec(
-                plugin=instance.name,
-                command="init",
-                submitted_by="system",
-                max_attempts=1,
-                dedupe_key=f"init:{instance.name}:{fingerprint}",
-                dedupe_ttl=INIT_DEDUPE_TTL,
-            ),
-            default_dedupe_ttl=runtime.config.service.dedupe_ttl,
-        )
-        PluginInstanceRecord.objects.filter(name=instance.name).update(
-            fingerprint=fingerprint, init_job_id=result.job_id, health=PluginHealth.UNKNOWN
-        )
+        result = intake.submit(runtime, [intake.init(runtime, instance.name, fingerprint)])[0]
+        PluginInstanceRecord.objects.init_started(instance.name, fingerprint=fingerprint, job_id=result.job_id)
         enqueued.append(result.job_id)
     return enqueued

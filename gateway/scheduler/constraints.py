@@ -11,8 +11,9 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta
 from itertools import pairwise
 
+from gateway.config.schedules import Schedule
+
 from .localtime import instants_reading, offset_at, transition_between
-from .spec import Schedule
 
 # How far ahead to look for the next change, widening only for rare configs (one allowed weekday
 # whose window a daylight-saving jump swallows); validation refuses configs that are never allowed.

@@ -19,25 +19,27 @@ from datetime import datetime, timedelta
 from types import FrameType
 
 import blake3
-from django.db import IntegrityError, OperationalError, close_old_connections, connections, transaction
+from django.db import OperationalError, close_old_connections, connections
 from django.db.models import Count, Min
 from django.utils import timezone
 
+from gateway import intake
 from gateway.config.errors import ConfigError
 from gateway.config.frozen import thaw
+from gateway.config.schedules import IfRunning, Kind, Schedule
 from gateway.daemon.outage import Outage
 from gateway.database import ensure_schema
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
-from gateway.scheduler.spec import IfRunning, Kind, Schedule, scheduled_entries
 from gateway.scheduler.timing import catch_up, next_run
 from ledger.models import CircuitBreaker, Gate, Job, JobSpec, ScheduleEntry, ScheduleStatus
 from ledger.models.schedules import Take
 from ledger.states import JobStatus
+from ledger.submitters import Submitter
+from ledger.writes import writing
 
 log = logger("scheduler")
 
-SUBMITTED_BY = "scheduler"
 IN_FLIGHT = (JobStatus.QUEUED, JobStatus.RUNNING)
 # Due entries fired per transaction. Why batches: 1,000 entries due at one instant, fired one
 # transaction each, took 2.2 s (SQLite) to 5 s (PostgreSQL); a batch shares its reads, inserts and
@@ -155,7 +157,9 @@ def _scheduled_polls(plugins: set[str]) -> Counter[str]:
     """The scheduler's queued or running polls per plugin: what max_outstanding_polls bounds."""
     counts = Counter({plugin: 0 for plugin in plugins})
     rows = (
-        Job.objects.filter(plugin__in=plugins, command="poll", submitted_by=SUBMITTED_BY, status__in=IN_FLIGHT)
+        Job.objects.filter(
+            plugin__in=plugins, command="poll", submitted_by=Submitter.SCHEDULER.value, status__in=IN_FLIGHT
+        )
         .values_list("plugin")
         .annotate(n=Count("id"))
         .order_by()
@@ -263,7 +267,7 @@ class Scheduler:
         """Create rows for new entries, restart changed ones, and pause (with the reason) those
         whose plugin or command cannot run; a manual pause survives all of this."""
         runtime = self.holder.get()
-        self.schedules = {(s.plugin, s.id): s for s in scheduled_entries(runtime.config)}
+        self.schedules = {(s.plugin, s.id): s for s in runtime.config.scheduled_entries()}
         rows = {(r.plugin, r.schedule_id): r for r in ScheduleEntry.objects.all()}
         for key, schedule in self.schedules.items():
             row = rows.get(key)
@@ -288,21 +292,14 @@ class Scheduler:
                     row.pause(reason, manual=False, now=now)
 
     def _create(self, schedule: Schedule, print_: str, now: datetime) -> ScheduleEntry:
-        try:
-            with transaction.atomic():
-                return ScheduleEntry.objects.create(
-                    plugin=schedule.plugin,
-                    schedule_id=schedule.id,
-                    command=schedule.command,
-                    fingerprint=print_,
-                    next_run_at=self._first(schedule, now),
-                    created_at=now,
-                    updated_at=now,
-                )
-        except IntegrityError:
-            # Why: schedulers started together both find no row; the unique key lets one create
-            # it and the other adopts that row (same config, same next run).
-            return ScheduleEntry.objects.get(plugin=schedule.plugin, schedule_id=schedule.id)
+        return ScheduleEntry.objects.first_seen(
+            schedule.plugin,
+            schedule.id,
+            command=schedule.command,
+            fingerprint=print_,
+            next_run_at=self._first(schedule, now),
+            now=now,
+        )
 
     def _unrunnable(self, runtime: Runtime, schedule: Schedule) -> str | None:
         instance = runtime.registry.instances.get(schedule.plugin)
@@ -375,7 +372,7 @@ class Scheduler:
         planned = [self._plan(schedule, row, now) for schedule, row in entries]
         takes = [Take(d.row.pk, d.due_at, d.following, d.schedule.one_shot) for d in planned]
         fired: list[Fired] = []
-        with transaction.atomic():
+        with writing():
             won = ScheduleEntry.objects.take(takes, now=now)
             batch = [d for d in planned if d.row.pk in won]  # the others another scheduler fired
             gates = _Gates(self.holder.get(), batch, now)
@@ -387,7 +384,7 @@ class Scheduler:
                     fired.append(Fired(due.row.address, (), skipped=skipped))
                 else:
                     admitted.append((due, [self._job(due.schedule, key) for key in runs]))
-            job_ids = iter(Job.objects.enqueue_many([spec for _, specs in admitted for spec in specs], now=now))
+            job_ids = iter(intake.submit_decided([spec for _, specs in admitted for spec in specs], now=now))
             last_jobs = {}
             for due, specs in admitted:
                 ids = tuple(next(job_ids) for _ in specs)
@@ -401,15 +398,12 @@ class Scheduler:
         return fired
 
     def _job(self, schedule: Schedule, dedupe_key: str) -> JobSpec:
-        config = self.holder.get().config.plugins[schedule.plugin]
-        return JobSpec(
-            plugin=schedule.plugin,
-            command=schedule.command,
-            submitted_by=SUBMITTED_BY,
-            payload=thaw(schedule.payload),
+        return intake.scheduled(
+            self.holder.get(),
+            schedule.plugin,
+            schedule.command,
+            thaw(schedule.payload),
             dedupe_key=dedupe_key,
-            dedupe_checked=True,
-            max_attempts=config.retry.max_attempts,
             note=f"schedule {schedule.id}",
         )
 

@@ -37,9 +37,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from blake3 import blake3
 from croniter import croniter
 
+from gateway.config.schedules import CatchUp, Kind, Schedule
+
 from .constraints import allowed, allowed_until, constrained, next_allowed
 from .localtime import first_instant_at, is_repeat
-from .spec import CatchUp, Kind, Schedule
 
 # The spec's bound on run_all catch-up ("bounded to 100 runs").
 CATCH_UP_LIMIT = 100

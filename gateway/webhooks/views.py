@@ -11,11 +11,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from gateway.api.errors import RETRY_AFTER, unavailable_message
+from gateway.intake import Refused
 from gateway.logs import logger
 from gateway.reports import health_status
 from gateway.runtime import RUNTIME
-from gateway.webhooks.delivery import UnstorableBody, enqueue_delivery
-from gateway.webhooks.endpoints import load_webhooks
+from gateway.webhooks.delivery import enqueue_delivery
 from gateway.webhooks.signatures import signature_matches
 
 log = logger("webhooks")
@@ -26,7 +26,7 @@ _STARTED = time.monotonic()
 @csrf_exempt
 def receive(request: HttpRequest) -> HttpResponse:
     runtime = RUNTIME.get()
-    endpoint = load_webhooks(runtime.config, runtime.registry, runtime.tokens).by_path.get(request.path_info)
+    endpoint = runtime.webhooks.by_path.get(request.path_info)
     if endpoint is None:
         return page_not_found(request)
     if request.method != "POST":
@@ -44,9 +44,9 @@ def receive(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"error": "forbidden"}, status=403)
     try:
         job_id = enqueue_delivery(runtime, endpoint, body)
-    except UnstorableBody as exc:
+    except Refused as exc:
         log.warning("webhook %s rejected: %s", endpoint.name, exc, extra=extra)
-        return JsonResponse({"error": str(exc)}, status=400)
+        return JsonResponse({"error": str(exc)}, status=404 if exc.not_found else 400)
     except DatabaseError as exc:
         # The sender should deliver again later; nothing of this delivery was kept.
         message = unavailable_message(exc, writing=True)

@@ -16,7 +16,6 @@ from django.db import connections
 from gateway.bootstrap import prepare_process
 from gateway.database import ensure_schema
 from gateway.runtime import RUNTIME
-from gateway.webhooks.endpoints import load_webhooks
 
 # Set, not defaulted: with the API's settings inherited from the environment, this port would
 # serve the whole API instead of the webhook surface alone.
@@ -24,8 +23,7 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "ductile_site.settings_webhooks"
 prepare_process(config_dir=None)
 application = get_wsgi_application()
 
-_runtime = RUNTIME.get()
-load_webhooks(_runtime.config, _runtime.registry, _runtime.tokens)
+RUNTIME.get()  # a config that does not load (webhooks.yaml included) stops the listener here
 ensure_schema()
 # The start-up checks' connection belongs to no request thread, and with --preload it would be
 # inherited by every forked worker: closed here, each request thread opens its own.

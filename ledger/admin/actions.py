@@ -21,7 +21,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from gateway.config.errors import ConfigError
-from gateway.operations import console_actor
+from gateway.operations import Actor, console_actor
 from ledger.admin.base import LedgerAdmin
 from ledger.console.render import linkify
 from ledger.models import LostJob
@@ -41,7 +41,7 @@ class Action:
     refusal: str  # why a record that is not eligible is not: "only a finished job can be replayed"
     # Does it, as `actor`; returns what happened, for the person and the audit trail. Raises
     # ActionRefused or LostJob (someone else changed the record first) when it cannot.
-    perform: Callable[[Any, str], str]
+    perform: Callable[[Any, Actor], str]
     danger: bool = False
 
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from gateway.operations import resume_schedule
+from gateway.operations import Actor, resume_schedule
 from gateway.runtime import RUNTIME
 from ledger.admin.actions import Action, ActionsAdmin
 from ledger.admin.base import LedgerAdmin, badge_column, job_column, target_column, text_column
@@ -23,18 +23,18 @@ from ledger.states import ActionRefused
 HISTORY_ROWS = 50
 
 
-def _reset(breaker: CircuitBreaker, actor: str) -> str:
-    if not CircuitBreaker.objects.filter(pk=breaker.pk).reset(by=actor):
+def _reset(breaker: CircuitBreaker, actor: Actor) -> str:
+    if not CircuitBreaker.objects.filter(pk=breaker.pk).reset(by=str(actor)):
         raise ActionRefused("it closed on its own meanwhile")
     return "reset: closed, failure count 0"
 
 
-def _pause(entry: ScheduleEntry, actor: str) -> str:
-    entry.pause_by_hand(by=actor, now=timezone.now())
+def _pause(entry: ScheduleEntry, actor: Actor) -> str:
+    entry.pause_by_hand(by=str(actor), now=timezone.now())
     return "paused (kept across restarts and reloads)"
 
 
-def _resume(entry: ScheduleEntry, actor: str) -> str:
+def _resume(entry: ScheduleEntry, actor: Actor) -> str:
     resume_schedule(RUNTIME.get(), entry, now=timezone.now())
     return f"resumed; next run {entry.next_run_at:%Y-%m-%d %H:%M:%S}" if entry.next_run_at else "resumed"
 

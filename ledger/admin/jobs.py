@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from gateway.operations import replay
+from gateway.operations import Actor, replay
 from gateway.reports import parse_response
 from gateway.runtime import RUNTIME
 from ledger.admin.actions import Action, ActionsAdmin
@@ -39,17 +39,17 @@ ERROR_SEARCH_WINDOW = 20_000
 ID_CHARS = frozenset("0123456789abcdef-")
 
 
-def _replay(job: Job, actor: str) -> str:
+def _replay(job: Job, actor: Actor) -> str:
     return f"replayed as job {replay(RUNTIME.get(), job, by=actor)}"
 
 
-def _cancel(job: Job, actor: str) -> str:
-    job.cancel(by=actor)
+def _cancel(job: Job, actor: Actor) -> str:
+    job.cancel(by=str(actor))
     return "cancelled (dead, never run)"
 
 
-def _retry(job: Job, actor: str) -> str:
-    job.retry_now(by=actor)
+def _retry(job: Job, actor: Actor) -> str:
+    job.retry_now(by=str(actor))
     return f"queued again for attempt {job.attempt}/{job.max_attempts}"
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from django.db import models, transaction
+from django.db import models
 from django.utils import timezone
 
 from ledger.ids import new_id
+from ledger.writes import writing
 
 
 class BreakerState(models.TextChoices):
@@ -49,7 +50,7 @@ class CircuitBreakerQuerySet(models.QuerySet["CircuitBreaker"]):
         now = now or timezone.now()
         done = []
         for plugin, command in list(self.tripped().order_by("plugin", "command").values_list("plugin", "command")):
-            with transaction.atomic():
+            with writing():
                 breaker = CircuitBreaker.locked(plugin, command)
                 if breaker.reset(now=now, by=by):
                     done.append(breaker)
@@ -188,7 +189,7 @@ def record_scheduled_outcome(
 ) -> None:
     """A scheduler-originated attempt ended: count it. Call inside the outcome's transaction."""
     now = now or timezone.now()
-    with transaction.atomic():
+    with writing():
         breaker = CircuitBreaker.locked(plugin, command)
         if succeeded:
             breaker.record_success(job_id, now=now)

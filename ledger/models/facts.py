@@ -15,6 +15,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from ledger import sql
+from ledger.writes import writing
 
 STATE_SIZE_LIMIT = 1024 * 1024  # spec §5.9: 1 MB per plugin_state row, and per emitted snapshot
 
@@ -86,6 +87,13 @@ def write_state(
     """A declared fact appends a `plugin_facts` row and mirrors it into `plugin_state`
     (`compatibility_view: mirror_object`); without a rule, a shallow write-through. Call inside
     the completing transaction."""
+    with writing():
+        _write_state(plugin_name, fact_type, snapshot, job_id=job_id, command=command, now=now)
+
+
+def _write_state(
+    plugin_name: str, fact_type: str | None, snapshot: dict[str, Any], *, job_id: str, command: str, now: datetime
+) -> None:
     if fact_type is not None:
         PluginFact.objects.create(
             seq=StorageSequence.next_value("plugin_facts"),

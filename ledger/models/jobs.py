@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from django.db import models, transaction
+from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
@@ -27,13 +27,20 @@ from ledger.models.events import EventRecord
 from ledger.models.facts import write_state
 from ledger.models.retention import PrunableQuerySet
 from ledger.models.telemetry import JobStopwatch
+from ledger.models.workers import PluginInstanceRecord
 from ledger.states import TERMINAL, ActionRefused, JobStatus, check_transition
+from ledger.submitters import Submitter
 from ledger.wakeups import notify_enqueued, notify_finished
+from ledger.writes import writing
 
 log = logging.getLogger("ductile.queue")
 
 # What an operator may send back to the queue by hand ("retry now").
 RETRYABLE_BY_HAND = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.DEAD})
+
+
+# `job_queue.submitted_by` holds 64 characters: a long console user name is cut to fit.
+SUBMITTED_BY_LENGTH = 64
 
 
 class LostJob(Exception):
@@ -46,7 +53,7 @@ class JobSpec:
 
     plugin: str
     command: str
-    submitted_by: str
+    submitter: Submitter
     payload: Mapping[str, Any] | None = None
     event: Mapping[str, Any] | None = None
     dedupe_key: str | None = None
@@ -66,6 +73,12 @@ class JobSpec:
     # The producer applied its own duplicate policy (the scheduler's if_running and poll guard):
     # the key is kept for tracing and same-key run exclusion, not checked again here.
     dedupe_checked: bool = False
+    # Who acted for the submitter (the console's `admin:alice`): the audit trail only.
+    actor: str | None = None
+
+    @property
+    def submitted_by(self) -> str:
+        return self.submitter.by(self.actor)[:SUBMITTED_BY_LENGTH]
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,16 @@ class AttemptOutcome:
     # Set for scheduler-originated jobs: the circuit breaker's failure threshold for this target.
     breaker_threshold: int | None = None
 
+    def final_status(self, attempt: int, max_attempts: int) -> str | None:
+        """The status this outcome leaves its job in for good, or None when the job will be
+        retried: the one rule, used to record the outcome and by whoever needs to know first
+        (lifecycle hooks fire only on a job's final outcome). Spec 000 §3.3, §5.7."""
+        if self.status == JobStatus.SUCCEEDED:
+            return JobStatus.SUCCEEDED
+        if not self.retryable:
+            return self.status
+        return JobStatus.DEAD if attempt >= max_attempts else None
+
 
 def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
     """Spec §5.7: base * 2^(attempt-1) + random(0, base), `attempt` being the one that failed."""
@@ -104,9 +127,9 @@ def trigger_event(spec: JobSpec, job_id: str, now: datetime) -> dict[str, Any]:
     if spec.event is not None:
         return dict(spec.event)
     event: dict[str, Any] = {
-        "type": f"{spec.submitted_by}.trigger" if spec.submitted_by != "api" else "api.trigger",
+        "type": f"{spec.submitter.value}.trigger",
         "payload": dict(spec.payload or {}),
-        "source": spec.submitted_by,
+        "source": spec.submitter.value,
         "timestamp": now.isoformat().replace("+00:00", "Z"),
         "event_id": new_id(),
     }
@@ -170,7 +193,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
     def enqueue(self, spec: JobSpec, *, default_dedupe_ttl: float, now: datetime | None = None) -> EnqueueResult:
         """The one way work enters the queue (idiom 1). Dedupe is per target (plugin + command)."""
         now = now or timezone.now()
-        with transaction.atomic():
+        with writing():
             if spec.dedupe_key and not spec.dedupe_checked:
                 existing = self._duplicate_of(spec, default_dedupe_ttl, now)
                 if existing is not None:
@@ -210,7 +233,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         jobs = [_new_job(spec, spec.event_context_id, now) for spec in specs]
         if not jobs:
             return []
-        with transaction.atomic():
+        with writing():
             sql.insert_many(Job, [_job_row(job) for job in jobs])
             sql.insert_many(
                 JobTransition,
@@ -252,7 +275,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         now = now or timezone.now()
         conn = sql.current()
         postgres = conn.vendor == "postgresql"
-        with transaction.atomic():
+        with writing():
             if postgres:
                 # Why: the cap and the same-key rule are decided from counts of running rows,
                 # which SKIP LOCKED alone cannot protect across nodes. One transaction-scoped
@@ -310,7 +333,8 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             return 0
         now = now or timezone.now()
         mine = self.running().filter(pk__in=list(job_ids), claimed_by=worker_id)
-        return mine.update(lease_until=now + timedelta(seconds=lease_ttl))
+        with writing():
+            return mine.update(lease_until=now + timedelta(seconds=lease_ttl))
 
     def lost(self, *, now: datetime, dead_workers: Collection[str] = ()) -> JobQuerySet:
         """Running jobs whose owner is gone: lease expired, or owner known dead (its PID is gone)."""
@@ -327,7 +351,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
                 else f"lease of worker {job.claimed_by} expired at {job.lease_until:%Y-%m-%dT%H:%M:%S}Z"
             )
             try:
-                with transaction.atomic():
+                with writing():
                     job.abandon(reason, now=now, dead_owner=job.claimed_by in dead_workers)
             except LostJob:
                 continue  # its owner finished it after all, or another process recovered it first
@@ -428,6 +452,10 @@ class Job(models.Model):
         return f"{self.plugin}.{self.command} {self.id} ({self.status})"
 
     @property
+    def submitter(self) -> Submitter | None:
+        return Submitter.of(self.submitted_by)
+
+    @property
     def is_terminal(self) -> bool:
         # A retried failure is re-queued in the same transaction, so a resting failed row is final.
         return self.status in TERMINAL
@@ -469,7 +497,7 @@ class Job(models.Model):
     ) -> None:
         """Completion in one transaction: status, log, stopwatch, facts and routed children."""
         now = now or timezone.now()
-        with transaction.atomic():
+        with writing():
             # Successors first, so "the tree is complete" is exact the moment this job is terminal.
             for child in outcome.children:
                 Job.objects.enqueue(child, default_dedupe_ttl=default_dedupe_ttl, now=now)
@@ -499,8 +527,16 @@ class Job(models.Model):
                     threshold=outcome.breaker_threshold,
                     now=now,
                 )
-            if outcome.status != JobStatus.SUCCEEDED and outcome.retryable:
-                self._retry_or_bury(outcome.backoff_base, now=now, rng=rng)
+            final = outcome.final_status(self.attempt, self.max_attempts)
+            if final == JobStatus.DEAD:
+                self.move(JobStatus.DEAD, f"max attempts ({self.max_attempts}) exhausted", now=now)
+            elif final is None:
+                self._retry(outcome.backoff_base, now=now, rng=rng)
+            if self.command == "init" and self.submitter is Submitter.SYSTEM and final is not None:
+                # In the completion's transaction: a plugin's health is never behind its init job.
+                PluginInstanceRecord.objects.init_finished(
+                    self.plugin, error=None if final == JobStatus.SUCCEEDED else outcome.error, now=now
+                )
             if self.is_terminal:
                 notify_finished()
 
@@ -534,7 +570,7 @@ class Job(models.Model):
         now = now or timezone.now()
         attempt = self.attempt + 1
         limit = max(self.max_attempts, attempt)
-        with transaction.atomic():
+        with writing():
             self.move(
                 JobStatus.QUEUED,
                 f"retried by {by}: attempt {attempt}/{limit}",
@@ -548,36 +584,18 @@ class Job(models.Model):
             )
             notify_enqueued()
 
-    def replay_spec(self, *, submitted_by: str, max_attempts: int) -> JobSpec:
-        """A new job for the same step from the stored `event_context` (spec 001 §6.1): same event,
-        payload, baggage row, parent and depth, so it runs and routes on exactly as this one did.
-        No dedupe key: a replay is asked for on purpose."""
+    def check_replayable(self) -> None:
+        """A replay (gateway.intake.replay) is of a finished job only."""
         if not self.can_replay:
             raise ActionRefused(f"job {self.id} is still {self.status}; only a finished job can be replayed")
-        return JobSpec(
-            plugin=self.plugin,
-            command=self.command,
-            submitted_by=submitted_by,
-            payload=self.payload,
-            event=self.event,
-            max_attempts=max_attempts,
-            parent_job_id=self.parent_job_id,
-            source_event_id=self.source_event_id,
-            event_context_id=self.event_context_id,
-            route_depth=self.route_depth,
-            note=f"replay of {self.id}",
-        )
 
     def _bury(self, reason: str, *, now: datetime) -> None:
         """queued -> dead with `reason`, never run."""
-        with transaction.atomic():
+        with writing():
             self.move(JobStatus.DEAD, reason, now=now, completed_at=now, last_error=reason)
             notify_finished()
 
-    def _retry_or_bury(self, backoff_base: float, *, now: datetime, rng: random.Random | None) -> None:
-        if self.attempt >= self.max_attempts:
-            self.move(JobStatus.DEAD, f"max attempts ({self.max_attempts}) exhausted", now=now)
-            return
+    def _retry(self, backoff_base: float, *, now: datetime, rng: random.Random | None) -> None:
         delay = backoff_seconds(self.attempt, backoff_base, rng)
         self.move(
             JobStatus.QUEUED,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from django.db import models, transaction
+from django.db import models
+
+from ledger.writes import writing
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -19,7 +21,7 @@ class PrunableQuerySet(models.QuerySet[_M]):
         """Delete at most `limit` rows of this queryset in one transaction; returns how many.
         The DELETE repeats the queryset's own conditions, so a row that stopped matching after
         its id was read (a job taken back into the queue) is kept."""
-        with transaction.atomic():
+        with writing():
             # Unordered: the LIMIT then stops at the first `limit` matches of the index scan
             # instead of sorting every expired row first.
             ids = list(self.order_by().values_list("pk", flat=True)[:limit])

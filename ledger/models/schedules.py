@@ -8,12 +8,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import models
+from django.db import IntegrityError, models
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from ledger import sql
 from ledger.states import ActionRefused
+from ledger.writes import writing
 
 
 class ScheduleStatus(models.TextChoices):
@@ -60,11 +61,12 @@ class ScheduleEntryQuerySet(models.QuerySet["ScheduleEntry"]):
             return 0
         completed = Job.objects.filter(pk=OuterRef("last_job_id")).values("completed_at")[:1]
         # Why the filter again: a fire may have moved last_job_id on since the read.
-        return (
-            self.filter(pk__in=ids)
-            .with_unrecorded_success()
-            .update(last_success_job_id=F("last_job_id"), last_success_at=Subquery(completed))
-        )
+        with writing():
+            return (
+                self.filter(pk__in=ids)
+                .with_unrecorded_success()
+                .update(last_success_job_id=F("last_job_id"), last_success_at=Subquery(completed))
+            )
 
     def take(self, takes: Iterable[Take], *, now: datetime) -> set[int]:
         """Claim due runs for the caller: compare-and-set on the `next_run_at` each was read with.
@@ -75,29 +77,65 @@ class ScheduleEntryQuerySet(models.QuerySet["ScheduleEntry"]):
             groups[(take.due, take.following, take.exhausted)].append(take.entry_id)
         won: set[int] = set()
         vendor = sql.current().vendor
-        for (due, following, exhausted), ids in groups.items():
-            status = ScheduleStatus.EXHAUSTED if exhausted else ScheduleStatus.ACTIVE
-            # Why the guard on next_run_at: two schedulers read the same due row; only the one
-            # whose UPDATE still finds the old value moves it on, so the run fires exactly once.
-            # RETURNING says which rows of a group were won (a shared row count could not).
-            text = (
-                "UPDATE schedule_entries SET next_run_at = %s, last_fired_at = %s, status = %s, updated_at = %s"
-                f" WHERE id IN ({', '.join(['%s'] * len(ids))}) AND status = %s AND next_run_at = %s RETURNING id"
-            )
-            stamp = sql.prep(ScheduleEntry, "updated_at", now)
-            params = [sql.prep(ScheduleEntry, "next_run_at", following), stamp, status, stamp]
-            params += [*ids, ScheduleStatus.ACTIVE, sql.prep(ScheduleEntry, "next_run_at", due)]
-            cursor = sql.execute(sql.native(text, vendor), params)
-            won.update(row[0] for row in cursor.fetchall())
-            cursor.close()
+        with writing():
+            for (due, following, exhausted), ids in groups.items():
+                won.update(self._take_group(ids, due, following, exhausted, now=now, vendor=vendor))
         return won
+
+    def _take_group(
+        self, ids: list[int], due: datetime, following: datetime | None, exhausted: bool, *, now: datetime, vendor: str
+    ) -> list[int]:
+        status = ScheduleStatus.EXHAUSTED if exhausted else ScheduleStatus.ACTIVE
+        # Why the guard on next_run_at: two schedulers read the same due row; only the one
+        # whose UPDATE still finds the old value moves it on, so the run fires exactly once.
+        # RETURNING says which rows of a group were won (a shared row count could not).
+        text = (
+            "UPDATE schedule_entries SET next_run_at = %s, last_fired_at = %s, status = %s, updated_at = %s"
+            f" WHERE id IN ({', '.join(['%s'] * len(ids))}) AND status = %s AND next_run_at = %s RETURNING id"
+        )
+        stamp = sql.prep(ScheduleEntry, "updated_at", now)
+        params = [sql.prep(ScheduleEntry, "next_run_at", following), stamp, status, stamp]
+        params += [*ids, ScheduleStatus.ACTIVE, sql.prep(ScheduleEntry, "next_run_at", due)]
+        cursor = sql.execute(sql.native(text, vendor), params)
+        try:
+            return [row[0] for row in cursor.fetchall()]
+        finally:
+            cursor.close()
 
     def record_fired(self, last_jobs: Mapping[int, str], *, now: datetime) -> None:
         """Each fired entry's newest job, in the transaction that enqueued it."""
         text = "UPDATE schedule_entries SET last_job_id = %s, updated_at = %s WHERE id = %s"
         text = sql.native(text, sql.current().vendor)
         stamp = sql.prep(ScheduleEntry, "updated_at", now)
-        sql.execute_many(text, [(job_id, stamp, entry_id) for entry_id, job_id in last_jobs.items()])
+        with writing():
+            sql.execute_many(text, [(job_id, stamp, entry_id) for entry_id, job_id in last_jobs.items()])
+
+    def first_seen(
+        self,
+        plugin: str,
+        schedule_id: str,
+        *,
+        command: str,
+        fingerprint: str,
+        next_run_at: datetime | None,
+        now: datetime,
+    ) -> ScheduleEntry:
+        """The row of a configured schedule, made when a scheduler first sees it."""
+        try:
+            with writing():
+                return self.create(
+                    plugin=plugin,
+                    schedule_id=schedule_id,
+                    command=command,
+                    fingerprint=fingerprint,
+                    next_run_at=next_run_at,
+                    created_at=now,
+                    updated_at=now,
+                )
+        except IntegrityError:
+            # Why: schedulers started together both find no row; the unique key lets one create
+            # it and the other adopts that row (same config, same next run).
+            return self.get(plugin=plugin, schedule_id=schedule_id)
 
 
 class ScheduleEntry(models.Model):
@@ -155,7 +193,8 @@ class ScheduleEntry(models.Model):
     def pause(self, reason: str, *, manual: bool, now: datetime) -> None:
         self.status = ScheduleStatus.PAUSED_MANUAL if manual else ScheduleStatus.PAUSED_INVALID
         self.reason, self.updated_at = reason, now
-        self.save(update_fields=["status", "reason", "updated_at"])
+        with writing():
+            self.save(update_fields=["status", "reason", "updated_at"])
 
     def resume_by_hand(self, *, next_run_at: datetime | None, now: datetime) -> None:
         """`schedule resume` and the console's Resume: a manual pause only (an invalid entry is
@@ -166,7 +205,8 @@ class ScheduleEntry(models.Model):
 
     def resume(self, *, next_run_at: datetime | None, now: datetime) -> None:
         self.status, self.reason, self.next_run_at, self.updated_at = ScheduleStatus.ACTIVE, None, next_run_at, now
-        self.save(update_fields=["status", "reason", "next_run_at", "updated_at"])
+        with writing():
+            self.save(update_fields=["status", "reason", "next_run_at", "updated_at"])
 
     def redefine(self, *, command: str, fingerprint: str, next_run_at: datetime | None, now: datetime) -> None:
         """The config changed this entry's definition: a fresh start (a manual pause stays)."""
@@ -175,4 +215,5 @@ class ScheduleEntry(models.Model):
         if self.status in (ScheduleStatus.PAUSED_INVALID, ScheduleStatus.EXHAUSTED):
             self.status, self.reason = ScheduleStatus.ACTIVE, None
             fields += ["status", "reason"]
-        self.save(update_fields=fields)
+        with writing():
+            self.save(update_fields=fields)

@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 from django.db import models
 from django.utils import timezone
 
+from ledger.writes import writing
+
 
 class WorkerState(models.TextChoices):
     RUNNING = "running"
@@ -33,7 +35,15 @@ class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
         return dead
 
     def mark_lost(self, worker_ids: list[str], now: datetime) -> int:
-        return self.filter(id__in=worker_ids, state=WorkerState.RUNNING).update(state=WorkerState.LOST, stopped_at=now)
+        with writing():
+            return self.filter(id__in=worker_ids, state=WorkerState.RUNNING).update(
+                state=WorkerState.LOST, stopped_at=now
+            )
+
+    def register(self, worker_id: str, *, hostname: str, pid: int, threads: int, plugins: str) -> WorkerInstance:
+        """A daemon's row, made as it starts: what `system status` counts and recovery reads."""
+        with writing():
+            return self.create(id=worker_id, hostname=hostname, pid=pid, threads=threads, plugins=plugins)
 
 
 class WorkerInstance(models.Model):
@@ -61,11 +71,13 @@ class WorkerInstance(models.Model):
 
     def beat(self, now: datetime) -> None:
         self.heartbeat_at = now
-        WorkerInstance.objects.filter(pk=self.pk).update(heartbeat_at=now)
+        with writing():
+            WorkerInstance.objects.filter(pk=self.pk).update(heartbeat_at=now)
 
     def stop(self, now: datetime) -> None:
         self.state, self.stopped_at = WorkerState.STOPPED, now
-        self.save(update_fields=["state", "stopped_at"])
+        with writing():
+            self.save(update_fields=["state", "stopped_at"])
 
 
 def pid_alive(pid: int) -> bool:
@@ -84,6 +96,23 @@ class PluginHealth(models.TextChoices):
     UNHEALTHY = "unhealthy"
 
 
+class PluginInstanceRecordQuerySet(models.QuerySet["PluginInstanceRecord"]):
+    def init_started(self, name: str, *, fingerprint: str, job_id: str) -> None:
+        """`init` was enqueued for this fingerprint of the plugin: its health is unknown until it ends."""
+        with writing():
+            self.update_or_create(
+                name=name,
+                defaults={"fingerprint": fingerprint, "init_job_id": job_id, "health": PluginHealth.UNKNOWN},
+            )
+
+    def init_finished(self, name: str, *, error: str | None, now: datetime) -> None:
+        """Called by the completion of the plugin's `init` job, in its transaction (spec §5.2)."""
+        with writing():
+            self.filter(name=name).update(
+                health=PluginHealth.UNHEALTHY if error else PluginHealth.HEALTHY, last_error=error, updated_at=now
+            )
+
+
 class PluginInstanceRecord(models.Model):
     """Per configured plugin: the fingerprint `init` last ran for, and what it said."""
 
@@ -93,6 +122,8 @@ class PluginInstanceRecord(models.Model):
     init_job_id = models.CharField(max_length=36, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = PluginInstanceRecordQuerySet.as_manager()
 
     class Meta:
         db_table = "plugin_instances"

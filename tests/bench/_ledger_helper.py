@@ -33,12 +33,14 @@ from django.db import transaction  # noqa: E402
 
 from gateway.database import ensure_schema  # noqa: E402
 from ledger.models import Job, JobSpec  # noqa: E402
+from ledger.submitters import Submitter  # noqa: E402
+from ledger.writes import writing  # noqa: E402
 
 
 def enqueue(count: int, plugin: str) -> dict[str, object]:
     started = time.perf_counter()
     for _ in range(count):
-        Job.objects.enqueue(JobSpec(plugin=plugin, command="poll", submitted_by="bench"), default_dedupe_ttl=86400)
+        Job.objects.enqueue(JobSpec(plugin=plugin, command="poll", submitter=Submitter.CLI), default_dedupe_ttl=86400)
     return {"enqueued": count, "seconds": time.perf_counter() - started}
 
 
@@ -47,11 +49,11 @@ def trickle(count: int, interval_ms: float, plugin: str) -> dict[str, object]:
     next_at = time.monotonic()
     for _ in range(count):
         stamp: list[int] = []
-        with transaction.atomic():
+        with writing():
             # Registered before enqueue's own on_commit (the wake-up poke), so it runs first.
             transaction.on_commit(lambda stamp=stamp: stamp.append(time.time_ns()))
             result = Job.objects.enqueue(
-                JobSpec(plugin=plugin, command="poll", submitted_by="bench"), default_dedupe_ttl=86400
+                JobSpec(plugin=plugin, command="poll", submitter=Submitter.CLI), default_dedupe_ttl=86400
             )
         rows.append([result.job_id, stamp[0]])
         next_at += interval_ms / 1000
@@ -88,7 +90,7 @@ def pipeline(count: int, gap_ms: float, name: str) -> dict[str, object]:
         time.sleep(gap_ms / 1000)
         stamps.clear()
         before = time.time_ns()
-        outcome = run_synchronously(runtime, name, {"n": n}, submitted_by="bench", timeout=60)
+        outcome = run_synchronously(runtime, name, {"n": n}, submitter=Submitter.CLI, timeout=60)
         after = time.time_ns()
         rows.append(
             {"root": outcome.root_ids[0], "before_ns": before, "after_ns": after, "status": outcome.status, **stamps}

@@ -26,6 +26,8 @@ from typing import Any
 
 from _common import NOP_SCRIPT, BenchConfig, emit, machine, temp_dir
 
+from ledger.submitters import Submitter
+
 
 def timed(samples: dict[str, list[tuple[int, int]]], name: str, fn: Callable[[], Any]) -> Any:
     w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
@@ -59,7 +61,7 @@ def run(jobs: int) -> dict[str, Any]:
                 samples,
                 "enqueue",
                 lambda: Job.objects.enqueue(
-                    JobSpec(plugin="nop", command="poll", submitted_by="bench"), default_dedupe_ttl=86400
+                    JobSpec(plugin="nop", command="poll", submitter=Submitter.CLI), default_dedupe_ttl=86400
                 ),
             )
         caps, worker = {"nop": 2}, "bench:1:abc"
@@ -99,7 +101,9 @@ def run(jobs: int) -> dict[str, Any]:
 
         # The yardstick: the same claim as three SQL statements in one IMMEDIATE transaction.
         for _ in range(jobs):
-            Job.objects.enqueue(JobSpec(plugin="nop", command="poll", submitted_by="bench"), default_dedupe_ttl=86400)
+            Job.objects.enqueue(
+                JobSpec(plugin="nop", command="poll", submitter=Submitter.CLI), default_dedupe_ttl=86400
+            )
 
         def raw_claim() -> Any:
             now = timezone.now()

@@ -199,13 +199,15 @@ def tick_child(config_dir: str, history: int, sync_repeat: int, seed: int) -> di
     import django
 
     django.setup()
-    from django.db import connection, transaction
+    from django.db import connection
 
     from gateway.database import ensure_schema
     from gateway.runtime import RUNTIME
     from gateway.scheduler.loop import Scheduler
     from ledger.models import Job, JobSpec, ScheduleEntry
     from ledger.states import JobStatus
+    from ledger.submitters import Submitter
+    from ledger.writes import writing
 
     ensure_schema()
     if RUNTIME.error:
@@ -216,14 +218,14 @@ def tick_child(config_dir: str, history: int, sync_repeat: int, seed: int) -> di
 
     # A day of history: succeeded scheduler jobs carrying the entries' dedupe keys.
     t0 = time.perf_counter()
-    with transaction.atomic():
+    with writing():
         for n in range(history):
             plugin, sid = keys[n % len(keys)]
             Job.objects.enqueue(
                 JobSpec(
                     plugin=plugin,
                     command="poll",
-                    submitted_by="scheduler",
+                    submitter=Submitter.SCHEDULER,
                     dedupe_key=f"{plugin}:poll:{sid}",
                     dedupe_checked=True,
                     max_attempts=1,

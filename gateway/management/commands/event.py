@@ -9,6 +9,7 @@ from django.core.management.base import CommandParser
 from gateway.cli.base import DuctileCommand
 from gateway.events import event_starts, preview, publish_event
 from gateway.management.commands.pipeline import dry_run_text, payload_option, run_tree
+from ledger.submitters import Submitter
 
 
 class Command(DuctileCommand):
@@ -40,7 +41,7 @@ class Command(DuctileCommand):
                 runtime,
                 options["type"],
                 payload_option(options["payload"]),
-                submitted_by="cli",
+                submitter=Submitter.CLI,
                 dedupe_key=options["dedupe_key"],
             )
             if not ids:

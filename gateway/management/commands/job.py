@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from gateway import intake
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
-from gateway.events import replay_spec
 from gateway.management.commands.pipeline import run_tree
 from gateway.operations import CLI, replay
 from gateway.reports import MAX_LOGS, claims_only, find_logs, job_detail, parse_rfc3339
@@ -105,7 +105,7 @@ class Command(DuctileCommand):
         job = self._job(options["job_id"])
         runtime = self.runtime()
         try:
-            spec = replay_spec(runtime, job, submitted_by=CLI)
+            spec = intake.replay(runtime, job, CLI.submitter)
         except ActionRefused as exc:
             raise Exit(EXIT_USAGE, str(exc)) from exc
         if options["dry_run"]:
@@ -133,9 +133,9 @@ class Command(DuctileCommand):
         # A dry run the job's state refuses is still put to the ledger method: its refusal says why.
         try:
             if action == "cancel" and (not dry_run or not allowed):
-                job.cancel(by=CLI)
+                job.cancel(by=str(CLI))
             elif action == "retry" and (not dry_run or not allowed):
-                job.retry_now(by=CLI)
+                job.retry_now(by=str(CLI))
         except ActionRefused as exc:
             raise Exit(EXIT_USAGE, str(exc)) from exc
         except LostJob as exc:

@@ -8,12 +8,14 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from gateway import intake
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
-from gateway.events import enqueue, pipeline_entries, pipeline_starts, preview
+from gateway.events import pipeline_entries, pipeline_starts, preview
 from gateway.reports import claims_only
 from gateway.runtime import Runtime
 from gateway.trees import TreeWaiter
 from ledger.states import JobStatus
+from ledger.submitters import Submitter
 from pipelines.dsl import Pipeline
 from pipelines.visualize import mermaid
 
@@ -147,7 +149,7 @@ class Command(DuctileCommand):
             runtime,
             pipeline.name,
             payload_option(options["payload"]),
-            submitted_by="cli",
+            submitter=Submitter.CLI,
             dedupe_key=options["dedupe_key"],
         )
         if synchronous and len(specs) != 1:
@@ -158,7 +160,7 @@ class Command(DuctileCommand):
             )
         timeout = options["timeout"] if options["timeout"] is not None else (pipeline.timeout if synchronous else 300.0)
         self.open_ledger()
-        run_tree(self, lambda: enqueue(runtime, specs), wait=wait, timeout=timeout)
+        run_tree(self, lambda: intake.submit_ids(runtime, specs), wait=wait, timeout=timeout)
 
     def _pipeline(self, runtime: Runtime, name: str) -> Pipeline:
         pipeline = runtime.pipelines.pipelines.get(name)

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
+from gateway import intake
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
 from gateway.config.integrity import SealUnusable
 from gateway.dispatch import Executor
@@ -18,7 +19,8 @@ from gateway.management.commands.config import emit_lock_report
 from gateway.plugins.seal import lock_plugins
 from gateway.reports import latest_result, ts
 from gateway.runtime import RUNTIME, Runtime
-from ledger.models import Job, JobSpec, PluginInstanceRecord, WorkerInstance
+from ledger.models import Job, PluginInstanceRecord, WorkerInstance
+from ledger.submitters import Submitter
 
 
 class Command(DuctileCommand):
@@ -130,25 +132,10 @@ class Command(DuctileCommand):
     def run_plugin(self, options: dict[str, Any]) -> None:
         runtime = self.open_ledger()
         name, command = options["name"], options["command"]
-        instance = runtime.registry.instances.get(name)
-        if instance is None:
-            reason = runtime.registry.skipped.get(name) or (
-                "it is disabled (enabled: false)" if name in runtime.registry.disabled else "it is not configured"
-            )
-            raise Exit(EXIT_USAGE, f"plugin {name!r} cannot run: {reason}")
-        if command not in instance.manifest.commands:
-            raise Exit(
-                EXIT_USAGE,
-                f"plugin {name!r} has no command {command!r}; it declares {', '.join(instance.manifest.commands)}",
-            )
-        spec = JobSpec(
-            plugin=name,
-            command=command,
-            submitted_by="cli",
-            payload=self._payload(options),
-            dedupe_key=options["dedupe_key"],
-            max_attempts=instance.config.retry.max_attempts,
+        spec = intake.job(
+            runtime, Submitter.CLI, name, command, self._payload(options), dedupe_key=options["dedupe_key"]
         )
+        instance = runtime.registry.instances[name]
         if options["dry_run"]:
             timeout = instance.config.timeout_for(command)
             data = {
@@ -163,7 +150,7 @@ class Command(DuctileCommand):
             }
             self.emit(data, f"would enqueue {name}.{command} (max {spec.max_attempts} attempts, timeout {timeout:g}s)")
             return
-        result = Job.objects.enqueue(spec, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
+        result = intake.submit(runtime, [spec])[0]
         if result.deduplicated or options["no_wait"]:
             job = Job.objects.get(pk=result.job_id)
             self._report(job, deduplicated=result.deduplicated)
@@ -186,10 +173,11 @@ class Command(DuctileCommand):
 
     def _run_here(self, job_id: str, runtime: Runtime) -> Job:
         """Run our job through the normal claim path; if a daemon took it first, wait for it."""
-        worker = WorkerInstance.objects.create(
-            id=f"{socket.gethostname()}:{os.getpid()}:cli",
+        worker = WorkerInstance.objects.register(
+            f"{socket.gethostname()}:{os.getpid()}:cli",
             hostname=socket.gethostname(),
             pid=os.getpid(),
+            threads=1,
             plugins="cli",
         )
         try:

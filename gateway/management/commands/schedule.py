@@ -45,7 +45,7 @@ class Command(DuctileCommand):
         for row in rows:
             if pausing and row.can_pause:
                 if not options["dry_run"]:
-                    row.pause_by_hand(by=CLI, now=now)
+                    row.pause_by_hand(by=str(CLI), now=now)
             elif not pausing and row.can_resume:
                 try:
                     resume_schedule(runtime, row, now=now, dry_run=options["dry_run"])

@@ -23,7 +23,6 @@ from gateway.doctor import ERROR, diagnose
 from gateway.housekeeping import refresh_schedules
 from gateway.operations import CLI
 from gateway.reports import breaker_report, queue_status, schedule_report
-from gateway.scheduler.spec import scheduled_entries
 from gateway.selfcheck import run_selfcheck
 from gateway.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
 from ledger.models import CircuitBreaker, PluginInstanceRecord, ScheduleEntry
@@ -214,7 +213,7 @@ class Command(DuctileCommand):
         rows = {(r.plugin, r.schedule_id): r for r in ScheduleEntry.objects.all()}
         now = timezone.now()
         entries = []
-        for schedule in scheduled_entries(runtime.config):
+        for schedule in runtime.config.scheduled_entries():
             row = rows.pop((schedule.plugin, schedule.id), None)
             entries.append(schedule_report(schedule, row, now))
         entries += [schedule_report(None, row, now) for row in rows.values()]  # no longer configured
@@ -245,7 +244,7 @@ class Command(DuctileCommand):
         if dry_run:
             targets = list(rows.tripped().order_by("command").values_list("command", flat=True))
         else:
-            targets = [b.command for b in rows.reset(by=CLI)]
+            targets = [b.command for b in rows.reset(by=str(CLI))]
         data = {"plugin": plugin, "reset": targets, "dry_run": dry_run}
         verb = "would reset" if dry_run else "reset"
         self.emit(data, f"{verb}: " + (", ".join(f"{plugin}.{c}" for c in targets) or "nothing (all closed)"))

@@ -1,6 +1,9 @@
 """Webhook endpoints from `webhooks:` (spec 000 §10.1, "Webhooks", Configuration Specification §4.3).
 
 The loader merges the bare-list form into `webhooks: {listen, endpoints}`, so this reads one shape.
+Parsed once per config load (gateway.runtime keeps the result); what an endpoint refers to comes in
+as plain data, the commands of each plugin and the secrets of tokens.yaml, so the config layer
+imports nothing above it.
 webhooks.yaml is a high-security file: an endpoint that cannot be served exactly as written (an
 unknown key, plugin or command, a secret_ref tokens.yaml does not define, two endpoints on one
 path) refuses the whole config, naming file, line and key, instead of leaving a hole in the listener.
@@ -14,12 +17,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gateway.api.tokens import TokenRegistry
+from gateway.config.api import Listen, parse_listen
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig
 from gateway.config.yamlsrc import KeyPath, dotted
-from gateway.plugins.registry import Registry
 
 DEFAULT_COMMAND = "handle"
 DEFAULT_MAX_BODY_SIZE = 1024 * 1024  # the spec's "1 MB", read as the original reads it: 1048576
@@ -32,7 +34,6 @@ _UNIT = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
 # Letters, digits and dashes: all a header name can hold once it has passed through gunicorn, which
 # drops headers spelled with underscores.
 _HEADER = re.compile(r"[A-Za-z0-9-]+")
-_LISTEN = re.compile(r"(?P<host>\S+):(?P<port>\d{1,5})")
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,14 @@ class Endpoint:
     max_body_size: int
 
 
+# Plugin name -> the commands its manifest declares; None for a plugin skipped at load (no manifest
+# to check a command against: the registry says why it was skipped).
+Commands = Mapping[str, tuple[str, ...] | None]
+
+
 @dataclass(frozen=True)
 class Webhooks:
-    listen: str | None = None  # `host:port` for the listener; None when the config names none
+    listen: Listen | None = None  # where the listener serves; None when the config names none
     by_path: Mapping[str, Endpoint] = field(default_factory=lambda: MappingProxyType({}))
 
 
@@ -68,25 +74,25 @@ def parse_size(value: object) -> int:
 
 
 def parse_webhooks(
-    config: GatewayConfig, registry: Registry, tokens: TokenRegistry
+    config: GatewayConfig, commands: Commands, secrets: Mapping[str, str]
 ) -> tuple[Webhooks, list[ConfigProblem]]:
     """The configured listener and endpoints, and every problem with them."""
-    return _Parser(config, registry, tokens).parse()
+    return _Parser(config, commands, secrets).parse()
 
 
-def load_webhooks(config: GatewayConfig, registry: Registry, tokens: TokenRegistry) -> Webhooks:
+def load_webhooks(config: GatewayConfig, commands: Commands, secrets: Mapping[str, str]) -> Webhooks:
     """`parse_webhooks`, refusing the config (ConfigError, exit 78) when anything is wrong."""
-    webhooks, problems = parse_webhooks(config, registry, tokens)
+    webhooks, problems = parse_webhooks(config, commands, secrets)
     if problems:
         raise ConfigError(problems)
     return webhooks
 
 
 class _Parser:
-    def __init__(self, config: GatewayConfig, registry: Registry, tokens: TokenRegistry):
+    def __init__(self, config: GatewayConfig, commands: Commands, secrets: Mapping[str, str]):
         self.config = config
-        self.registry = registry
-        self.tokens = tokens
+        self.commands = commands
+        self.secrets = secrets
         self.problems: list[ConfigProblem] = []
 
     def problem(self, path: KeyPath, message: str) -> None:
@@ -95,9 +101,13 @@ class _Parser:
     def parse(self) -> tuple[Webhooks, list[ConfigProblem]]:
         raw = thaw(self.config.webhooks) or {}
         self.unknown_keys(("webhooks",), raw, _TOP_KEYS)
-        listen = raw.get("listen")
-        if listen is not None and not _valid_listen(listen):
-            self.problem(("webhooks", "listen"), f"expected host:port such as 127.0.0.1:8081, got {listen!r}")
+        listen = None
+        if raw.get("listen") is not None:
+            listen = parse_listen(raw["listen"], default_port=0) if ":" in str(raw["listen"]) else None
+            if listen is None:
+                self.problem(
+                    ("webhooks", "listen"), f"expected host:port such as 127.0.0.1:8081, got {raw['listen']!r}"
+                )
         entries = raw.get("endpoints")
         if entries is None:
             entries = []
@@ -183,10 +193,9 @@ class _Parser:
 
     def command(self, at: KeyPath, plugin: str, value: Any) -> str:
         command = self.required_string(at, "command", value, "a command name")
-        # A plugin skipped at load has no manifest to check against; the registry warns why.
-        instance = self.registry.instances.get(plugin) or self.registry.disabled.get(plugin)
-        if command and instance is not None and instance.command(command) is None:
-            declared = ", ".join(instance.manifest.commands)
+        declared_commands = self.commands.get(plugin)
+        if command and declared_commands is not None and command not in declared_commands:
+            declared = ", ".join(declared_commands)
             self.problem(
                 (*at, "command"), f"plugin {plugin!r} has no command {command!r} (manifest declares {declared})"
             )
@@ -196,7 +205,7 @@ class _Parser:
         ref = self.required_string(at, "secret_ref", value, "the name of a tokens.yaml entry holding the HMAC secret")
         if not ref:
             return ref, ""
-        secret = self.tokens.secret(ref)
+        secret = self.secrets.get(ref)
         if secret is None:
             defined = any(
                 isinstance(t, Mapping) and t.get("name") == ref for t in self.config.document.get("tokens") or ()
@@ -211,8 +220,3 @@ class _Parser:
         if header and not _HEADER.fullmatch(header):
             self.problem((*at, "signature_header"), f"expected a header name of letters, digits and -, got {header!r}")
         return header
-
-
-def _valid_listen(value: Any) -> bool:
-    match = _LISTEN.fullmatch(value) if isinstance(value, str) else None
-    return match is not None and 0 < int(match.group("port")) < 65536

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
@@ -23,9 +23,6 @@ from gateway.config.durations import format_duration, parse_duration
 from gateway.config.errors import ConfigProblem
 from gateway.config.frozen import freeze
 from gateway.config.yamlsrc import KeyPath
-
-if TYPE_CHECKING:
-    from gateway.config.model import GatewayConfig
 
 DEFAULT_ID = "default"
 DEFAULT_COMMAND = "poll"
@@ -188,11 +185,6 @@ def parse_schedules(plugin: str, raw: object, problem_at: ProblemAt) -> ParsedSc
     if problems:
         return ParsedSchedules((), tuple(problems), tuple(warnings))
     return ParsedSchedules(tuple(entries), (), tuple(warnings))
-
-
-def scheduled_entries(config: GatewayConfig) -> tuple[Schedule, ...]:
-    """The entries the scheduler runs: those of enabled plugins, in config order."""
-    return tuple(entry for plugin in config.plugins.values() if plugin.enabled for entry in plugin.schedules)
 
 
 class _EntryReader:

@@ -80,17 +80,11 @@ def load_tokens(config: GatewayConfig) -> TokenRegistry:
     tokens: list[ApiToken] = []
     problems: list[str] = []
     secrets: dict[str, str] = {}
-    auth = thaw(config.api).get("auth") or {}
-    for index, entry in enumerate(auth.get("tokens") or []):
-        secret = str(entry.get("token") or "")
-        if not secret:
+    for index, inline in enumerate(config.api.tokens):
+        if not inline.token:
             problems.append(f"api.auth.tokens[{index}]: empty token (is its ${{VAR}} set?); refused")
             continue
-        tokens.append(
-            ApiToken(
-                str(entry.get("name") or f"api.auth.tokens[{index}]"), secret, normalise(entry.get("scopes") or [])
-            )
-        )
+        tokens.append(ApiToken(inline.name, inline.token, normalise(inline.scopes)))
     for index, entry in enumerate(thaw(config.document).get("tokens") or []):
         name = str(entry.get("name") or f"tokens[{index}]")
         key = str(entry.get("key") or "")

@@ -1,0 +1,112 @@
+"""`api:` as typed values (spec 000 §9, Configuration Reference "api"), built once by the config
+loader with every default here: no consumer reads the mapping or repeats a default."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.config.durations import parse_duration
+from gateway.config.yamlsrc import KeyPath
+
+DEFAULT_HOST = "localhost"
+DEFAULT_PORT = 8080
+DEFAULT_MAX_CONCURRENT_SYNC = 10
+_LISTEN = re.compile(r"(?P<host>\S+):(?P<port>\d{1,5})")
+
+Problem = Callable[[KeyPath, str], None]
+
+
+@dataclass(frozen=True)
+class Listen:
+    """A `host:port` to serve on; a bare host takes the default port."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_listen(value: Any, default_port: int) -> Listen | None:
+    """`host:port` or a bare host; None when `value` is neither (the caller names the key)."""
+    text = str(value).strip()
+    if match := _LISTEN.fullmatch(text):
+        port = int(match.group("port"))
+        return Listen(match.group("host"), port) if 0 < port < 65536 else None
+    return Listen(text, default_port) if text and ":" not in text and not text.isspace() else None
+
+
+@dataclass(frozen=True)
+class InlineToken:
+    """One entry of `api.auth.tokens` (the config's own tokens; tokens.yaml holds the rest)."""
+
+    name: str
+    token: str = field(repr=False)
+    scopes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    enabled: bool = True
+    listen: Listen = Listen(DEFAULT_HOST, DEFAULT_PORT)
+    max_concurrent_sync: int = DEFAULT_MAX_CONCURRENT_SYNC
+    max_sync_timeout: float | None = None  # seconds; None: each pipeline's own timeout
+    tokens: tuple[InlineToken, ...] = ()
+
+
+def api_config(raw: Mapping[str, Any], problem: Problem) -> ApiConfig:
+    """`raw` is the merged `api:` mapping; each problem names its key through `problem`."""
+    base = ApiConfig()
+    enabled = raw.get("enabled", True)
+    if not isinstance(enabled, bool):
+        problem(("api", "enabled"), f"expected true or false, got {enabled!r}")
+        enabled = True
+    listen = base.listen
+    if raw.get("listen") is not None:
+        parsed = parse_listen(raw["listen"], DEFAULT_PORT)
+        if parsed is None:
+            problem(("api", "listen"), f"expected host:port such as 127.0.0.1:8080, got {raw['listen']!r}")
+        else:
+            listen = parsed
+    limit = raw.get("max_concurrent_sync", base.max_concurrent_sync)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        problem(("api", "max_concurrent_sync"), f"expected a whole number of at least 1, got {limit!r}")
+        limit = base.max_concurrent_sync
+    timeout = None
+    if raw.get("max_sync_timeout") not in (None, ""):
+        try:
+            timeout = parse_duration(raw["max_sync_timeout"])
+        except ValueError as exc:
+            problem(("api", "max_sync_timeout"), str(exc))
+    return ApiConfig(
+        enabled=enabled,
+        listen=listen,
+        max_concurrent_sync=limit,
+        max_sync_timeout=timeout,
+        tokens=_inline_tokens(raw, problem),
+    )
+
+
+def _inline_tokens(raw: Mapping[str, Any], problem: Problem) -> tuple[InlineToken, ...]:
+    auth = raw.get("auth") or {}
+    entries = auth.get("tokens") if isinstance(auth, Mapping) else None
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        problem(("api", "auth", "tokens"), f"expected a list of tokens, got {entries!r}")
+        return ()
+    tokens = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            problem(("api", "auth", "tokens", index), f"expected a mapping with token and scopes, got {entry!r}")
+            continue
+        scopes = entry.get("scopes") or []
+        if not isinstance(scopes, list):
+            problem(("api", "auth", "tokens", index, "scopes"), f"expected a list of scopes, got {scopes!r}")
+            scopes = []
+        name = str(entry.get("name") or f"api.auth.tokens[{index}]")
+        tokens.append(InlineToken(name, str(entry.get("token") or ""), tuple(str(s) for s in scopes)))
+    return tuple(tokens)

@@ -1,0 +1,97 @@
+"""The ledger's write transactions (ledger/writes.py): writers of different processes take turns at
+the SQLite write gate instead of in SQLite's busy handler; the ledger's write methods take it
+themselves, so no caller can forget; a write inside a transaction opened without it is refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.db import connection, transaction
+
+from ledger.models import Job, JobSpec
+from ledger.submitters import Submitter
+from ledger.writes import UngatedTransaction, writing
+from tests.support import REPO
+
+# Enters the gate on the database of $DATABASE_URL and says when (time.time_ns); with argv[1]
+# "hold", stays in until a line arrives on stdin and says when it leaves.
+WRITER = """
+import sys, time
+import django
+from gateway.bootstrap import prepare_process
+prepare_process(None)
+django.setup()
+from ledger.writes import writing
+print("trying", flush=True)
+with writing():
+    print(f"entered {time.time_ns()}", flush=True)
+    if sys.argv[1] == "hold":
+        sys.stdin.readline()
+        print(f"leaving {time.time_ns()}", flush=True)
+"""
+
+
+def writer(config_dir, database, mode: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DUCTILE_DB_PATH"}
+    env.update(PYTHONPATH=str(REPO), DUCTILE_CONFIG_DIR=str(config_dir.path), DATABASE_URL=f"sqlite:///{database}")
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, mode],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def said(proc: subprocess.Popen[str], word: str) -> int:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    assert line and line[0] == word, line
+    return int(line[1]) if len(line) > 1 else 0
+
+
+def test_a_writer_waits_at_the_gate_until_another_process_leaves_it(config_dir, tmp_path):
+    config_dir.write()
+    database = tmp_path / "ledger.db"
+    holder = writer(config_dir, database, "hold")
+    waiter = None
+    try:
+        said(holder, "trying")
+        said(holder, "entered")
+        waiter = writer(config_dir, database, "pass")
+        said(waiter, "trying")
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        left = said(holder, "leaving")
+        # Had the gate not held it, the waiter would have entered before the holder was told to go.
+        assert said(waiter, "entered") >= left
+    finally:
+        for proc in (holder, waiter):
+            if proc is not None:
+                proc.communicate(timeout=60)
+    assert holder.returncode == 0 and waiter is not None and waiter.returncode == 0
+    assert (tmp_path / "ledger.db.write-gate").exists()  # the gate file, beside the database
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_ledger_write_joins_an_outer_writing_block():
+    with writing():
+        first = Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=60).job_id
+        with writing():
+            second = Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=60).job_id
+    assert set(Job.objects.values_list("id", flat=True)) == {first, second}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_ledger_write_inside_an_ungated_transaction_is_refused_on_every_backend():
+    with pytest.raises(UngatedTransaction, match=r"writing\(\)"), transaction.atomic():
+        Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=60)
+    assert not Job.objects.exists()
+    assert not connection.in_atomic_block
