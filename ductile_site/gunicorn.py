@@ -60,13 +60,13 @@ def _freeze_startup_objects() -> None:
 def _end_streams_on_stop() -> None:
     """A worker asked to stop (SIGTERM from the arbiter: shutdown, HUP reload, or a scale-down)
     waits for its open requests up to graceful_timeout, and an SSE stream never finishes on its
-    own. So the worker's SIGTERM also ends every stream (gateway.eventstream.stop_streams); gunicorn
+    own. So the worker's SIGTERM also ends every stream (gateway.http.eventstream.stop_streams); gunicorn
     has no hook there, so its handler is wrapped. SIGINT/SIGQUIT already exit at once. An app
     without streams (the webhook listener) never imports the module, and has none to end."""
     stop = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
-        streams = sys.modules.get("gateway.eventstream")
+        streams = sys.modules.get("gateway.http.eventstream")
         if streams is not None:
             streams.stop_streams()
         if callable(stop):

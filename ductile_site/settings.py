@@ -20,8 +20,8 @@ DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
 
 INSTALLED_APPS = [
-    # django.contrib.admin with the audit console as its site (ledger/console/site.py).
-    "ledger.apps.ConsoleAdminConfig",
+    # django.contrib.admin with the audit console as its site (gateway/console/site.py).
+    "gateway.console.apps.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -63,7 +63,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "gateway.context.gateway",
+                "gateway.http.context.gateway",
             ],
         },
     },
@@ -85,7 +85,7 @@ def _database() -> dict[str, Any]:
         db: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=None))
     else:
         # No path when the config could not be loaded: the backend then refuses to connect and says
-        # why, instead of creating a stray database somewhere else (gateway/sqlite3/base.py).
+        # why, instead of creating a stray database somewhere else (gateway/storage/sqlite3/base.py).
         db = {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": os.environ.get("DUCTILE_DB_PATH", ""),
@@ -93,7 +93,7 @@ def _database() -> dict[str, Any]:
         }
     if db["ENGINE"] == "django.db.backends.sqlite3":
         # Creates the state directory and the file with private modes, and refuses a missing path.
-        db["ENGINE"] = "gateway.sqlite3"
+        db["ENGINE"] = "gateway.storage.sqlite3"
         db.setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
         db["TEST"] = {"NAME": os.environ.get("DUCTILE_TEST_SQLITE_PATH") or None}
     return db
@@ -101,8 +101,8 @@ def _database() -> dict[str, Any]:
 
 DATABASES = {"default": _database()}
 # `dumpdata`/`loaddata` JSON lines keep timestamps to the microsecond: backups of a PostgreSQL
-# ledger are exported in this format (gateway/backups/jsonlines.py).
-SERIALIZATION_MODULES = {"jsonl": "gateway.backups.jsonlines"}
+# ledger are exported in this format (gateway/operations/backups/jsonlines.py).
+SERIALIZATION_MODULES = {"jsonl": "gateway.operations.backups.jsonlines"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -118,7 +118,7 @@ STATIC_ROOT = Path(os.environ.get("DUCTILE_STATIC_ROOT") or BASE_DIR / ".static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "gateway.staticfiles.StaticFilesStorage"},
+    "staticfiles": {"BACKEND": "gateway.http.staticfiles.StaticFilesStorage"},
 }
 
 # The admin's logins: Django's standard password rules (`ductile admin create-user`, the demo).
@@ -135,14 +135,14 @@ LOGIN_URL = "admin:login"
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_AUTHENTICATION_CLASSES": ["gateway.api.auth.BearerAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["gateway.api.auth.Scoped"],
-    "EXCEPTION_HANDLER": "gateway.api.errors.api_exception_handler",
+    "DEFAULT_AUTHENTICATION_CLASSES": ["gateway.http.api.auth.BearerAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["gateway.http.api.auth.Scoped"],
+    "EXCEPTION_HANDLER": "gateway.http.api.errors.api_exception_handler",
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
-    "DEFAULT_PARSER_CLASSES": ["gateway.api.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["gateway.http.api.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -151,7 +151,7 @@ SPECTACULAR_SETTINGS = {
     "OAS_VERSION": "3.1.0",
 }
 
-# django-q2 runs housekeeping (gateway/housekeeping.py) on its ORM broker in the gateway's own
+# django-q2 runs housekeeping (gateway/operations/housekeeping.py) on its ORM broker in the gateway's own
 # database, as `manage.py qcluster` under `system start`. One worker: the tasks are rare and
 # batched. A failed or timed-out run is not retried (the next scheduled run is the retry), and a
 # schedule missed while the cluster was down runs once, not once per missed interval.

@@ -5,5 +5,5 @@ from __future__ import annotations
 
 from ductile_site.settings import *  # noqa: F403
 
-ROOT_URLCONF = "gateway.webhooks.urls"
-WSGI_APPLICATION = "gateway.webhooks.wsgi.application"
+ROOT_URLCONF = "gateway.http.webhooks.urls"
+WSGI_APPLICATION = "gateway.http.webhooks.wsgi.application"

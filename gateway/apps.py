@@ -8,7 +8,7 @@ class GatewayConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
-        from gateway.wakeup import poke_local_waiters, poke_local_workers
+        from gateway.storage.wakeup import poke_local_waiters, poke_local_workers
         from ledger import wakeups
 
         # Every process that enqueues (CLI, API, scheduler, workers) pokes same-host workers, and

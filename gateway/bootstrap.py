@@ -31,7 +31,7 @@ def ledger_refusal() -> str | None:
     path = os.environ.get("DUCTILE_DB_PATH")
     if os.environ.get("DATABASE_URL") or not path or not Path(path).is_file():
         return None
-    from gateway.database import START_CHECK, corrupted, integrity_finding
+    from gateway.storage.database import START_CHECK, corrupted, integrity_finding
 
     with closing(sqlite3.connect(path)) as db:
         finding = integrity_finding(db, START_CHECK)

@@ -18,9 +18,9 @@ from gateway.config.model import GatewayConfig, typed_config
 from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.webhooks import Webhooks, parse_webhooks
 from gateway.plugins.discovery import discover_plugins
+from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
-from gateway.runner import plugin_environment
 from pipelines.dsl import PipelineErrors, PipelineSet, compile_pipelines
 from pipelines.routing import RouteRule, RoutingTable
 

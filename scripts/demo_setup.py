@@ -22,7 +22,7 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from gateway.accounts import save_account
+    from gateway.operations.accounts import save_account
     from ledger.roles import ROLES
 
     quiet = io.StringIO()

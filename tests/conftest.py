@@ -61,9 +61,9 @@ def process_db(config_dir: ConfigDir):
 
 @pytest.fixture
 def fresh_live_state(monkeypatch):
-    """The live views' clock, snapshot and run index are per process, for one ledger (gateway/live.py,
-    gateway/runs.py); a test with a ledger of its own gets its own."""
-    from gateway import live, runs
+    """The live views' clock, snapshot and run index are per process, for one ledger (gateway/reports/live.py,
+    gateway/reports/runs.py); a test with a ledger of its own gets its own."""
+    from gateway.reports import live, runs
 
     clock = live.LedgerClock()
     monkeypatch.setattr(live, "CLOCK", clock)

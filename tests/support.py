@@ -184,7 +184,7 @@ from gateway.bootstrap import prepare_process
 prepare_process(sys.argv[1])
 import django
 django.setup()
-from gateway.database import ensure_schema
+from gateway.storage.database import ensure_schema
 ensure_schema()
 from ledger.models import Job, JobSpec, JobTransition
 from ledger.submitters import Submitter
@@ -237,7 +237,7 @@ def run_sql(config: ConfigDir, statement: str) -> None:
 def drain(holder: Any, limit: int = 50) -> None:
     """Run every runnable job in this process through the normal claim path and real plugin
     processes until the queue is empty."""
-    from gateway.dispatch import Executor
+    from gateway.execution.dispatch import Executor
     from ledger.models import Job
 
     executor = Executor(holder, "w1")

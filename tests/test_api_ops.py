@@ -19,8 +19,9 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from gateway import eventstream
-from gateway.redaction import REDACTED, config_view, redact
+from gateway.http import eventstream
+from gateway.reports import events
+from gateway.reports.redaction import REDACTED, config_view, redact
 from gateway.runtime import RUNTIME
 from ledger.models import EventRecord, JobStopwatch
 from tests.support import installed_runtime, wait_for
@@ -562,14 +563,14 @@ def test_head_answers_the_stream_headers_and_holds_nothing_open(sse, live_server
 
 def test_the_cursor_sends_late_commits_into_its_gaps_until_they_expire():
     """Pure: what the stream asks the database for after each batch (PostgreSQL commit order)."""
-    cursor = eventstream.EventCursor(last=10)
+    cursor = events.EventCursor(last=10)
     cursor.advance([11, 14, 15, 18], now=0.0)  # 12, 13, 16 and 17 not visible (yet)
     assert cursor.last == 18
     assert [(g.low, g.high) for g in cursor.gaps] == [(12, 13), (16, 17)]
     cursor.advance([13, 16, 19], now=1.0)  # late commits fill gaps; 19 is new
     assert [(g.low, g.high) for g in cursor.gaps] == [(12, 12), (17, 17)]
     assert str(cursor.pending(now=1.0)) == str(Q(id__gt=19) | Q(id__gte=12, id__lte=12) | Q(id__gte=17, id__lte=17))
-    assert str(cursor.pending(now=eventstream.GAP_GRACE_SECONDS + 1)) == str(Q(id__gt=19))  # rolled back
+    assert str(cursor.pending(now=events.GAP_GRACE_SECONDS + 1)) == str(Q(id__gt=19))  # rolled back
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite commits in id order: one writer at a time")

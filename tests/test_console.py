@@ -17,10 +17,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from gateway.accounts import save_account
-from gateway.events import publish_event
-from gateway.plugins.lifecycle import schedule_inits
-from ledger.admin.jobs import JobAdmin
+from gateway.console.admin.jobs import JobAdmin
+from gateway.execution.lifecycle import schedule_inits
+from gateway.intake.events import publish_event
+from gateway.operations.accounts import save_account
 from ledger.models import (
     CircuitBreaker,
     CircuitBreakerTransition,

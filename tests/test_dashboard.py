@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from gateway.dispatch import Executor
-from gateway.events import publish_event
+from gateway.execution.dispatch import Executor
+from gateway.intake.events import publish_event
 from ledger.models import EventRecord, Job, JobSpec
 from ledger.submitters import Submitter
 from tests.support import load_runtime
@@ -160,7 +160,7 @@ def test_an_unknown_view_is_a_clear_400(auditor):
 def test_events_are_batched_and_capped_per_message(auditor, holder):
     from django.utils import timezone
 
-    from gateway.dashboard.stream import MAX_EVENTS_PER_FRAME
+    from gateway.http.dashboard.stream import MAX_EVENTS_PER_FRAME
 
     response = auditor.get("/dashboard/stream?view=overview")
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.doctor import ERROR, INFO, WARNING, diagnose
+from gateway.operations.doctor import ERROR, INFO, WARNING, diagnose
 from gateway.runtime import build_runtime
 from tests.support import ConfigDir, ductile_json
 

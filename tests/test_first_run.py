@@ -108,7 +108,7 @@ def test_create_user_makes_a_staff_account_with_one_role(cfg):
 @pytest.mark.django_db
 @pytest.mark.parametrize("role", ["auditor", "operator"])
 def test_an_account_logs_in_to_the_styled_console_and_can_view_the_jobs(client, role):
-    from gateway.accounts import save_account
+    from gateway.operations.accounts import save_account
 
     save_account("pat", role, "correct horse battery")
     user = User.objects.get(username="pat")

@@ -50,7 +50,10 @@ def api(config_dir):
 @pytest.fixture
 def webhooks(config_dir):
     write_config(config_dir, BIG_HOOK)
-    with installed_runtime(config_dir, {**os.environ, **ENV}), override_settings(ROOT_URLCONF="gateway.webhooks.urls"):
+    with (
+        installed_runtime(config_dir, {**os.environ, **ENV}),
+        override_settings(ROOT_URLCONF="gateway.http.webhooks.urls"),
+    ):
         yield Client()
 
 

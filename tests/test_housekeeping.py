@@ -18,7 +18,7 @@ from django_q.models import Schedule
 
 from gateway.config.errors import ConfigError
 from gateway.config.model import load_gateway_config
-from gateway.housekeeping import BACKUP_SCHEDULE, PRUNE_SCHEDULE, prune, rotate, sync_schedules
+from gateway.operations.housekeeping import BACKUP_SCHEDULE, PRUNE_SCHEDULE, prune, rotate, sync_schedules
 from ledger.models import AttemptOutcome, EventRecord, Job, JobLog, JobSpec, JobStopwatch, JobTransition
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
@@ -112,7 +112,7 @@ def test_schedules_follow_the_config_and_an_unchanged_one_keeps_its_next_run(con
     assert (row.schedule_type, row.cron, row.func) == (
         Schedule.CRON,
         "0 3 * * *",
-        "gateway.housekeeping.scheduled_backup",
+        "gateway.operations.housekeeping.scheduled_backup",
     )
     assert f"'directory': '{backups}'" in row.kwargs and "'keep': 3" in row.kwargs
     assert row.next_run.hour == 3 and row.next_run > timezone.now()

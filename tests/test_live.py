@@ -1,4 +1,4 @@
-"""The live figures (gateway/live.py, gateway/runs.py): one snapshot built from a real ledger of
+"""The live figures (gateway/reports/live.py, gateway/reports/runs.py): one snapshot built from a real ledger of
 real plugin runs, for the dashboard, `system watch` and `GET /system/watch`. What it counts is
 what the ledger holds; it moves when the ledger moves and not otherwise; pipeline runs are found
 as they start and their status follows their jobs."""
@@ -12,10 +12,10 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from gateway.dispatch import Executor
-from gateway.events import publish_event
-from gateway.live import WINDOW_MINUTES, LedgerClock, LiveFigures, build_snapshot, change_marker, window_start
-from gateway.runs import RecentRuns, run_steps
+from gateway.execution.dispatch import Executor
+from gateway.intake.events import publish_event
+from gateway.reports.live import WINDOW_MINUTES, LedgerClock, LiveFigures, build_snapshot, change_marker, window_start
+from gateway.reports.runs import RecentRuns, run_steps
 from ledger.models import Job, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter

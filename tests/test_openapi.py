@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 from rest_framework.views import APIView
 from schemathesis import GenerationMode
 
-from gateway.api.openapi import SwaggerDocs, expand_input_schema
+from gateway.http.api.openapi import SwaggerDocs, expand_input_schema
 from gateway.runtime import RUNTIME
 from ledger.models import Job
 from tests.support import PLUGIN_ROOTS, load_runtime

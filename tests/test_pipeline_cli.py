@@ -127,10 +127,10 @@ from gateway.bootstrap import prepare_process
 prepare_process(sys.argv[1])
 import django
 django.setup()
-from gateway.database import ensure_schema
+from gateway.storage.database import ensure_schema
 ensure_schema()
-from gateway import trees
-from gateway.events import pipeline_entries
+from gateway.intake import trees
+from gateway.intake.events import pipeline_entries
 from gateway.intake import submit_ids
 from gateway.runtime import RUNTIME
 from ledger.submitters import Submitter

@@ -22,7 +22,7 @@ def load(config_dir, pipelines, **plugins):
 
 
 def publish(holder, event_type, payload):
-    from gateway.events import publish_event
+    from gateway.intake.events import publish_event
 
     return publish_event(holder.get(), event_type, payload, submitter=Submitter.CLI)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.dispatch import Executor
+from gateway.execution.dispatch import Executor
 from ledger.models import Job, JobLog, JobSpec, JobStopwatch, PluginFact, PluginState
 from ledger.states import JobStatus
 from ledger.submitters import Submitter

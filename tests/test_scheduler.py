@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gateway.dispatch import Executor
+from gateway.daemon.scheduler import FIRE_BATCH, Scheduler
+from gateway.execution.dispatch import Executor
 from gateway.runtime import RUNTIME
-from gateway.scheduler.loop import FIRE_BATCH, Scheduler
 from ledger.models import (
     BreakerState,
     CircuitBreaker,

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from gateway.api.syncgate import Busy, sync_slot
+from gateway.http.api.syncgate import Busy, sync_slot
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from gateway.api.syncgate import sync_slot
+from gateway.http.api.syncgate import sync_slot
 with sync_slot(Path(sys.argv[1]), 1):
     print("held", flush=True)
     time.sleep(60)

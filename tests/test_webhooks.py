@@ -1,7 +1,7 @@
 """The webhook listener (spec 000 §10, "Webhooks", Configuration Specification §4.3): endpoints
 typed and refused at load naming file, line and key; HMAC-SHA256 over the raw body; 413 before the
 signature; 403 `forbidden` with nothing enqueued; 404 and 405 as JSON; the job a plugin receives;
-and a real gunicorn serving `gateway.webhooks.wsgi` on its own port."""
+and a real gunicorn serving `gateway.http.webhooks.wsgi` on its own port."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from django.test import Client, override_settings
 
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.webhooks import DEFAULT_MAX_BODY_SIZE, Webhooks, parse_size
-from gateway.dispatch import Executor
+from gateway.execution.dispatch import Executor
 from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import Job, JobLog, JobTransition
 from tests.support import REPO, ConfigDir, cli_env, installed_runtime, ledger, wait_for
@@ -77,7 +77,10 @@ def write_config(cfg: ConfigDir, webhooks: str = WEBHOOKS, *, listen: str | None
 def listener(config_dir: ConfigDir) -> Iterator[Client]:
     """An in-process listener on `config_dir` (the webhook URLconf, the real queue)."""
     write_config(config_dir)
-    with installed_runtime(config_dir, {**os.environ, **ENV}), override_settings(ROOT_URLCONF="gateway.webhooks.urls"):
+    with (
+        installed_runtime(config_dir, {**os.environ, **ENV}),
+        override_settings(ROOT_URLCONF="gateway.http.webhooks.urls"),
+    ):
         yield Client()
 
 
@@ -260,7 +263,7 @@ def test_healthz_reports_the_spec_fields(listener: Client) -> None:
 
 def test_without_webhooks_yaml_the_listener_has_no_endpoints(config_dir: ConfigDir) -> None:
     """WEBHOOKS.md: "If webhooks.yaml is not included, the listener will start without endpoints"."""
-    with installed_runtime(config_dir), override_settings(ROOT_URLCONF="gateway.webhooks.urls"):
+    with installed_runtime(config_dir), override_settings(ROOT_URLCONF="gateway.http.webhooks.urls"):
         client = Client()
         assert post(client, "/webhook/github", BODY, {HUB: sign(BODY)}).status_code == 404
         assert client.get("/healthz").status_code == 200
@@ -497,7 +500,7 @@ def test_a_bad_webhooks_yaml_refuses_the_whole_runtime(config_dir: ConfigDir) ->
 # -- a real listener process ----------------------------------------------------------------------
 
 
-WSGI_APP = "gateway.webhooks.wsgi:application"
+WSGI_APP = "gateway.http.webhooks.wsgi:application"
 
 
 def free_port() -> int:

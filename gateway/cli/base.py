@@ -16,9 +16,9 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError
 
 from gateway.config.errors import ConfigError
-from gateway.database import DatabaseCorrupt, SchemaBehind, describe_database, ensure_schema, verify_integrity
 from gateway.intake import Refused
 from gateway.runtime import RUNTIME, Runtime
+from gateway.storage.database import DatabaseCorrupt, SchemaBehind, describe_database, ensure_schema, verify_integrity
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 78
 

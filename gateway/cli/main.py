@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args[1] = ALIASES[args[1]]
     from django.db import DatabaseError
 
-    from gateway.database import describe_database
+    from gateway.storage.database import describe_database
 
     # The gateway's own commands report these themselves (gateway.cli.base); this is for Django's
     # (`migrate`, `createsuperuser`, `shell`): a sentence naming what is wrong, not a traceback.

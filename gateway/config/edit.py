@@ -1,6 +1,6 @@
 """Changing one key of a config file as an operator would by hand: the rest of the file, its
 comments, key order and indentation, stays as it was (ruamel.yaml's round trip). Pure text in,
-text out; `gateway.config.changes` decides which file and validates before anything is written.
+text out; `gateway.operations.config_changes` decides which file and validates before anything is written.
 """
 
 from __future__ import annotations

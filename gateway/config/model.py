@@ -63,7 +63,7 @@ MAX_BACKUP_MINUTES = 32767
 
 @dataclass(frozen=True)
 class BackupPolicy:
-    """`service.backup`: archives written by the housekeeping cluster (gateway/housekeeping.py)
+    """`service.backup`: archives written by the housekeeping cluster (gateway/operations/housekeeping.py)
     into `directory`, the newest `keep` of them kept."""
 
     schedule: str

@@ -25,9 +25,9 @@ from pathlib import Path
 from types import FrameType
 
 from gateway.config.model import GatewayConfig
-from gateway.database import ensure_schema
 from gateway.logs import logger
 from gateway.runtime import Runtime
+from gateway.storage.database import ensure_schema
 from ledger.models.workers import pid_alive
 
 log = logger("supervisor")
@@ -122,7 +122,7 @@ def plan(
         children.append(Child("api", gunicorn("ductile_site.wsgi:application", str(runtime.config.api.listen)), env))
     if runtime.webhooks.listen is not None:
         bind = str(runtime.webhooks.listen)
-        children.append(Child("webhooks", gunicorn("gateway.webhooks.wsgi:application", bind), env))
+        children.append(Child("webhooks", gunicorn("gateway.http.webhooks.wsgi:application", bind), env))
     if workers:
         children.append(Child("runworkers", [python, manage, "runworkers", *common], env))
     if scheduler:

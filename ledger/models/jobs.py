@@ -434,7 +434,7 @@ class Job(models.Model):
             ),
             # Read by retention pruning and `GET /jobs` ordering.
             models.Index(fields=["status", "completed_at"], name="job_queue_status_done_idx"),
-            # Read by the audit console's job list (ledger/admin/jobs.py), newest first: unfiltered
+            # Read by the audit console's job list (gateway/console/admin/jobs.py), newest first: unfiltered
             # and by time; by status (and the index page's counts); by plugin and by submitter
             # (also their filters' choices, by loose index scan); by pipeline (the jobs of the
             # pipeline's event_context rows); and its error-text search, over failed jobs only.

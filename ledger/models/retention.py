@@ -2,7 +2,7 @@
 
 SQLite has a single writer: one DELETE over a month of job_log would hold the write lock for
 seconds and stall every worker's claim and every enqueue behind it. A batch holds it for the few
-milliseconds it takes to delete a few hundred rows; the caller (gateway/housekeeping.py) loops.
+milliseconds it takes to delete a few hundred rows; the caller (gateway/operations/housekeeping.py) loops.
 """
 
 from __future__ import annotations

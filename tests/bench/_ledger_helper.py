@@ -8,10 +8,10 @@ Prints one JSON line. `trickle` records, per job, the wall-clock time (time.time
 enqueuing transaction's commit: the first on_commit callback of the outermost transaction runs
 right after COMMIT returns and before the gateway's own callback that pokes the idle workers.
 `pipeline` runs N synchronous pipeline runs one after another, GAP_MS apart (measured from the
-previous run's return), each through `gateway.events.run_synchronously` (entry jobs resolved,
+previous run's return), each through `gateway.intake.events.run_synchronously` (entry jobs resolved,
 TreeWaiter entered, root enqueued, waited on until the tree is terminal: what the synchronous
 API calls) and records time.time_ns() just before the call and just after it returns; a subclass
-of TreeWaiter (installed as gateway.events.TreeWaiter) adds readings after the waiter's __enter__
+of TreeWaiter (installed as gateway.intake.events.TreeWaiter) adds readings after the waiter's __enter__
 and when its wait() returns, before its __exit__.
 """
 
@@ -31,7 +31,7 @@ django.setup()
 
 from django.db import transaction  # noqa: E402
 
-from gateway.database import ensure_schema  # noqa: E402
+from gateway.storage.database import ensure_schema  # noqa: E402
 from ledger.models import Job, JobSpec  # noqa: E402
 from ledger.submitters import Submitter  # noqa: E402
 from ledger.writes import writing  # noqa: E402
@@ -62,10 +62,10 @@ def trickle(count: int, interval_ms: float, plugin: str) -> dict[str, object]:
 
 
 def pipeline(count: int, gap_ms: float, name: str) -> dict[str, object]:
-    import gateway.events
-    from gateway.events import run_synchronously
+    import gateway.intake.events
+    from gateway.intake.events import run_synchronously
+    from gateway.intake.trees import TreeWaiter
     from gateway.runtime import RUNTIME
-    from gateway.trees import TreeWaiter
 
     stamps: dict[str, int] = {}
 
@@ -83,7 +83,7 @@ def pipeline(count: int, gap_ms: float, name: str) -> dict[str, object]:
             stamps["waited_ns"] = time.time_ns()
             return outcome
 
-    gateway.events.TreeWaiter = StampedWaiter  # run_synchronously looks the name up per call
+    gateway.intake.events.TreeWaiter = StampedWaiter  # run_synchronously looks the name up per call
     runtime = RUNTIME.get()
     rows = []
     for n in range(count):

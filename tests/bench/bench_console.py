@@ -258,8 +258,8 @@ def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     django.setup()
     from django.test import Client
 
-    from gateway.accounts import save_account
-    from gateway.database import ensure_schema
+    from gateway.operations.accounts import save_account
+    from gateway.storage.database import ensure_schema
 
     reused = config.db_path.exists()
     ensure_schema()

@@ -12,7 +12,7 @@ pipeline `bench-chain` (`execution_mode: synchronous`) with steps a, b, c, each 
 A step that succeeds without events routes a synthetic `ductile.step.succeeded` to the next, so
 each tree is exactly three jobs: a -> b -> c. `manage.py runworkers` (2 threads) is started and
 left idle for 1 s. Then a separate process (_ledger_helper.py pipeline) runs --trees synchronous
-runs one after another through `gateway.events.run_synchronously` (what the synchronous API
+runs one after another through `gateway.intake.events.run_synchronously` (what the synchronous API
 calls): each starts --gap-ms after the previous one returned, so the daemon's threads are parked
 on their wake condition when the root is enqueued.
 

@@ -3,8 +3,8 @@
     .venv/bin/python tests/bench/bench_queue_ops.py [--jobs 2000] [--out FILE]
 
 In one process and one thread, on a fresh SQLite (WAL) ledger with --jobs queued jobs, each job
-goes through the calls a worker thread makes around a plugin run (gateway/daemon/workers.py and
-gateway/dispatch.py): the read-only pre-check, claim_next, PluginState.current, and
+goes through the calls a worker thread makes around a plugin run (gateway/execution/workers.py and
+gateway/execution/dispatch.py): the read-only pre-check, claim_next, PluginState.current, and
 record_outcome with the same AttemptOutcome shape the Executor builds. Wall and CPU (thread
 time) per call are reported as medians in microseconds: under the GIL, CPU per job is what caps
 throughput of a single daemon process.
@@ -50,7 +50,7 @@ def run(jobs: int) -> dict[str, Any]:
         from django.db import connection, transaction
         from django.utils import timezone
 
-        from gateway.database import ensure_schema
+        from gateway.storage.database import ensure_schema
         from ledger.models import AttemptOutcome, Job, JobSpec, PluginState
         from ledger.states import JobStatus
 

@@ -201,9 +201,9 @@ def tick_child(config_dir: str, history: int, sync_repeat: int, seed: int) -> di
     django.setup()
     from django.db import connection
 
-    from gateway.database import ensure_schema
+    from gateway.daemon.scheduler import Scheduler
     from gateway.runtime import RUNTIME
-    from gateway.scheduler.loop import Scheduler
+    from gateway.storage.database import ensure_schema
     from ledger.models import Job, JobSpec, ScheduleEntry
     from ledger.states import JobStatus
     from ledger.submitters import Submitter
@@ -378,7 +378,7 @@ def fire_breakdown(
     around every statement Django's cursor executes (`connection.execute_wrapper`)."""
     from django.db import connection
 
-    import gateway.scheduler.loop as loop_module
+    import gateway.daemon.scheduler as loop_module
 
     spent: dict[str, float] = {}
 
@@ -415,7 +415,7 @@ def fire_breakdown(
     from ledger.models.schedules import ScheduleEntryQuerySet
 
     cls = type(scheduler)
-    # (owner, attribute, label): the steps of a batched `fire` (gateway/scheduler/loop.py).
+    # (owner, attribute, label): the steps of a batched `fire` (gateway/daemon/scheduler.py).
     steps = [
         (loop_module, "next_run", "next_run (timing.py)"),
         (ScheduleEntryQuerySet, "take", "ScheduleEntry take (compare-and-set UPDATE ... RETURNING per group)"),

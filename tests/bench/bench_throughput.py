@@ -51,7 +51,7 @@ THREADS = 2
 
 
 def sample_request(plugin: str = "nop") -> bytes:
-    """A request shaped exactly like the gateway's (gateway.protocol.build_request) for a `poll` job."""
+    """A request shaped exactly like the gateway's (gateway.execution.protocol.build_request) for a `poll` job."""
     job_id = str(uuid.uuid4())
     now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     return json.dumps(
@@ -77,7 +77,7 @@ def sample_request(plugin: str = "nop") -> bytes:
 
 
 def plugin_env() -> dict[str, str]:
-    """What gateway.runner.plugin_environment passes: PATH, HOME, LANG, LC_*, TZ, TMPDIR."""
+    """What gateway.plugins.environment.plugin_environment passes: PATH, HOME, LANG, LC_*, TZ, TMPDIR."""
     keep = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")
     env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("LC_")}
     env.setdefault("PATH", os.defpath)

@@ -85,7 +85,7 @@ def test_every_process_refuses_to_start_on_a_corrupted_ledger(corrupted):
 
     # The API and the webhook listener, started by gunicorn as an operator might without the
     # supervisor: the worker refuses to load the app, and gunicorn stops.
-    for app in ("ductile_site.wsgi:application", "gateway.webhooks.wsgi:application"):
+    for app in ("ductile_site.wsgi:application", "gateway.http.webhooks.wsgi:application"):
         argv = [sys.executable, "-m", "gunicorn", "-c", str(REPO / "ductile_site" / "gunicorn.py")]
         gunicorn = subprocess.run(
             [*argv, "--bind", f"127.0.0.1:{free_port()}", app],

@@ -186,7 +186,7 @@ def test_plugin_lock_authorizes_one_plugin_and_blesses_nothing_else(cfg):
 
 @pytest.mark.django_db(transaction=True)
 def test_an_edited_entrypoint_runs_init_again(cfg):
-    from gateway.plugins.lifecycle import schedule_inits
+    from gateway.execution.lifecycle import schedule_inits
 
     assert len(schedule_inits(build_runtime(cfg.path, os.environ))) == 1
     assert schedule_inits(build_runtime(cfg.path, os.environ)) == []

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from gateway.accounts import AccountError, save_account
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.operations.accounts import AccountError, save_account
 from ledger.roles import ROLES
 
 

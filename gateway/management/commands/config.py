@@ -16,15 +16,15 @@ from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.config.address import AddressError, lookup, names, resolve
-from gateway.config.changes import ChangeRefused, FileChange, apply, plan_init, plan_set, plan_token
 from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.integrity import CHECKSUMS, LockReport
 from gateway.config.loader import load_config_tree
+from gateway.operations.config_changes import ChangeRefused, FileChange, apply, plan_init, plan_set, plan_token
 from gateway.plugins.seal import lock_config
-from gateway.redaction import config_view, redact
 from gateway.reports import seal_status
+from gateway.reports.redaction import config_view, redact
 from gateway.runtime import RUNTIME, Runtime, build_runtime
 
 BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"

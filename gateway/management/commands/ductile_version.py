@@ -9,7 +9,7 @@ import django
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import DuctileCommand
-from gateway.protocol import PROTOCOL_VERSION
+from gateway.execution.protocol import PROTOCOL_VERSION
 from gateway.version import gateway_version, source_commit
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import DuctileCommand
-from gateway.events import event_starts, preview, publish_event
+from gateway.intake.events import event_starts, preview, publish_event
 from gateway.management.commands.pipeline import dry_run_text, payload_option, run_tree
 from ledger.submitters import Submitter
 

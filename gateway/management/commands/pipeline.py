@@ -10,10 +10,10 @@ from django.core.management.base import CommandParser
 
 from gateway import intake
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
-from gateway.events import pipeline_entries, pipeline_starts, preview
+from gateway.intake.events import pipeline_entries, pipeline_starts, preview
+from gateway.intake.trees import TreeWaiter
 from gateway.reports import claims_only
 from gateway.runtime import Runtime
-from gateway.trees import TreeWaiter
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from pipelines.dsl import Pipeline

@@ -14,7 +14,7 @@ from django.utils import timezone
 from gateway import intake
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
 from gateway.config.integrity import SealUnusable
-from gateway.dispatch import Executor
+from gateway.execution.dispatch import Executor
 from gateway.management.commands.config import emit_lock_report
 from gateway.plugins.seal import lock_plugins
 from gateway.reports import latest_result, ts

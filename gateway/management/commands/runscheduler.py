@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import DuctileCommand
+from gateway.daemon.scheduler import Scheduler
 from gateway.runtime import RUNTIME
-from gateway.scheduler.loop import Scheduler
 
 
 class Command(DuctileCommand):

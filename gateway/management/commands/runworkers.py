@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_USAGE, DuctileCommand, Exit
-from gateway.daemon.workers import WorkerDaemon
-from gateway.reaper import adopt_orphans
+from gateway.execution.reaper import adopt_orphans
+from gateway.execution.workers import WorkerDaemon
 from gateway.runtime import RUNTIME
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import DuctileCommand
-from gateway.skills import markdown, skills
+from gateway.reports.skills import markdown, skills
 from gateway.version import gateway_version
 
 

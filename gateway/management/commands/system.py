@@ -11,20 +11,20 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 from rich.console import Console
 
-from gateway.backups.cli import run_backup, run_restore
-from gateway.backups.scope import DEFAULT_SCOPE, SCOPES
 from gateway.cli.api_call import base_url, config_token, env_token
+from gateway.cli.backups import run_backup, run_restore
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.cli.selfcheck import run_selfcheck
+from gateway.cli.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
 from gateway.config.errors import ConfigError
 from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
 from gateway.daemon.supervisor import Supervisor, pid_file_for, plan
-from gateway.database import describe_database
-from gateway.doctor import ERROR, diagnose
-from gateway.housekeeping import refresh_schedules
 from gateway.operations import CLI
+from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPES
+from gateway.operations.doctor import ERROR, diagnose
+from gateway.operations.housekeeping import refresh_schedules
 from gateway.reports import breaker_report, queue_status, schedule_report
-from gateway.selfcheck import run_selfcheck
-from gateway.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
+from gateway.storage.database import describe_database
 from ledger.models import CircuitBreaker, PluginInstanceRecord, ScheduleEntry
 from ledger.models.workers import PluginHealth
 
@@ -126,7 +126,7 @@ class Command(DuctileCommand):
 
     def watch(self, options: dict[str, Any]) -> None:
         """Over the API when a URL or a key is given (spec: `system watch --api-key TOKEN`), else
-        from this machine's ledger. The view itself is gateway/watch.py."""
+        from this machine's ledger. The view itself is gateway/cli/watch.py."""
         if options["interval"] <= 0:
             raise Exit(EXIT_USAGE, "--interval must be a positive number of seconds")
         source: LocalSource | ApiSource

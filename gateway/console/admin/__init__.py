@@ -1,0 +1,8 @@
+"""The audit console: the Django admin as the place where a person audits and operates the gateway
+(ARCHITECTURE, "Human surfaces"). Importing this package registers every ledger table."""
+
+from __future__ import annotations
+
+from gateway.console.admin import breakers, jobs, records
+
+__all__ = ["breakers", "jobs", "records"]

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.contrib.admin import apps as admin_apps
+
+
+class ConsoleAdminConfig(admin_apps.AdminConfig):
+    """django.contrib.admin with the audit console site (gateway/console/site.py) as `admin.site`.
+    Named in full in INSTALLED_APPS, in place of `django.contrib.admin`."""
+
+    default_site = "gateway.console.site.ConsoleSite"

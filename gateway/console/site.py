@@ -1,0 +1,80 @@
+"""The audit console's admin site: "Ductile" with the gateway's name and version in the header
+(templates/admin/base_site.html), an index that opens with what needs a person's eye, each figure
+a link to the list it counts, and the config page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, URLResolver, path, reverse
+from django.utils import timezone
+
+from gateway.console.config import config_context, lease_ttl
+from gateway.console.filters import PROBLEMS
+from ledger.models import CircuitBreaker, Job, WorkerInstance
+
+
+@dataclass(frozen=True)
+class Figure:
+    label: str
+    value: int
+    url: str
+    alarming: bool  # worth a person's eye when not zero
+
+
+def summary() -> list[Figure]:
+    """Each figure one indexed count (ledger/models/jobs.py names the indexes)."""
+    now = timezone.now()
+    jobs = reverse("admin:ledger_job_changelist")
+    return [
+        Figure("queued", Job.objects.queued().count(), f"{jobs}?status=queued", False),
+        Figure("running", Job.objects.running().count(), f"{jobs}?status=running", False),
+        Figure(
+            "failed or dead, last 24 h",
+            Job.objects.filter(status__in=PROBLEMS, created_at__gte=now - timedelta(days=1)).count(),
+            f"{jobs}?status=problem&created=24h",
+            True,
+        ),
+        Figure(
+            "open circuit breakers",
+            CircuitBreaker.objects.tripped().count(),
+            reverse("admin:ledger_circuitbreaker_changelist") + "?state=tripped",
+            True,
+        ),
+        Figure(
+            "live workers",
+            WorkerInstance.objects.heartbeating(now, lease_ttl()).count(),
+            reverse("admin:ledger_workerinstance_changelist") + "?live=yes",
+            False,
+        ),
+    ]
+
+
+class ConsoleSite(admin.AdminSite):
+    site_header = "Ductile"
+    site_title = "Ductile"
+    index_title = "Audit console"
+    index_template = "admin/ductile/index.html"
+    # The admin's "view site" link would lead a person to the API's JSON index.
+    site_url = None
+    # The lists are wide (a job has nine columns); the index and the breadcrumbs lead everywhere.
+    enable_nav_sidebar = False
+
+    def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
+        figures = summary() if request.user.has_perm("ledger.view_job") else []
+        return super().index(request, {"figures": figures, **(extra_context or {})})
+
+    def get_urls(self) -> list[URLResolver | URLPattern]:
+        return [path("config/", self.admin_view(self.config_view), name="config"), *super().get_urls()]
+
+    def config_view(self, request: HttpRequest) -> HttpResponse:
+        if not request.user.has_perm("ledger.view_plugininstancerecord"):
+            raise PermissionDenied
+        context = {**self.each_context(request), "title": "Configuration", **config_context()}
+        return TemplateResponse(request, "admin/ductile/config.html", context)

@@ -1,0 +1,334 @@
+"""Running one claimed job: preflight, spawn, judge, and record the outcome in one transaction."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from gateway import intake
+from gateway.config.frozen import thaw
+from gateway.execution.protocol import build_request, judge, shown
+from gateway.execution.runner import run_plugin
+from gateway.logs import logger
+from gateway.plugins.registry import PluginInstance
+from gateway.reports import iso
+from gateway.runtime import Runtime, RuntimeHolder
+from ledger.ids import new_id
+from ledger.models import AttemptOutcome, EventContext, Job, LostJob, PluginState
+from ledger.states import JobStatus
+from ledger.submitters import Submitter
+from pipelines.dsl import SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
+from pipelines.predicates import evaluate
+from pipelines.router import (
+    Position,
+    carry_forward,
+    entry_matches,
+    step_successor,
+    successors,
+    synthetic_success,
+)
+from pipelines.routing import stamp_event
+from pipelines.templates import TemplateError, remap
+
+log = logger("dispatch")
+
+
+class Executor:
+    def __init__(self, holder: RuntimeHolder, worker_id: str):
+        self.holder = holder
+        self.worker_id = worker_id
+
+    def execute(self, job: Job) -> None:
+        """Run a job this worker has claimed through to a recorded outcome."""
+        try:
+            self._execute(job)
+        except Exception as exc:
+            self._fail_unexpectedly(job, exc)
+
+    def _fail_unexpectedly(self, job: Job, exc: Exception) -> None:
+        """An exception escaped preflight, judging or recording: end the attempt as failed (and
+        retried, spec §5.7), never leave the job `running` while this worker holds its lease."""
+        log.exception(
+            "unexpected error running the job; failing this attempt", extra={"plugin": job.plugin, "job_id": job.id}
+        )
+        # Why re-read: a rolled-back record_outcome has already moved the in-memory status.
+        job.refresh_from_db()
+        if job.status != JobStatus.RUNNING or job.claimed_by != self.worker_id:
+            return  # the outcome was recorded before the error, or another process recovered the job
+        outcome = AttemptOutcome(JobStatus.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+        try:
+            job.record_outcome(
+                outcome, worker=self.worker_id, default_dedupe_ttl=self.holder.get().config.service.dedupe_ttl
+            )
+        except LostJob:
+            pass  # recovered meanwhile: its next attempt is the one that counts
+
+    def _execute(self, job: Job) -> None:
+        pre_started = time.perf_counter_ns()
+        runtime = self.holder.get()
+        position = self._position(job)
+        if job.plugin == SWITCH:
+            self._switch(job, runtime, position)
+            return
+        instance = runtime.registry.instances.get(job.plugin)
+        refusal = intake.refusal(runtime, job.plugin, job.command)
+        if refusal is None:
+            try:
+                event = self._remapped_event(job, runtime, position)
+            except TemplateError as exc:
+                refusal = f"preflight: {exc}"
+        if refusal or instance is None:
+            outcome = AttemptOutcome(JobStatus.FAILED, error=refusal, retryable=False)
+            outcome.events.append(preflight_event(job, "fail", refusal or ""))
+            self._record(job, outcome, runtime)
+            return
+        timeout = instance.config.timeout_for(job.command)
+        now = timezone.now()
+        request = build_request(
+            job_id=job.id,
+            command=job.command,
+            config=thaw(instance.config.config),
+            state=PluginState.current(instance.name),
+            context=self._context(job, instance, position),
+            event=event,
+            deadline_at=iso(now + timedelta(seconds=timeout)),
+            instance=instance.name,
+        )
+        # The plugin's code again, as late as can be (issue 12: trust and seal checked at load only
+        # let a swapped symlink or an edited entrypoint run).
+        spawn = runtime.plugin_seal.check(instance)
+        if spawn.refusal:
+            outcome = AttemptOutcome(JobStatus.FAILED, error=spawn.refusal, retryable=False)
+            outcome.events.append(preflight_event(job, "fail", spawn.refusal))
+            self._record(job, outcome, runtime)
+            return
+        runtime_pre_ns = time.perf_counter_ns() - pre_started
+        run = run_plugin(spawn.path, request, timeout=timeout, env=runtime.plugin_env)
+        if spawn.warning:
+            run.warnings.insert(0, spawn.warning)
+        post_started = time.perf_counter_ns()
+        verdict = judge(run, timeout=timeout, max_subs=instance.manifest.max_subs)
+        for warning in verdict.warnings:
+            log.warning(warning, extra={"plugin": job.plugin, "job_id": job.id})
+        if run.stderr:
+            log.warning(
+                "plugin stderr: %s",
+                shown(run.stderr[:2000]).rstrip(),
+                extra={"plugin": job.plugin, "job_id": job.id},
+            )
+        outcome = AttemptOutcome(
+            status=verdict.status,
+            error=verdict.error,
+            retryable=verdict.retryable,
+            response_text=verdict.response_text,
+            # What the runner saw of the plugin's processes (an escape) goes with its stderr in job_log.
+            stderr=shown(run.stderr) + "".join(f"\n[ductile] warning: {w}" for w in run.warnings),
+            backoff_base=instance.config.retry.backoff_base,
+        )
+        outcome.events.append(preflight_event(job, "run", ""))
+        if verdict.status == JobStatus.SUCCEEDED:
+            events = verdict.events
+            if not events and position.pipeline:
+                events = [synthetic_success(event, verdict.result)]
+            self._route(job, events, runtime, position, outcome)
+            if verdict.state_updates is not None:
+                rule = instance.manifest.fact_rule(job.command)
+                outcome.state_write = (instance.name, rule.fact_type if rule else None, verdict.state_updates)
+        outcome.stopwatch = {
+            "command": job.command,
+            "enter_wall_ns": run.enter_wall_ns,
+            "exit_wall_ns": run.exit_wall_ns,
+            "dur_ns": run.dur_ns,
+            "runtime_pre_ns": runtime_pre_ns,
+            "status": verdict.stopwatch_status,
+            "subs_json": verdict.subs,
+            "runtime_post_ns": time.perf_counter_ns() - post_started,
+        }
+        self._record(job, outcome, runtime)
+
+    # -- preflight -------------------------------------------------------------------------
+
+    def _position(self, job: Job) -> Position:
+        """The job's pipeline step, depth and baggage, from its event_context row."""
+        if not job.event_context_id:
+            return Position(depth=job.route_depth)
+        row = EventContext.objects.filter(pk=job.event_context_id).first()
+        if row is None:
+            return Position(depth=job.route_depth)
+        return Position(row.pipeline_name, row.step_id, job.route_depth, row.accumulated_json or {})
+
+    def _node(self, runtime: Runtime, position: Position) -> Node | None:
+        pipeline = runtime.pipelines.pipelines.get(position.pipeline or "")
+        return pipeline.nodes.get(position.node or "") if pipeline else None
+
+    def _remapped_event(self, job: Job, runtime: Runtime, position: Position) -> dict[str, Any]:
+        """`with:` reshapes the request payload just before the spawn (DSL reference §3.7)."""
+        event = dict(job.event or {})
+        node = self._node(runtime, position)
+        if node is not None and node.with_:
+            scope = {"payload": event.get("payload") or {}, "context": dict(position.context or {})}
+            event["payload"] = remap(event.get("payload") or {}, node.with_, scope)
+        return event
+
+    def _context(self, job: Job, instance: PluginInstance, position: Position) -> dict[str, Any]:
+        context: dict[str, Any] = dict(position.context or {})
+        context["ductile_plugin"] = instance.name
+        if position.pipeline:
+            context["ductile_pipeline"] = position.pipeline
+        payload = (job.event or {}).get("payload") or {}
+        for key in ("ductile_upstream_plugin", "ductile_upstream_pipeline"):
+            if isinstance(payload, dict) and payload.get(key):
+                context.setdefault(key, payload[key])
+        return context
+
+    # -- core.switch -------------------------------------------------------------------------
+
+    def _switch(self, job: Job, runtime: Runtime, position: Position) -> None:
+        """The internal hop an `if:` compiles to: decide in-process, spawn nothing (spec 003 §6.3)."""
+        pipeline = runtime.pipelines.pipelines.get(position.pipeline or "")
+        node = self._node(runtime, position)
+        if pipeline is None or node is None or node.condition is None:
+            error = f"core.switch: pipeline step {position.pipeline}:{position.node} is no longer configured"
+            outcome = AttemptOutcome(JobStatus.FAILED, error=error, retryable=False)
+            outcome.events.append(preflight_event(job, "fail", error))
+            self._record(job, outcome, runtime)
+            return
+        gated_plugin = runtime.registry.instances.get(pipeline.gated_plugin(node.id) or "")
+        payload = (job.event or {}).get("payload") or {}
+        scope = {
+            "payload": payload,
+            "context": dict(position.context or {}),
+            "config": thaw(gated_plugin.config.config) if gated_plugin else {},
+        }
+        decision = evaluate(node.condition, scope)
+        event = {"type": SWITCH_TRUE if decision else SWITCH_FALSE, "payload": dict(payload)}
+        response = {"status": "ok", "result": f"condition is {str(decision).lower()}", "events": [event]}
+        outcome = AttemptOutcome(JobStatus.SUCCEEDED, response_text=json.dumps(response))
+        outcome.events.append(preflight_event(job, "run", ""))
+        self._route(job, [event], runtime, position, outcome)
+        self._record(job, outcome, runtime)
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def _route(
+        self, job: Job, events: list[dict[str, Any]], runtime: Runtime, position: Position, outcome: AttemptOutcome
+    ) -> None:
+        """Stamp the job's events, log them, and add every successor to the outcome."""
+        if not events:
+            return
+        timestamp = iso(timezone.now())
+        input_payload = (job.event or {}).get("payload") or {}
+        stamped = [
+            stamp_event(
+                carry_forward(input_payload, e) if position.pipeline else e,
+                source=job.plugin,
+                timestamp=timestamp,
+                event_id=new_id(),
+            )
+            for e in events
+        ]
+        found = successors(
+            source_plugin=job.plugin,
+            position=position,
+            events=stamped,
+            routes=runtime.routing,
+            pipelines=runtime.pipelines,
+        )
+        if not found:
+            log.debug("no route matched %d event(s)", len(events), extra={"plugin": job.plugin, "job_id": job.id})
+        outcome.events += stamped
+        outcome.children += [
+            intake.successor(runtime, s, parent=job, upstream_pipeline=position.pipeline) for s in found
+        ]
+
+    def _hooks(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
+        """Lifecycle hooks (DSL reference §8-§9): when a root job of a plugin that opted in with
+        `notify_on_complete` ends for good, matching `on-hook` pipelines start as fresh roots."""
+        instance = runtime.registry.instances.get(job.plugin)
+        if instance is None or not instance.config.notify_on_complete or not runtime.pipelines.has_hooks():
+            return
+        hook_depth = int((job.event or {}).get("hook_depth") or 0)
+        if job.parent_job_id and job.submitter is not Submitter.HOOK:
+            return  # only roots (and hook-started roots) signal
+        final = outcome.final_status(job.attempt, job.max_attempts)
+        if final is None:
+            return
+        signals = lifecycle_signals(job, outcome, final)
+        for signal in signals:
+            outcome.events.append(signal)
+            for pipeline in runtime.pipelines.hooks(signal["type"]):
+                if hook_depth >= runtime.config.service.hook_max_depth:
+                    log.warning(
+                        "hook %s not started: hook depth %d reached service.hook_max_depth",
+                        pipeline.name,
+                        hook_depth,
+                        extra={"plugin": job.plugin, "job_id": job.id},
+                    )
+                    continue
+                if not entry_matches(pipeline, job.plugin, signal, {}):
+                    continue
+                for node in pipeline.entries:
+                    found = step_successor(pipeline, node, signal, {}, 1)
+                    spec = intake.successor(runtime, found, parent=None, submitter=Submitter.HOOK)
+                    event = {**spec.event, "hook_depth": hook_depth + 1} if spec.event else None
+                    outcome.children.append(replace(spec, parent_job_id=job.id, event=event))
+
+    def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
+        self._hooks(job, outcome, runtime)
+        instance = runtime.registry.instances.get(job.plugin)
+        if job.submitter is Submitter.SCHEDULER and instance is not None:
+            outcome.breaker_threshold = instance.config.circuit_breaker.threshold
+        try:
+            job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
+        except LostJob as exc:
+            # Why: our lease ran out and another process recovered the job; its next attempt is
+            # the one that counts (at-least-once), so this result is dropped, not double-written.
+            log.warning("result discarded: %s", exc, extra={"plugin": job.plugin, "job_id": job.id})
+            return
+        level = "info" if job.status == JobStatus.SUCCEEDED else "warning"
+        getattr(log, level)(
+            "job %s: %s%s",
+            job.status,
+            job.command,
+            f" ({outcome.error})" if outcome.error else "",
+            extra={"plugin": job.plugin, "job_id": job.id},
+        )
+        for child in outcome.children:
+            log.info(
+                "routed %s to %s.%s",
+                child.event and child.event.get("type"),
+                child.plugin,
+                child.command,
+                extra={"plugin": job.plugin, "job_id": job.id},
+            )
+
+
+def preflight_event(job: Job, decision: str, reason: str) -> dict[str, Any]:
+    """DSL reference §6.4: every job records what preflight decided."""
+    payload = {"job_id": job.id, "plugin": job.plugin, "command": job.command, "decision": decision, "reason": reason}
+    return {"type": "job.preflight", "source": "core", "payload": payload}
+
+
+def lifecycle_signals(job: Job, outcome: AttemptOutcome, final: str) -> list[dict[str, Any]]:
+    """`job.completed` for every end, plus `job.failed` or `job.timed_out` (payload fields of §9.1)."""
+    started = job.started_at or job.created_at
+    payload: dict[str, Any] = {
+        "job_id": job.id,
+        "plugin": job.plugin,
+        "command": job.command,
+        "status": final,
+        "attempt": job.attempt,
+        "duration_ms": int((timezone.now() - started).total_seconds() * 1000) if started else None,
+    }
+    if final != JobStatus.SUCCEEDED:
+        message = f"Job {final.replace('_', ' ')} [{job.plugin}]: {outcome.error or 'no error message'}"
+        payload.update(message=message, text=message, error=outcome.error)
+    names = ["job.completed"]
+    if final != JobStatus.SUCCEEDED:
+        names.append("job.timed_out" if outcome.status == JobStatus.TIMED_OUT else "job.failed")
+    return [{"type": name, "source": job.plugin, "event_id": new_id(), "payload": dict(payload)} for name in names]

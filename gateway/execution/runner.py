@@ -1,0 +1,249 @@
+"""Spawning one plugin process for one command (spec 000 §5.1, §5.6; idiom 2).
+
+The plugin gets its own process group and a clean environment; a timeout sends SIGTERM to the
+whole group, waits out the grace period, then SIGKILLs the group, so grandchildren that trap
+TERM die too. stdout is capped at 10 MiB, stderr at 64 KiB.
+
+The answer is complete when the plugin process has exited and its output has been read: its
+group is SIGKILLed at that moment, so a child left behind can neither run on nor hold stdout
+open until the timeout (issue 12, defects 5 and 6; `gateway.execution.reaper` for the rest).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.execution.reaper import LIFELINE, sweep_adopted
+
+STDOUT_CAP = 10 * 1024 * 1024
+STDERR_CAP = 64 * 1024
+KILL_GRACE = 5.0
+# After the plugin exited and its group was killed, how long its pipes may stay open: only a
+# process that left the group (setsid) can still hold them.
+AFTER_EXIT = 1.0
+# Without pidfds (Linux < 5.3), how often the exit is looked for.
+_EXIT_POLL = 0.05
+_READ_CHUNK = 65536
+
+# Process groups of plugins running now, so a forced shutdown can kill them rather than orphan them.
+LIVE_GROUPS: set[int] = set()
+
+
+@dataclass
+class RunResult:
+    exit_code: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    timed_out: bool = False
+    stdout_overflow: bool = False
+    stderr_truncated: bool = False
+    spawn_error: str | None = None
+    spawn_errno: int | None = None
+    enter_wall_ns: int = 0
+    exit_wall_ns: int = 0
+    dur_ns: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def kill_live_groups() -> None:
+    for pgid in list(LIVE_GROUPS):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_plugin(
+    entrypoint: Path,
+    request: bytes,
+    *,
+    timeout: float,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    grace: float = KILL_GRACE,
+) -> RunResult:
+    result = RunResult(enter_wall_ns=time.time_ns())
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            [str(entrypoint)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        result.spawn_error = f"cannot start {entrypoint}: {exc.strerror or exc}"
+        result.spawn_errno = exc.errno
+        result.exit_wall_ns = time.time_ns()
+        return result
+    LIVE_GROUPS.add(proc.pid)
+    LIFELINE.hold(proc.pid, LIVE_GROUPS)
+    try:
+        _Exchange(proc, request, result, deadline=started + timeout, grace=grace).run()
+    finally:
+        LIVE_GROUPS.discard(proc.pid)
+        LIFELINE.release(proc.pid, LIVE_GROUPS)
+    result.dur_ns = int((time.monotonic() - started) * 1e9)
+    result.exit_wall_ns = time.time_ns()
+    return result
+
+
+class _Exchange:
+    """Feeds stdin and drains stdout/stderr without deadlock, enforcing the caps and the deadline,
+    and watches the plugin's exit (a pidfd in the same selector)."""
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], request: bytes, result: RunResult, *, deadline: float, grace: float
+    ):
+        self.proc, self.result, self.deadline, self.grace = proc, result, deadline, grace
+        self.request = memoryview(request)
+        self.out = bytearray()
+        self.err = bytearray()
+        self.killed_at: float | None = None
+        self.exited_at: float | None = None
+        try:
+            self.pidfd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def run(self) -> None:
+        proc = self.proc
+        assert proc.stdin and proc.stdout and proc.stderr
+        try:
+            with selectors.DefaultSelector() as sel:
+                if self.request:
+                    os.set_blocking(proc.stdin.fileno(), False)
+                    sel.register(proc.stdin, selectors.EVENT_WRITE)
+                else:
+                    proc.stdin.close()
+                sel.register(proc.stdout, selectors.EVENT_READ)
+                sel.register(proc.stderr, selectors.EVENT_READ)
+                if self.pidfd is not None:
+                    sel.register(self.pidfd, selectors.EVENT_READ)
+                self._loop(sel)
+        finally:
+            if self.exited_at is None:
+                self._signal(signal.SIGKILL)  # an error above: nothing of the plugin may run on
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+            self.result.exit_code = proc.wait()
+        self.result.stdout = bytes(self.out)
+        self.result.stderr = bytes(self.err)
+
+    def _loop(self, sel: selectors.BaseSelector) -> None:
+        proc = self.proc
+        pipes = {proc.stdout, proc.stderr}
+        while True:
+            if self.exited_at is None and self.pidfd is None and _exited(proc.pid):
+                self._on_exit()
+            reading = any(key.fileobj in pipes for key in sel.get_map().values())
+            if self.exited_at is not None and not reading:
+                return
+            wait = self._next_wait()
+            if wait is None:
+                return
+            for key, _ in sel.select(wait):
+                if key.fileobj == self.pidfd:
+                    sel.unregister(key.fileobj)
+                    self._on_exit()
+                elif key.fileobj is proc.stdin:
+                    self._feed(sel)
+                else:
+                    self._drain(sel, key.fileobj)  # type: ignore[arg-type]
+
+    def _on_exit(self) -> None:
+        """The plugin has exited (not yet reaped, so its pid still names its group): the answer is
+        whatever it wrote, and nothing it started may outlive it."""
+        self.exited_at = time.monotonic()
+        self._signal(signal.SIGKILL)
+        self.result.warnings += sweep_adopted(self.proc.pid, LIVE_GROUPS)
+
+    def _next_wait(self) -> float | None:
+        """Seconds to wait for I/O, escalating TERM -> KILL as the deadline and grace pass."""
+        now = time.monotonic()
+        if self.exited_at is not None:
+            if now < self.exited_at + AFTER_EXIT:
+                return self.exited_at + AFTER_EXIT - now
+            self.result.warnings.append(
+                f"the plugin's output was still held open {AFTER_EXIT:g}s after it exited and its process group "
+                "was killed (by a process that left the group?); stopped reading"
+            )
+            return None
+        if self.killed_at is None:
+            if now < self.deadline:
+                return self.deadline - now if self.pidfd is not None else min(self.deadline - now, _EXIT_POLL)
+            self.result.timed_out = True
+            self._signal(signal.SIGTERM)
+            self.killed_at = now
+            return self.grace if self.pidfd is not None else _EXIT_POLL
+        if now < self.killed_at + self.grace:
+            return self.killed_at + self.grace - now if self.pidfd is not None else _EXIT_POLL
+        self._signal(signal.SIGKILL)
+        return _EXIT_POLL
+
+    def _feed(self, sel: selectors.BaseSelector) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            sent = os.write(stdin.fileno(), self.request[:_READ_CHUNK])
+        except (BrokenPipeError, OSError):
+            sent = len(self.request)  # the plugin closed stdin early; its response still counts
+        self.request = self.request[sent:]
+        if not self.request:
+            sel.unregister(stdin)
+            stdin.close()
+
+    def _drain(self, sel: selectors.BaseSelector, pipe: object) -> None:
+        fd = pipe.fileno()  # type: ignore[attr-defined]
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except OSError as exc:
+            if exc.errno == errno.EAGAIN:
+                return
+            chunk = b""
+        if not chunk:
+            sel.unregister(pipe)  # type: ignore[arg-type]
+            return
+        if pipe is self.proc.stdout:
+            room = STDOUT_CAP - len(self.out)
+            self.out += chunk[:room]
+            if len(chunk) > room and not self.result.stdout_overflow:
+                # Past the cap the job has failed whatever follows; stop the plugin now.
+                self.result.stdout_overflow = True
+                self._signal(signal.SIGKILL)
+        else:
+            room = STDERR_CAP - len(self.err)
+            self.err += chunk[: max(room, 0)]
+            if len(chunk) > room:
+                self.result.stderr_truncated = True
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _exited(pid: int) -> bool:
+    """Whether `pid` has exited, leaving it unreaped (its pid keeps naming its group)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True

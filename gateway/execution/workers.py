@@ -1,0 +1,310 @@
+"""The `runworkers` daemon: a pool of threads claiming jobs, plus a main loop that heartbeats,
+recovers lost jobs and reloads config. Spec 000 §3.5, §11.2, §11.3; ARCHITECTURE "Processes"."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection
+from types import FrameType
+
+from django.db import DatabaseError, close_old_connections, connections
+from django.utils import timezone
+
+from gateway.config.errors import ConfigError
+from gateway.execution.dispatch import Executor
+from gateway.execution.lifecycle import schedule_inits
+from gateway.execution.runner import kill_live_groups
+from gateway.logs import logger
+from gateway.runtime import Runtime, RuntimeHolder
+from gateway.storage.database import describe_database, ensure_schema
+from gateway.storage.outage import Outage
+from gateway.storage.wakeup import WakeListener
+from ledger import wakeups
+from ledger.models import Job, WorkerInstance
+
+log = logger("workers")
+
+
+class WorkerDaemon:
+    def __init__(
+        self,
+        holder: RuntimeHolder,
+        *,
+        threads: int | None = None,
+        plugins: Collection[str] | None = None,
+        once: bool = False,
+        max_jobs: int | None = None,
+        recheck: float = 0.5,
+        install_signals: bool = True,
+    ):
+        self.holder = holder
+        runtime = holder.get()
+        self.threads = threads or runtime.config.service.max_workers
+        self.plugins = frozenset(plugins) if plugins else None
+        self.once = once
+        self.max_jobs = max_jobs
+        self.recheck = recheck
+        self.install_signals = install_signals
+        self.hostname = socket.gethostname()
+        self.worker_id = f"{self.hostname}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.executor = Executor(holder, self.worker_id)
+        self.stopping = threading.Event()
+        self._reload = threading.Event()
+        self._signals = 0
+        self._wake = threading.Condition()
+        self._wake_seq = 0
+        self._count_lock = threading.Lock()
+        self.claimed = 0
+        self._busy = 0
+        # Ids of the jobs an execution thread is running now (under _count_lock): the heartbeat
+        # renews these and no others, so a job whose execution ended without an outcome expires.
+        self._in_flight: set[str] = set()
+        lease_ttl = runtime.config.service.lease_ttl
+        self._claims_down = Outage("claiming jobs", log, floor=max(recheck, 0.1), ceiling=10.0)
+        self._beat_down = Outage("heartbeat", log, floor=0.5, ceiling=max(lease_ttl / 4, 1.0))
+        self._recovery_down = Outage("recovering lost jobs", log, floor=min(5.0, lease_ttl / 2), ceiling=30.0)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        ensure_schema()
+        runtime = self.holder.get()
+        instance = WorkerInstance.objects.register(
+            self.worker_id,
+            hostname=self.hostname,
+            pid=os.getpid(),
+            threads=self.threads,
+            plugins=",".join(sorted(self.plugins or ())),
+        )
+        if self.install_signals:
+            self._install_signal_handlers()
+        self._recover()
+        schedule_inits(runtime)
+        listener = WakeListener(self.wake)
+        listener.start()
+        wakeups.add_listener(self.wake)
+        log.info(
+            "runworkers started: %d threads, plugins %s, database %s",
+            self.threads,
+            ",".join(sorted(self._caps(runtime))) or "(none loaded)",
+            describe_database(),
+            extra={"worker": self.worker_id},
+        )
+        pool = [threading.Thread(target=self._work, name=f"ductile-worker-{n}") for n in range(self.threads)]
+        for thread in pool:
+            thread.start()
+        try:
+            self._main_loop(pool, instance, runtime.config.service.lease_ttl)
+        finally:
+            self.stopping.set()
+            self.wake()
+            for thread in pool:
+                thread.join()
+            wakeups.remove_listener(self.wake)
+            listener.stop()
+            try:
+                instance.stop(timezone.now())
+            except DatabaseError as exc:
+                # The row stays `running`; the next daemon on this host finds its PID gone.
+                log.error("could not record this worker as stopped: %s", exc, extra={"worker": self.worker_id})
+            log.info("runworkers stopped after %d jobs", self.claimed, extra={"worker": self.worker_id})
+            connections.close_all()
+        return 0
+
+    def _main_loop(self, pool: list[threading.Thread], instance: WorkerInstance, lease_ttl: float) -> None:
+        """Heartbeat, recovery and reloads until the pool ends. A database error here never ends
+        the daemon (issue 12: a full disk took it down for good): the step is retried with a
+        growing delay, and in-flight plugins keep running meanwhile."""
+        beat_every, recover_every = max(lease_ttl / 4, 1.0), min(5.0, lease_ttl / 2)
+        start = time.monotonic()
+        next_beat, next_recover = start + beat_every, start + recover_every
+        while any(t.is_alive() for t in pool):
+            for thread in pool:
+                thread.join(timeout=0.25 / len(pool))
+            if self._reload.is_set():
+                self._reload.clear()
+                try:
+                    self.reload()
+                except DatabaseError as exc:
+                    log.error(
+                        "config reloaded, but the database refused its follow-up (cancelling jobs of removed "
+                        "plugins, init jobs): %s",
+                        exc,
+                    )
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + self._attempt(self._beat_down, lambda: self._beat(instance, lease_ttl), beat_every)
+            # Not while our own heartbeat fails: our leases may have run out meanwhile, and the
+            # pass would recover our own running jobs from under us once the database is back.
+            if now >= next_recover and not self._beat_down.failures:
+                next_recover = now + self._attempt(self._recovery_down, self._recover, recover_every)
+
+    def _attempt(self, outage: Outage, step: Callable[[], object], every: float) -> float:
+        """Run one housekeeping step; the seconds until its next run."""
+        try:
+            step()
+        except DatabaseError as exc:
+            close_old_connections()  # a connection the error left unusable is reopened next time
+            return outage.failed(exc)
+        outage.recovered()
+        return every
+
+    def _beat(self, instance: WorkerInstance, lease_ttl: float) -> None:
+        with self._count_lock:
+            in_flight = list(self._in_flight)
+        Job.objects.heartbeat(self.worker_id, in_flight, lease_ttl)
+        instance.beat(timezone.now())
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake()
+
+    def wake(self) -> None:
+        with self._wake:
+            self._wake_seq += 1
+            self._wake.notify_all()
+
+    # -- workers -------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        idle = True
+        try:
+            while not self.stopping.is_set():
+                if self.max_jobs is not None and self.claimed >= self.max_jobs:
+                    break
+                seen = self._wake_seq
+                try:
+                    job = self._claim(precheck=idle)
+                except Exception as exc:
+                    # A database that refuses the claim (a full disk, a restart) must not end this
+                    # thread: it waits, longer at each failure, and tries again.
+                    close_old_connections()
+                    self.stopping.wait(self._claims_down.failed(exc))
+                    idle = True
+                    continue
+                self._claims_down.recovered()
+                idle = job is None
+                if job is not None:
+                    try:
+                        self.executor.execute(job)
+                    except Exception:
+                        log.exception(
+                            "unexpected error running job; its lease will expire and it will be retried",
+                            extra={"job_id": job.id, "plugin": job.plugin},
+                        )
+                    finally:
+                        with self._count_lock:
+                            self._busy -= 1
+                            self._in_flight.discard(job.id)
+                        self.wake()  # a finished job may have routed children or freed a cap
+                    continue
+                if self.once and self._pass_done():
+                    break
+                with self._wake:
+                    if self._wake_seq == seen and not self.stopping.is_set():
+                        self._wake.wait(timeout=self.recheck)
+        finally:
+            self.wake()
+            connections.close_all()
+
+    def _pass_done(self) -> bool:
+        with self._count_lock:
+            return self._busy == 0
+
+    def _claim(self, *, precheck: bool) -> Job | None:
+        runtime = self.holder.get()
+        caps = self._caps(runtime)
+        if not caps:
+            return None
+        now = timezone.now()
+        # After an empty claim, a read-only look first, so an idle daemon never takes SQLite's
+        # write lock; while work flows the claim itself is the look.
+        if precheck:
+            close_old_connections()  # drops a connection broken by a database restart
+            if not Job.objects.due(now).filter(plugin__in=list(caps)).exists():
+                return None
+        with self._count_lock:
+            if self.max_jobs is not None and self.claimed >= self.max_jobs:
+                return None
+            self._busy += 1
+        job = None
+        try:
+            job = Job.objects.claim_next(
+                worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
+            )
+        finally:
+            # Why finally: a claim that raised must give back its `_busy` count, or `--once`
+            # would wait for it forever.
+            with self._count_lock:
+                if job is None:
+                    self._busy -= 1
+                else:
+                    self.claimed += 1
+                    self._in_flight.add(job.id)
+        return job
+
+    def _caps(self, runtime: Runtime) -> dict[str, int]:
+        caps = runtime.registry.claim_caps()
+        if self.plugins is not None:
+            caps = {name: cap for name, cap in caps.items() if name in self.plugins}
+        return caps
+
+    # -- housekeeping --------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        now = timezone.now()
+        dead = WorkerInstance.objects.dead_on_host(self.hostname, exclude=self.worker_id)
+        if dead:
+            WorkerInstance.objects.mark_lost(dead, now)
+            log.warning("workers %s on this host are gone; recovering their jobs", ", ".join(dead))
+        for job in Job.objects.recover_lost(now=now, dead_workers=dead):
+            log.warning(
+                "recovered lost job: now %s (attempt %d/%d)",
+                job.status,
+                job.attempt,
+                job.max_attempts,
+                extra={"job_id": job.id, "plugin": job.plugin},
+            )
+        if dead:
+            self.wake()
+
+    def reload(self) -> bool:
+        """SIGHUP: a new config snapshot, or the old one kept when the new one is invalid."""
+        try:
+            new, old = self.holder.reload()
+        except ConfigError as exc:
+            log.error("config reload failed; keeping the running config: %s", exc)
+            return False
+        removed = set(old.registry.instances) - set(new.registry.instances) if old else set()
+        if removed:
+            cancelled = Job.objects.cancel_queued(removed, "plugin removed or disabled by config reload")
+            log.warning(
+                "plugins %s removed or disabled: %d queued jobs now dead", ", ".join(sorted(removed)), len(cancelled)
+            )
+        schedule_inits(new)
+        log.info("config reloaded: %d plugins loaded", len(new.registry.instances))
+        self.wake()
+        return True
+
+    def _install_signal_handlers(self) -> None:
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            self._signals += 1
+            if self._signals == 1:
+                log.info("signal %s: no new claims; waiting for in-flight jobs (send again to force)", signum)
+                self.stop()
+            else:
+                log.warning("second signal: killing in-flight plugins; their jobs will be recovered on restart")
+                kill_live_groups()
+                os._exit(130)
+
+        def on_hup(signum: int, frame: FrameType | None) -> None:
+            self._reload.set()
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)

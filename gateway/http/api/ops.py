@@ -1,0 +1,246 @@
+"""Operations endpoints (spec 000 "API Reference" §10 and §12, idiom 8 "Diagnostics"): the
+redacted config, stopwatch percentiles, the topology graph, the live event stream and reload."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.http import HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from gateway.config.errors import ConfigError
+from gateway.daemon.control import NotRunning, reload_gateway
+from gateway.http import eventstream
+from gateway.http.api.serializers import errors
+from gateway.http.api.views import Endpoint, int_param, path_param, query_param, time_param
+from gateway.operations.doctor import ERROR as DOCTOR_ERROR
+from gateway.operations.doctor import diagnose
+from gateway.reports import events, ts
+from gateway.reports.percentiles import summary
+from gateway.reports.redaction import config_view as redacted_config
+from gateway.reports.redaction import redact
+from gateway.reports.topology import topology
+from gateway.runtime import RUNTIME
+from ledger.models import JobStopwatch
+
+
+class ConfigView(Endpoint):
+    """The reconciled config with secret-like keys redacted at any depth, API token values and
+    tokens.yaml keys omitted, plus `compiled_routes` keyed by pipeline and the pipelines'
+    fingerprint."""
+
+    @extend_schema(
+        operation_id="config_view",
+        tags=["operations"],
+        summary="The reconciled config, secrets redacted, with compiled routes per pipeline",
+        responses={200: OpenApiTypes.OBJECT, **errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        runtime = self.runtime
+        compiled = {name: p.shape() for name, p in sorted(runtime.pipelines.pipelines.items())}
+        return Response(
+            {
+                **redacted_config(runtime.config.document),
+                # Keyed by pipeline names, which are names, not fields; predicates may hold anything.
+                "compiled_routes": redact(compiled, name_maps={()}),
+                "pipelines_fingerprint": runtime.pipelines.fingerprint(),
+            }
+        )
+
+
+# -- stopwatch -------------------------------------------------------------------------------
+
+DEFAULT_SAMPLE, MAX_SAMPLE = 1000, 100_000
+
+
+class Stopwatch(Endpoint):
+    """p50/p95/p99 and max of a plugin's time (`dur_ns`) and the gateway's time around it
+    (`runtime_pre_ns + runtime_post_ns`) over its latest invocations (`?limit=`, default 1000),
+    optionally one `?command=` and those since `?since=` (RFC 3339). Nanoseconds; nearest-rank."""
+
+    needs = ("jobs:ro",)
+
+    @extend_schema(
+        operation_id="stopwatch",
+        tags=["operations"],
+        summary="Plugin and gateway time percentiles for one plugin",
+        parameters=[
+            path_param("plugin", "A configured plugin, or one with recorded invocations."),
+            query_param("command", {"type": "string"}, "Only this command."),
+            query_param("since", {"type": "string", "format": "date-time"}, "Only invocations since (RFC 3339)."),
+            query_param("limit", {"type": "integer", "minimum": 1, "maximum": MAX_SAMPLE}, "Newest N invocations."),
+        ],
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 401, 403, 404)},
+    )
+    def get(self, request: Request, plugin: str) -> Response:
+        command = request.query_params.get("command") or None
+        since = time_param(request, "since")
+        limit = int_param(request, "limit", DEFAULT_SAMPLE, 1, MAX_SAMPLE)
+        rows = JobStopwatch.objects.filter(plugin=plugin)
+        if plugin not in self.runtime.config.plugins and not rows.exists():
+            raise NotFound(f"no plugin named {plugin!r} is configured or has stopwatch records")
+        if command:
+            rows = rows.filter(command=command)
+        if since is not None:
+            rows = rows.filter(created_at__gte=since)
+        columns = ("dur_ns", "runtime_pre_ns", "runtime_post_ns", "created_at")
+        sample = list(rows.order_by("-created_at", "-id").values_list(*columns)[:limit])
+        return Response(
+            {
+                "plugin": plugin,
+                "command": command,
+                "since": ts(since),
+                "limit": limit,
+                "count": len(sample),
+                "percentile_method": "nearest-rank",
+                "oldest": ts(min((r[3] for r in sample), default=None)),
+                "newest": ts(max((r[3] for r in sample), default=None)),
+                "plugin_time_ns": summary([r[0] for r in sample]),
+                "gateway_time_ns": summary([r[1] + r[2] for r in sample]),
+            }
+        )
+
+
+class Topology(Endpoint):
+    """The plugin → event → plugin graph from `routes:`, pipelines and manifests' `values.emit`,
+    as nodes and edges and as a Mermaid flowchart."""
+
+    needs = ("plugin:ro",)
+
+    @extend_schema(
+        operation_id="topology",
+        tags=["operations"],
+        summary="The plugin -> event -> plugin graph, with a Mermaid rendering",
+        responses={200: OpenApiTypes.OBJECT, **errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(topology(self.runtime))
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+class _JsonWhateverIsAccepted(BaseContentNegotiation):
+    """EventSource sends `Accept: text/event-stream`, which no DRF renderer offers: DRF would answer
+    406 before the view runs. The stream bypasses renderers; refusals (401, 403, 400) are JSON."""
+
+    def select_parser(self, request: Request, parsers: Sequence[BaseParser]) -> BaseParser | None:
+        return parsers[0] if parsers else None
+
+    def select_renderer(
+        self, request: Request, renderers: Sequence[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        return renderers[0], str(renderers[0].media_type)
+
+
+class Events(Endpoint):
+    """Server-Sent Events of the live event stream (`id`, `event` = type, `data` = the row as JSON),
+    resumable: send `Last-Event-ID` (or `?last_event_id=`) to get the rows after that id first.
+    `?types=a,b` keeps only those event types. `?token=` is accepted here, for EventSource."""
+
+    needs = ("events:ro",)
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = _JsonWhateverIsAccepted
+
+    @extend_schema(
+        operation_id="events_stream",
+        tags=["operations"],
+        summary="Server-Sent Events of the live event stream (resumable with Last-Event-ID)",
+        parameters=[
+            query_param("types", {"type": "string"}, "Comma-separated event types to keep."),
+            query_param("last_event_id", {"type": "string"}, "Resume after this id (the header wins)."),
+            query_param("token", {"type": "string"}, "The bearer token, for clients that cannot send headers."),
+        ],
+        responses={(200, "text/event-stream"): OpenApiTypes.STR, **errors(400, 401, 403)},
+    )
+    def get(self, request: Request) -> HttpResponseBase:
+        # The header wins: a browser reconnecting on its own sends it with the original URL,
+        # whose `?last_event_id=` is older.
+        raw = request.META.get("HTTP_LAST_EVENT_ID") or request.query_params.get("last_event_id")
+        after = _event_id(raw) if raw else events.latest_id()
+        types = frozenset(t.strip() for t in request.query_params.get("types", "").split(",") if t.strip())
+        return eventstream.stream_headers(
+            StreamingHttpResponse(
+                eventstream.stream(events.EventCursor(after), types), content_type="text/event-stream"
+            )
+        )
+
+    def head(self, request: Request) -> HttpResponse:
+        """The stream's headers only. Servers still drain the body of a HEAD answer without sending
+        it, so an endless stream would never hit a closed socket and would hold its thread forever."""
+        return eventstream.stream_headers(HttpResponse(content_type="text/event-stream"))
+
+
+def _event_id(raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValidationError({"Last-Event-ID": f"must be an event id (a non-negative integer), got {raw!r}"})
+    return value
+
+
+# -- reload ----------------------------------------------------------------------------------
+
+
+class SystemDoctor(Endpoint):
+    """`system doctor` over HTTP (idiom 8, "Diagnostics"): what loads but cannot work as meant."""
+
+    @extend_schema(
+        operation_id="system_doctor",
+        tags=["operations"],
+        summary="Diagnose the loaded config: skipped plugins, alias and route loops, unknown scopes, unused plugins",
+        responses={200: OpenApiTypes.OBJECT, **errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        findings = diagnose(self.runtime)
+        healthy = not any(f.severity == DOCTOR_ERROR for f in findings)
+        return Response({"healthy": healthy, "findings": [f.as_dict() for f in findings]})
+
+
+class SystemReload(Endpoint):
+    """Reload the configuration: this API process at once (an invalid config keeps the running one
+    and is answered 400 with every problem: file, line, key), then every other gateway process
+    through the `system start` supervisor (SIGHUP via its PID file), when one runs."""
+
+    @extend_schema(
+        operation_id="system_reload",
+        tags=["operations"],
+        summary="Reload the configuration in every gateway process (an invalid one is refused, the old kept)",
+        request=None,
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 401, 403)},
+    )
+    def post(self, request: Request) -> Response:
+        try:
+            new, _ = RUNTIME.reload()
+        except ConfigError as exc:
+            body: dict[str, Any] = {
+                "error": "configuration invalid; the running configuration is kept: "
+                + "; ".join(str(p) for p in exc.problems),
+                "problems": [p.as_dict() for p in exc.problems],
+            }
+            return Response(body, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            supervisor: int | None = reload_gateway(new.config)
+            scope = f"every gateway process (supervisor pid {supervisor} signalled)"
+        except NotRunning as exc:
+            supervisor, scope = None, f"this API process only ({exc})"
+        return Response(
+            {
+                "status": "ok",
+                "reloaded_at": ts(new.loaded_at),
+                "supervisor_pid": supervisor,
+                "message": f"Configuration reloaded: {scope}.",
+            }
+        )

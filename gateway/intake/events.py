@@ -1,0 +1,111 @@
+"""Root events and pipelines: what `event publish`, `pipeline run` and the API's pipeline trigger
+start. Each is routed like any other event; the jobs enter through the intake (gateway.intake)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from gateway import intake
+from gateway.config.frozen import thaw
+from gateway.intake.trees import TreeOutcome, TreeWaiter
+from gateway.reports import iso
+from gateway.runtime import Runtime
+from ledger.ids import new_id
+from ledger.models import JobSpec
+from ledger.submitters import Submitter
+from pipelines.dsl import Pipeline
+from pipelines.router import Position, Successor, step_successor, successors
+from pipelines.routing import stamp_event
+from pipelines.simulate import ASSUMPTION, dry_run
+
+
+def root_event(event_type: str, payload: dict[str, Any], source: str, dedupe_key: str | None = None) -> dict[str, Any]:
+    raw: dict[str, Any] = {"type": event_type, "payload": payload}
+    if dedupe_key:
+        raw["dedupe_key"] = dedupe_key
+    return stamp_event(raw, source=source, timestamp=iso(timezone.now()), event_id=new_id())
+
+
+def event_starts(
+    runtime: Runtime, event_type: str, payload: dict[str, Any], *, source: str, dedupe_key: str | None = None
+) -> list[Successor]:
+    """What a root event starts: every pipeline whose `on:` matches (routes need a source plugin).
+    intake.Refused when the payload cannot be stored."""
+    event = root_event(event_type, intake.checked(payload, "payload"), source, dedupe_key)
+    return successors(
+        source_plugin=None, position=Position(), events=[event], routes=runtime.routing, pipelines=runtime.pipelines
+    )
+
+
+def pipeline_starts(
+    runtime: Runtime, name: str, payload: dict[str, Any], *, source: str, dedupe_key: str | None = None
+) -> list[Successor]:
+    """One named pipeline's entry steps, whatever its trigger."""
+    pipeline = runtime.pipelines.pipelines[name]
+    event = root_event(pipeline.trigger, intake.checked(payload, "payload"), source, dedupe_key)
+    return [step_successor(pipeline, node, event, {}, 1) for node in pipeline.entries]
+
+
+def as_roots(runtime: Runtime, starts: list[Successor], submitter: Submitter) -> list[JobSpec]:
+    return [intake.successor(runtime, s, parent=None, submitter=submitter) for s in starts]
+
+
+def publish_event(
+    runtime: Runtime, event_type: str, payload: dict[str, Any], *, submitter: Submitter, dedupe_key: str | None = None
+) -> list[str]:
+    """A root event, routed like any other: every matching pipeline starts. Returns the job ids."""
+    starts = event_starts(runtime, event_type, payload, source=submitter.value, dedupe_key=dedupe_key)
+    return intake.submit_ids(runtime, as_roots(runtime, starts, submitter))
+
+
+def pipeline_entries(
+    runtime: Runtime, name: str, payload: dict[str, Any], *, submitter: Submitter, dedupe_key: str | None = None
+) -> list[JobSpec]:
+    """The root jobs that start one named pipeline."""
+    starts = pipeline_starts(runtime, name, payload, source=submitter.value, dedupe_key=dedupe_key)
+    return as_roots(runtime, starts, submitter)
+
+
+def preview(runtime: Runtime, starts: list[Successor]) -> dict[str, Any]:
+    """`--dry-run`: every hop that would follow, computed by the real router; nothing is enqueued."""
+    instances = runtime.registry.instances
+
+    def config_of(plugin: str) -> dict[str, Any]:
+        return thaw(instances[plugin].config.config) if plugin in instances else {}
+
+    hops, truncated = dry_run(starts, routes=runtime.routing, pipelines=runtime.pipelines, config_of=config_of)
+    return {"hops": [h.as_dict() for h in hops], "truncated": truncated, "assumption": ASSUMPTION}
+
+
+class SyncRefused(ValueError):
+    """A synchronous run that cannot be answered as one tree (the API's 400)."""
+
+
+def run_synchronously(
+    runtime: Runtime,
+    name: str,
+    payload: dict[str, Any],
+    *,
+    submitter: Submitter,
+    timeout: float,
+    dedupe_key: str | None = None,
+) -> TreeOutcome:
+    """Start a pipeline and wait for its whole tree (or `timeout`). Entry dispatches are resolved
+    first: more than one cannot be answered as one result, so it is refused before anything runs."""
+    specs = pipeline_entries(runtime, name, payload, submitter=submitter, dedupe_key=dedupe_key)
+    if len(specs) != 1:
+        raise SyncRefused(
+            f"pipeline {name!r} starts with {len(specs)} entry dispatches; a synchronous run needs exactly one "
+            "(run it asynchronously instead)"
+        )
+    with TreeWaiter() as waiter:
+        return waiter.wait(intake.submit_ids(runtime, specs), timeout)
+
+
+def sync_timeout(pipeline: Pipeline, requested: float | None, cap: float | None = None) -> float:
+    """How long a synchronous caller waits: its own request, else the pipeline's `timeout`, never
+    past the operator's cap (`api.max_sync_timeout`)."""
+    timeout = pipeline.timeout if requested is None else requested
+    return min(timeout, cap) if cap else timeout

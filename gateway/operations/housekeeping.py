@@ -1,0 +1,180 @@
+"""The gateway's own housekeeping, scheduled and run by django-q2 (its ORM broker, in the
+gateway's database): retention pruning every hour, and scheduled backups (`service.backup`).
+
+django-q2 keeps the schedules as rows; `system start` writes them from the config at start and
+after each SIGHUP (`refresh_schedules`), and supervises `manage.py qcluster`, which runs them.
+Each task takes everything it needs as arguments stored in its schedule row, so a reload reaches
+the cluster through the rows without restarting it. Plugin jobs never go through django-q2
+(docs/architecture.md, "Where django-q2 fits").
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+from django_q.models import Schedule
+from django_q.scheduler import scheduler
+
+from gateway.config.errors import ConfigError
+from gateway.config.model import BackupCadence, GatewayConfig, load_gateway_config
+from gateway.logs import logger
+from gateway.operations.backups.archive import plan_for, write_backup
+from gateway.runtime import RUNTIME
+from ledger.models import EventRecord, Job, JobLog, JobStopwatch, JobTransition
+from ledger.models.retention import PrunableQuerySet
+
+log = logger("housekeeping")
+
+PRUNE_SCHEDULE = "ductile.prune"
+BACKUP_SCHEDULE = "ductile.backup"
+PRUNE_EVERY_MINUTES = 60
+# Rows per delete transaction: a few milliseconds of write lock each (ledger/models/retention.py).
+PRUNE_BATCH = 500
+# Between batches, so writers queued on SQLite's lock get it before the next batch does.
+BATCH_PAUSE = 0.005
+BACKUP_NAME = "ductile-{stamp}.tar.gz"
+BACKUP_GLOB = "ductile-*.tar.gz"
+
+_CADENCE_TYPES = {
+    "minutes": Schedule.MINUTES,
+    "hourly": Schedule.HOURLY,
+    "daily": Schedule.DAILY,
+    "weekly": Schedule.WEEKLY,
+    "cron": Schedule.CRON,
+}
+
+
+# -- tasks (run by the qcluster's worker) ------------------------------------------------------
+
+
+def prune(*, job_queue_retention: float, job_log_retention: float, batch: int = PRUNE_BATCH) -> dict[str, int]:
+    """Delete what retention no longer keeps, in batches; returns rows deleted per table."""
+    now = timezone.now()
+    queue_cutoff = now - timedelta(seconds=job_queue_retention)
+    log_cutoff = now - timedelta(seconds=job_log_retention)
+    deleted = {
+        "job_queue": drain(Job.objects.expired(queue_cutoff), batch),
+        "job_log": drain(JobLog.objects.expired(log_cutoff), batch),
+        "job_transitions": drain(JobTransition.objects.expired(log_cutoff), batch),
+        "job_stopwatch": drain(JobStopwatch.objects.expired(log_cutoff), batch),
+        "event_log": drain(EventRecord.objects.expired(log_cutoff), batch),
+    }
+    if any(deleted.values()):
+        log.info("retention pruned %s", ", ".join(f"{n} {table}" for table, n in deleted.items() if n))
+    return deleted
+
+
+def drain(expired: PrunableQuerySet[Any], batch: int) -> int:
+    """`prune_batch` until a batch comes back short: each batch its own short transaction."""
+    total = 0
+    while True:
+        count = expired.prune_batch(batch)
+        total += count
+        if count < batch:
+            return total
+        time.sleep(BATCH_PAUSE)
+
+
+def scheduled_backup(*, config_dir: str, directory: str, keep: int, scope: str) -> dict[str, Any]:
+    """One `service.backup` run: a new archive named by the time, then the oldest beyond `keep` go."""
+    # The config as it is now on disk: this process may have started long before the last reload.
+    config = load_gateway_config(Path(config_dir))
+    folder = Path(directory)
+    destination = folder / BACKUP_NAME.format(stamp=timezone.now().strftime("%Y%m%dT%H%M%SZ"))
+    _, written = write_backup(plan_for(config, destination, scope), destination)
+    removed = rotate(folder, keep)
+    log.info("scheduled backup written: %s (%d bytes); %d old removed", written.path, written.size, len(removed))
+    return {"archive": str(written.path), "size_bytes": written.size, "removed": [str(p) for p in removed]}
+
+
+def rotate(folder: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` scheduled archives (their names sort by time)."""
+    archives = sorted(folder.glob(BACKUP_GLOB))
+    stale = archives[: max(len(archives) - keep, 0)]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+# -- schedules (written by the supervisor of `system start`) -----------------------------------
+
+
+def wanted_schedules(config: GatewayConfig) -> dict[str, dict[str, Any]]:
+    """The django-q2 schedule rows this config asks for, by name."""
+    service = config.service
+    rows = {
+        PRUNE_SCHEDULE: {
+            "func": f"{__name__}.prune",
+            "kwargs": repr(
+                {"job_queue_retention": service.job_queue_retention, "job_log_retention": service.job_log_retention}
+            ),
+            **_cadence_fields(BackupCadence("minutes", minutes=PRUNE_EVERY_MINUTES)),
+        }
+    }
+    if service.backup is not None:
+        backup = service.backup
+        rows[BACKUP_SCHEDULE] = {
+            "func": f"{__name__}.scheduled_backup",
+            "kwargs": repr(
+                {
+                    "config_dir": str(config.config_dir),
+                    "directory": str(backup.directory),
+                    "keep": backup.keep,
+                    "scope": backup.scope,
+                }
+            ),
+            **_cadence_fields(backup.cadence),
+        }
+    return rows
+
+
+def _cadence_fields(cadence: BackupCadence) -> dict[str, Any]:
+    return {"schedule_type": _CADENCE_TYPES[cadence.kind], "minutes": cadence.minutes, "cron": cadence.cron}
+
+
+def sync_schedules(config: GatewayConfig, now: datetime | None = None) -> dict[str, str]:
+    """Make the gateway's schedule rows match `config`: what happened to each, by name. A row whose
+    definition is unchanged keeps its next run (restarts never postpone a daily backup); a new or
+    changed prune runs at once, a new or changed backup at its next due time."""
+    now = now or timezone.now()
+    wanted = wanted_schedules(config)
+    outcome = {}
+    with transaction.atomic():
+        existing = {s.name: s for s in Schedule.objects.select_for_update().filter(name__startswith="ductile.")}
+        for name, fields in wanted.items():
+            row = existing.pop(name, None)
+            if row is not None and all(getattr(row, key) == value for key, value in fields.items()):
+                outcome[name] = "unchanged"
+                continue
+            row = row or Schedule(name=name, repeats=-1)
+            outcome[name] = "created" if row.pk is None else "updated"
+            for key, value in fields.items():
+                setattr(row, key, value)
+            row.next_run = now if name == PRUNE_SCHEDULE else row.calculate_next_run(now)
+            row.save()
+        for name, row in existing.items():
+            row.delete()
+            outcome[name] = "removed"
+    return outcome
+
+
+def refresh_schedules(reloaded: bool) -> None:
+    """The supervisor's `on_config`: rows from the current config, then anything due is queued
+    for the cluster now rather than at its first scheduler pass, 30 s after it starts."""
+    if reloaded:
+        try:
+            RUNTIME.reload()
+        except ConfigError as exc:
+            log.error("reload refused; housekeeping keeps its schedules: %s", exc)
+            return
+    try:
+        outcome = sync_schedules(RUNTIME.get().config)
+        log.info("housekeeping schedules: %s", ", ".join(f"{n} {what}" for n, what in outcome.items()))
+        scheduler()
+    finally:
+        connection.close()  # the supervisor holds no connection between reloads

@@ -1,0 +1,18 @@
+"""The environment a plugin process gets (spec 000 "Plugin Protocol"): a fixed base and the
+operator's passthrough list, never the gateway's own secrets."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+_BASE_ENV = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")
+
+
+def plugin_environment(passthrough: Iterable[str] = (), source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """PATH, HOME, LANG, LC_*, TZ, TMPDIR and the operator's passthrough list; never the gateway's secrets."""
+    source = os.environ if source is None else source
+    wanted = set(_BASE_ENV) | set(passthrough)
+    env = {k: v for k, v in source.items() if k in wanted or k.startswith("LC_")}
+    env.setdefault("PATH", os.defpath)
+    return env

@@ -1,8 +1,0 @@
-"""The audit console: the Django admin as the place where a person audits and operates the gateway
-(ARCHITECTURE, "Human surfaces"). Importing this package registers every ledger table."""
-
-from __future__ import annotations
-
-from ledger.admin import breakers, jobs, records
-
-__all__ = ["breakers", "jobs", "records"]
