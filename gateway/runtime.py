@@ -149,10 +149,6 @@ class RuntimeHolder:
             raise self.error or ConfigError([])
         return current
 
-    def install(self, runtime: Runtime) -> None:
-        with self._lock:
-            self._current, self.error = runtime, None
-
     def reload(self) -> tuple[Runtime, Runtime | None]:
         """Build a fresh runtime; on ConfigError the old one stays (the error propagates)."""
         assert self.config_dir is not None

@@ -1,4 +1,5 @@
-"""Hand-written SQL for the queue's hot path, adapted through the models' own fields.
+"""Every hand-written statement of the ledger, and the machinery that runs them adapted through
+the models' own fields. Each statement has a test on both backends (tests/ledger/test_sql.py).
 
 Why not the ORM here: building and compiling a query costs 0.2-0.5 ms of CPU under the GIL, and a
 job takes about a dozen statements; the worker pool's throughput target (docs/performance.md)
@@ -202,3 +203,93 @@ def fetch_value(text: str, params: Iterable[Any]) -> Any:
     finally:
         cursor.close()
     return row[0] if row else None
+
+
+# -- the statements ------------------------------------------------------------------------------
+# Statuses are literals, never parameters: SQLite uses a partial index only when the query's
+# WHERE clause matches the index's own literally (a bound parameter never does).
+
+# PostgreSQL only. Why: a claim decides from counts of running rows (parallelism caps, the
+# same-key rule), which SKIP LOCKED alone cannot protect across nodes; one transaction-scoped
+# advisory lock serialises claim decisions (a few hundred microseconds each). SQLite's write
+# lock (BEGIN IMMEDIATE) already does.
+CLAIM_LOCK = "SELECT pg_advisory_xact_lock(7242031)"
+
+RUNNING_COUNTS = "SELECT plugin, COUNT(*) FROM job_queue WHERE status = 'running' GROUP BY plugin"
+
+
+@cache
+def claim(plugin_count: int, only: bool, vendor: str, returning: str) -> str:
+    """Move the oldest runnable queued job of `plugin_count` open plugins to running, and return
+    its row (`returning`: the columns). Parameters: worker id, lease_until, started_at, the
+    plugins, now (for next_retry_at), then the job id when `only`. The pick and the
+    compare-and-set are one UPDATE, so a job is never claimed twice."""
+    placeholders = ", ".join(["%s"] * plugin_count)
+    only_clause = "AND q.id = %s" if only else ""
+    lock_clause = "FOR UPDATE SKIP LOCKED" if vendor == "postgresql" else ""
+    return native(
+        f"""
+        UPDATE job_queue SET status = 'running', claimed_by = %s, lease_until = %s, started_at = %s,
+               next_retry_at = NULL
+        WHERE id = (
+            SELECT q.id FROM job_queue q
+            WHERE q.status = 'queued' AND q.plugin IN ({placeholders})
+              AND (q.next_retry_at IS NULL OR q.next_retry_at <= %s)
+              AND (q.dedupe_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM job_queue r
+                    WHERE r.status = 'running' AND r.dedupe_key = q.dedupe_key
+                      AND r.plugin = q.plugin AND r.command = q.command))
+              {only_clause}
+            ORDER BY q.created_at, q.id LIMIT 1
+            {lock_clause}
+        ) AND status = 'queued'
+        RETURNING {returning}
+    """,
+        vendor,
+    )
+
+
+@cache
+def schedule_take(entry_count: int, vendor: str) -> str:
+    """Move `entry_count` due schedule entries on, each only if it is still active and still due
+    at the `next_run_at` it was read with; returns the ids won. Parameters: next_run_at (the
+    following run), last_fired_at, status, updated_at, the ids, 'active', the due instant.
+    Why the guard on next_run_at: two schedulers read the same due row; only the one whose UPDATE
+    still finds the old value moves it on, so the run fires exactly once. RETURNING says which
+    rows were won, which a shared row count could not."""
+    return native(
+        "UPDATE schedule_entries SET next_run_at = %s, last_fired_at = %s, status = %s, updated_at = %s"
+        f" WHERE id IN ({', '.join(['%s'] * entry_count)}) AND status = %s AND next_run_at = %s RETURNING id",
+        vendor,
+    )
+
+
+# Each fired entry's newest job. Parameters: job id, updated_at, entry id.
+SCHEDULE_FIRED = "UPDATE schedule_entries SET last_job_id = %s, updated_at = %s WHERE id = %s"
+
+# The compatibility view of a plugin's facts sent as a request's `state`, read once per job.
+PLUGIN_STATE = "SELECT state FROM plugin_state WHERE plugin_name = %s"
+
+# The live views' "did anything change?" (gateway/reports/live.py): one statement of index
+# look-ups. The worker state is a literal, as the claim's statuses are.
+CHANGE_MARKER = (
+    "SELECT (SELECT MAX(id) FROM job_transitions), (SELECT MAX(id) FROM event_log),"
+    " (SELECT MAX(updated_at) FROM circuit_breakers), (SELECT MAX(updated_at) FROM schedule_entries),"
+    " (SELECT COUNT(*) FROM worker_instances WHERE state = 'running')"
+)
+
+
+@cache
+def distinct_values(table: str, column: str) -> str:
+    """The distinct non-null values of an indexed column, smallest first, at most the one
+    parameter's number: a recursive query that jumps from one value to the next through the index
+    (a "loose index scan"), so the cost is one seek per value however many rows share it. The
+    ORM's DISTINCT reads every row. For the console's filters (gateway/console/filters.py)."""
+    c, t = f'"{column}"', f'"{table}"'
+    return (
+        f"WITH RECURSIVE v(x, n) AS ("
+        f" SELECT MIN({c}), 1 FROM {t}"
+        f" UNION ALL SELECT (SELECT MIN({c}) FROM {t} WHERE {c} > v.x), n + 1"
+        f" FROM v WHERE v.x IS NOT NULL AND n < %s"
+        f") SELECT x FROM v WHERE x IS NOT NULL"
+    )

@@ -47,14 +47,6 @@ def check_storable(value: Any, what: str = "value") -> None:
                 stack.extend((child, f"{path}[{index}]", depth + 1) for index, child in enumerate(node))
 
 
-def storable(value: Any) -> bool:
-    try:
-        check_storable(value)
-    except Unstorable:
-        return False
-    return True
-
-
 def loads(text: str | bytes, what: str = "body") -> Any:
     """JSON as the ledger will keep it: NaN and Infinity refused (they are not JSON, and neither
     jsonb nor SQLite's JSON takes them), nesting bounded, every string storable. ValueError

@@ -169,7 +169,8 @@ class PipelineErrors(ValueError):
 
 @cache
 def pipeline_schema() -> dict[str, Any]:
-    return json.loads(Path(__file__).with_name("pipeline.schema.json").read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(Path(__file__).with_name("pipeline.schema.json").read_text(encoding="utf-8"))
+    return schema
 
 
 def compile_pipelines(

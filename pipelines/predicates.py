@@ -174,9 +174,9 @@ def evaluate(condition: Mapping[str, Any], scope: Mapping[str, Any]) -> bool:
     if op in NUMERIC:
         if not _is_number(actual):
             return False
-        return {"gt": actual > expected, "gte": actual >= expected, "lt": actual < expected, "lte": actual <= expected}[
-            op
-        ]
+        return bool(
+            {"gt": actual > expected, "gte": actual >= expected, "lt": actual < expected, "lte": actual <= expected}[op]
+        )
     if not isinstance(actual, str):
         return False
     if op == "regex":

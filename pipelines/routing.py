@@ -17,17 +17,6 @@ class RouteRule:
 
 
 @dataclass(frozen=True)
-class Dispatch:
-    """One child job the router asks for."""
-
-    plugin: str
-    command: str
-    event: Mapping[str, Any]
-    dedupe_key: str | None
-    rule: RouteRule
-
-
-@dataclass(frozen=True)
 class RoutingTable:
     routes: tuple[RouteRule, ...] = ()
     _by_key: Mapping[tuple[str, str], tuple[RouteRule, ...]] = field(default_factory=dict, compare=False)

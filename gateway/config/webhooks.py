@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gateway.config.api import Listen, parse_listen
-from gateway.config.errors import ConfigError, ConfigProblem
+from gateway.config.errors import ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig
 from gateway.config.yamlsrc import KeyPath, dotted
@@ -78,14 +78,6 @@ def parse_webhooks(
 ) -> tuple[Webhooks, list[ConfigProblem]]:
     """The configured listener and endpoints, and every problem with them."""
     return _Parser(config, commands, secrets).parse()
-
-
-def load_webhooks(config: GatewayConfig, commands: Commands, secrets: Mapping[str, str]) -> Webhooks:
-    """`parse_webhooks`, refusing the config (ConfigError, exit 78) when anything is wrong."""
-    webhooks, problems = parse_webhooks(config, commands, secrets)
-    if problems:
-        raise ConfigError(problems)
-    return webhooks
 
 
 class _Parser:

@@ -38,17 +38,15 @@ from gateway.reports.percentiles import summary
 from gateway.runtime import Runtime
 from gateway.storage.database import describe_database
 from gateway.version import gateway_version
+from ledger import sql
 from ledger.models import (
     CircuitBreaker,
     EventRecord,
     Job,
     JobStopwatch,
-    JobTransition,
     ScheduleEntry,
-    WorkerInstance,
 )
 from ledger.models.schedules import ScheduleStatus
-from ledger.models.workers import WorkerState
 from ledger.states import TERMINAL, JobStatus
 
 WINDOW_MINUTES = 60
@@ -229,24 +227,9 @@ def latest_failures() -> list[dict[str, Any]]:
 
 def change_marker() -> tuple[Any, ...]:
     """Moves whenever the figures may have: a job changed status, an event was recorded, a breaker
-    or schedule entry changed, a worker started or stopped. One statement of index look-ups.
-    The worker state is a literal: SQLite uses a partial index only for a literal (as the claim does)."""
-    tables = {
-        "transitions": JobTransition._meta.db_table,
-        "events": EventRecord._meta.db_table,
-        "breakers": CircuitBreaker._meta.db_table,
-        "schedules": ScheduleEntry._meta.db_table,
-        "workers": WorkerInstance._meta.db_table,
-    }
-    running = str(WorkerState.RUNNING)
-    assert running.isidentifier()  # a literal in SQL, so it must be a plain word
-    statement = (
-        f"SELECT (SELECT MAX(id) FROM {tables['transitions']}), (SELECT MAX(id) FROM {tables['events']}),"
-        f" (SELECT MAX(updated_at) FROM {tables['breakers']}), (SELECT MAX(updated_at) FROM {tables['schedules']}),"
-        f" (SELECT COUNT(*) FROM {tables['workers']} WHERE state = '{running}')"
-    )
+    or schedule entry changed, a worker started or stopped (ledger.sql.CHANGE_MARKER)."""
     with connection.cursor() as cursor:
-        cursor.execute(statement)
+        cursor.execute(sql.CHANGE_MARKER)
         row = cursor.fetchone()
     return tuple(row)
 

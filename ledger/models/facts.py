@@ -35,7 +35,7 @@ class StorageSequence(models.Model):
         """Call inside a transaction: the UPDATE row-locks the counter until commit."""
         cls.objects.get_or_create(name=name)
         cls.objects.filter(name=name).update(value=F("value") + 1)
-        return cls.objects.values_list("value", flat=True).get(name=name)
+        return int(cls.objects.values_list("value", flat=True).get(name=name))
 
 
 class PluginFact(models.Model):
@@ -75,7 +75,7 @@ class PluginState(models.Model):
     @classmethod
     def current(cls, plugin_name: str) -> dict[str, Any]:
         """The compatibility view sent as the request's `state`; read once per job, so by hand."""
-        value = sql.fetch_value("SELECT state FROM plugin_state WHERE plugin_name = %s", [plugin_name])
+        value = sql.fetch_value(sql.PLUGIN_STATE, [plugin_name])
         if isinstance(value, str | bytes):
             value = json.loads(value)
         return value if isinstance(value, dict) else {}

@@ -12,7 +12,6 @@ import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cache
 from typing import Any
 
 from django.db import models
@@ -119,7 +118,7 @@ class AttemptOutcome:
 
 def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
     """Spec §5.7: base * 2^(attempt-1) + random(0, base), `attempt` being the one that failed."""
-    return base * 2 ** (attempt - 1) + (rng or random).uniform(0, base)
+    return float(base * 2 ** (attempt - 1) + (rng or random).uniform(0, base))
 
 
 def trigger_event(spec: JobSpec, job_id: str, now: datetime) -> dict[str, Any]:
@@ -277,11 +276,8 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         postgres = conn.vendor == "postgresql"
         with writing():
             if postgres:
-                # Why: the cap and the same-key rule are decided from counts of running rows,
-                # which SKIP LOCKED alone cannot protect across nodes. One transaction-scoped
-                # advisory lock serialises claim decisions (a few hundred microseconds each).
-                sql.execute("SELECT pg_advisory_xact_lock(7242031)", []).close()
-            cursor = sql.execute(_RUNNING_COUNTS_SQL, [])
+                sql.execute(sql.CLAIM_LOCK, []).close()  # why: at sql.CLAIM_LOCK
+            cursor = sql.execute(sql.RUNNING_COUNTS, [])
             running = dict(cursor.fetchall())
             cursor.close()
             open_plugins = [p for p, cap in caps.items() if running.get(p, 0) < cap]
@@ -296,7 +292,8 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             ]
             if only is not None:
                 params.append(only)
-            cursor = sql.execute(_claim_sql(len(open_plugins), only is not None, conn.vendor), params)
+            text = sql.claim(len(open_plugins), only is not None, conn.vendor, sql.select_columns(Job))
+            cursor = sql.execute(text, params)
             row = cursor.fetchone()
             cursor.close()
             if row is None:
@@ -318,10 +315,6 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             found += level
             frontier = [c.id for c in level]
         return found
-
-    def tree_complete(self, root_ids: Iterable[str]) -> bool:
-        """Exact because successors are enqueued in the same transaction that ends their parent."""
-        return all(job.is_terminal for job in self.tree(root_ids))
 
     def heartbeat(self, worker_id: str, job_ids: Collection[str], lease_ttl: float, now: datetime | None = None) -> int:
         """Extend the leases of `job_ids`, the jobs `worker_id` is really running; the count tells
@@ -751,35 +744,3 @@ class JobLog(models.Model):
                 "source_event_id": job.source_event_id,
             },
         )
-
-
-_RUNNING_COUNTS_SQL = "SELECT plugin, COUNT(*) FROM job_queue WHERE status = 'running' GROUP BY plugin"
-
-
-@cache
-def _claim_sql(plugin_count: int, only: bool, vendor: str) -> str:
-    """The claim for `plugin_count` open plugins. Statuses are literals so SQLite can use the
-    partial indexes (a bound parameter never matches their WHERE clause)."""
-    placeholders = ", ".join(["%s"] * plugin_count)
-    only_clause = "AND q.id = %s" if only else ""
-    lock_clause = "FOR UPDATE SKIP LOCKED" if vendor == "postgresql" else ""
-    return sql.native(
-        f"""
-        UPDATE job_queue SET status = 'running', claimed_by = %s, lease_until = %s, started_at = %s,
-               next_retry_at = NULL
-        WHERE id = (
-            SELECT q.id FROM job_queue q
-            WHERE q.status = 'queued' AND q.plugin IN ({placeholders})
-              AND (q.next_retry_at IS NULL OR q.next_retry_at <= %s)
-              AND (q.dedupe_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM job_queue r
-                    WHERE r.status = 'running' AND r.dedupe_key = q.dedupe_key
-                      AND r.plugin = q.plugin AND r.command = q.command))
-              {only_clause}
-            ORDER BY q.created_at, q.id LIMIT 1
-            {lock_clause}
-        ) AND status = 'queued'
-        RETURNING {sql.select_columns(Job)}
-    """,
-        vendor,
-    )

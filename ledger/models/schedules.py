@@ -86,17 +86,10 @@ class ScheduleEntryQuerySet(models.QuerySet["ScheduleEntry"]):
         self, ids: list[int], due: datetime, following: datetime | None, exhausted: bool, *, now: datetime, vendor: str
     ) -> list[int]:
         status = ScheduleStatus.EXHAUSTED if exhausted else ScheduleStatus.ACTIVE
-        # Why the guard on next_run_at: two schedulers read the same due row; only the one
-        # whose UPDATE still finds the old value moves it on, so the run fires exactly once.
-        # RETURNING says which rows of a group were won (a shared row count could not).
-        text = (
-            "UPDATE schedule_entries SET next_run_at = %s, last_fired_at = %s, status = %s, updated_at = %s"
-            f" WHERE id IN ({', '.join(['%s'] * len(ids))}) AND status = %s AND next_run_at = %s RETURNING id"
-        )
         stamp = sql.prep(ScheduleEntry, "updated_at", now)
         params = [sql.prep(ScheduleEntry, "next_run_at", following), stamp, status, stamp]
         params += [*ids, ScheduleStatus.ACTIVE, sql.prep(ScheduleEntry, "next_run_at", due)]
-        cursor = sql.execute(sql.native(text, vendor), params)
+        cursor = sql.execute(sql.schedule_take(len(ids), vendor), params)  # why: at sql.schedule_take
         try:
             return [row[0] for row in cursor.fetchall()]
         finally:
@@ -104,8 +97,7 @@ class ScheduleEntryQuerySet(models.QuerySet["ScheduleEntry"]):
 
     def record_fired(self, last_jobs: Mapping[int, str], *, now: datetime) -> None:
         """Each fired entry's newest job, in the transaction that enqueued it."""
-        text = "UPDATE schedule_entries SET last_job_id = %s, updated_at = %s WHERE id = %s"
-        text = sql.native(text, sql.current().vendor)
+        text = sql.native(sql.SCHEDULE_FIRED, sql.current().vendor)
         stamp = sql.prep(ScheduleEntry, "updated_at", now)
         with writing():
             sql.execute_many(text, [(job_id, stamp, entry_id) for entry_id, job_id in last_jobs.items()])
