@@ -272,7 +272,7 @@ class Scheduler:
         for key, schedule in self.schedules.items():
             row = rows.get(key)
             print_ = fingerprint(schedule)
-            problem = self._unrunnable(runtime, schedule)
+            problem = intake.refusal(runtime, schedule.plugin, schedule.command)
             if row is None:
                 row = self._create(schedule, print_, now)
             elif row.fingerprint != print_:
@@ -300,16 +300,6 @@ class Scheduler:
             next_run_at=self._first(schedule, now),
             now=now,
         )
-
-    def _unrunnable(self, runtime: Runtime, schedule: Schedule) -> str | None:
-        instance = runtime.registry.instances.get(schedule.plugin)
-        if instance is None:
-            why = runtime.registry.skipped.get(schedule.plugin, "not loaded")
-            return f"plugin {schedule.plugin!r} is not loaded: {why}"
-        if instance.command(schedule.command) is None:
-            known = ", ".join(instance.manifest.commands)
-            return f"plugin {schedule.plugin!r} has no command {schedule.command!r} (manifest declares: {known})"
-        return None
 
     def _first(self, schedule: Schedule, now: datetime) -> datetime | None:
         run = next_run(schedule, now, started_at=self.started_at)
