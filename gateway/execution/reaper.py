@@ -124,18 +124,20 @@ def sweep_adopted(finished_pgid: int, live: set[int]) -> list[str]:
     escape. Costs one read of a /proc file when nothing was adopted."""
     if not _adopting:
         return []
+    pid = os.getpid()
     try:
-        # Orphans are re-parented to the thread group leader, whose tid is our pid.
-        children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
+        # Orphans are re-parented to the thread group leader, whose tid is our pid. Read with os
+        # calls: this runs after every job, and pathlib's parsing cost more than the read.
+        children = _read(f"/proc/{pid}/task/{pid}/children").split()
     except OSError:
         return []
     escapes = []
     own_group = os.getpgrp()
-    for pid in map(int, children):
-        if pid == LIFELINE.pid or pid == finished_pgid or pid in live:
+    for child in map(int, children):
+        if child == LIFELINE.pid or child == finished_pgid or child in live:
             continue  # the helper, or a plugin itself (reaped by its Popen, never here)
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
+            stat = _read(f"/proc/{child}/stat")
         except OSError:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
@@ -144,12 +146,20 @@ def sweep_adopted(finished_pgid: int, live: set[int]) -> list[str]:
             continue  # spawned by us directly, or a descendant of a plugin still running
         if state != "Z" and int(pgid) != finished_pgid:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 continue
-            escapes.append(f"process {pid} ({name}) left the plugin's process group (setsid?); it was killed")
+            escapes.append(f"process {child} ({name}) left the plugin's process group (setsid?); it was killed")
         try:
-            os.waitpid(pid, os.WNOHANG)  # ours to reap now; a slow death is reaped at a later sweep
+            os.waitpid(child, os.WNOHANG)  # ours to reap now; a slow death is reaped at a later sweep
         except ChildProcessError:
             pass
     return escapes
+
+
+def _read(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 1 << 16).decode(errors="replace")
+    finally:
+        os.close(fd)

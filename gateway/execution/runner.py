@@ -31,6 +31,11 @@ KILL_GRACE = 5.0
 AFTER_EXIT = 1.0
 # Without pidfds (Linux < 5.3), how often the exit is looked for.
 _EXIT_POLL = 0.05
+# Plugins run this much nicer than the gateway (and start their own children so): on a busy
+# host the API answering an agent, and the daemon holding the ledger's write lock, are never
+# starved by plugin processes (docs/performance.md, "API while workers drain"). An idle CPU
+# still runs a plugin at full speed.
+PLUGIN_NICENESS = 10
 _READ_CHUNK = 65536
 
 # Process groups of plugins running now, so a forced shutdown can kill them rather than orphan them.
@@ -90,6 +95,7 @@ def run_plugin(
         return result
     LIVE_GROUPS.add(proc.pid)
     LIFELINE.hold(proc.pid, LIVE_GROUPS)
+    _lower_priority(proc.pid)
     try:
         _Exchange(proc, request, result, deadline=started + timeout, grace=grace).run()
     finally:
@@ -98,6 +104,16 @@ def run_plugin(
     result.dur_ns = int((time.monotonic() - started) * 1e9)
     result.exit_wall_ns = time.time_ns()
     return result
+
+
+def _lower_priority(pid: int) -> None:
+    """Set right after the spawn rather than between fork and exec: that needs a `preexec_fn`,
+    which disables vfork (gateway/execution/reaper.py). The plugin runs its first microseconds at
+    the gateway's priority; a process it forks after this inherits the lower one."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + PLUGIN_NICENESS, 19))
+    except OSError:
+        pass  # it has already exited
 
 
 class _Exchange:

@@ -52,7 +52,7 @@ class WorkerDaemon:
         self.install_signals = install_signals
         self.hostname = socket.gethostname()
         self.worker_id = f"{self.hostname}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.executor = Executor(holder, self.worker_id)
+        self.executor = Executor(holder, self.worker_id, claim_next=self._claim_following)
         self.stopping = threading.Event()
         self._reload = threading.Event()
         self._signals = 0
@@ -173,35 +173,26 @@ class WorkerDaemon:
 
     def _work(self) -> None:
         idle = True
+        job: Job | None = None
         try:
             while not self.stopping.is_set():
-                if self.max_jobs is not None and self.claimed >= self.max_jobs:
-                    break
-                seen = self._wake_seq
-                try:
-                    job = self._claim(precheck=idle)
-                except Exception as exc:
-                    # A database that refuses the claim (a full disk, a restart) must not end this
-                    # thread: it waits, longer at each failure, and tries again.
-                    close_old_connections()
-                    self.stopping.wait(self._claims_down.failed(exc))
-                    idle = True
-                    continue
-                self._claims_down.recovered()
-                idle = job is None
-                if job is not None:
+                if job is None:
+                    if self.max_jobs is not None and self.claimed >= self.max_jobs:
+                        break
+                    seen = self._wake_seq
                     try:
-                        self.executor.execute(job)
-                    except Exception:
-                        log.exception(
-                            "unexpected error running job; its lease will expire and it will be retried",
-                            extra={"job_id": job.id, "plugin": job.plugin},
-                        )
-                    finally:
-                        with self._count_lock:
-                            self._busy -= 1
-                            self._in_flight.discard(job.id)
-                        self.wake()  # a finished job may have routed children or freed a cap
+                        job = self._claim(precheck=idle)
+                    except Exception as exc:
+                        # A database that refuses the claim (a full disk, a restart) must not end
+                        # this thread: it waits, longer at each failure, and tries again.
+                        close_old_connections()
+                        self.stopping.wait(self._claims_down.failed(exc))
+                        idle = True
+                        continue
+                    self._claims_down.recovered()
+                    idle = job is None
+                if job is not None:
+                    job = self._run(job)
                     continue
                 if self.once and self._pass_done():
                     break
@@ -211,6 +202,29 @@ class WorkerDaemon:
         finally:
             self.wake()
             connections.close_all()
+
+    def _run(self, job: Job) -> Job | None:
+        """Run one claimed job; the next one when it was claimed with this one's outcome."""
+        following = None
+        try:
+            following = self.executor.execute(job)
+        except Exception:
+            log.exception(
+                "unexpected error running job; its lease will expire and it will be retried",
+                extra={"job_id": job.id, "plugin": job.plugin},
+            )
+        finally:
+            with self._count_lock:
+                if following is not None:
+                    # Counted before the finished job is let go, so `--once` never sees an idle
+                    # moment between the two.
+                    self._busy += 1
+                    self.claimed += 1
+                    self._in_flight.add(following.id)
+                self._busy -= 1
+                self._in_flight.discard(job.id)
+            self.wake()  # a finished job may have routed children or freed a cap
+        return following
 
     def _pass_done(self) -> bool:
         with self._count_lock:
@@ -247,6 +261,18 @@ class WorkerDaemon:
                     self.claimed += 1
                     self._in_flight.add(job.id)
         return job
+
+    def _claim_following(self) -> Job | None:
+        """The next job, claimed inside the transaction that records the outcome of the one this
+        thread just ran (gateway.execution.dispatch.Executor._claim_following). Counted by `_run`
+        once that transaction committed."""
+        if self.stopping.is_set() or (self.max_jobs is not None and self.claimed >= self.max_jobs):
+            return None
+        runtime = self.holder.get()
+        caps = self._caps(runtime)
+        if not caps:
+            return None
+        return Job.objects.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl)
 
     def _caps(self, runtime: Runtime) -> dict[str, int]:
         caps = runtime.registry.claim_caps()

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,13 @@ def wake_directory() -> Path | None:
     db = settings.DATABASES["default"]
     if not db["ENGINE"].endswith("sqlite3"):
         return None
-    digest = hashlib.blake2b(str(Path(str(db["NAME"])).resolve()).encode(), digest_size=8).hexdigest()
+    return _directory_of(str(db["NAME"]))
+
+
+@cache
+def _directory_of(database: str) -> Path:
+    # Cached: every enqueue and every finish pokes, and resolving the path costs a stat per part.
+    digest = hashlib.blake2b(str(Path(database).resolve()).encode(), digest_size=8).hexdigest()
     return Path(tempfile.gettempdir()) / f"ductile-{os.getuid()}-{digest}"
 
 

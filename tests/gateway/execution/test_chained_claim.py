@@ -1,0 +1,63 @@
+"""A worker claims its next job in the transaction that records the last one's outcome (one write
+transaction per job instead of two, issue 16); the outcome never depends on that claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+
+from gateway.execution.dispatch import Executor
+from ledger.models import Job, JobSpec
+from ledger.states import JobStatus
+from ledger.submitters import Submitter
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def enqueue(plugin: str = "echo") -> str:
+    return Job.objects.enqueue(
+        JobSpec(plugin=plugin, command="poll", submitter=Submitter.CLI), default_dedupe_ttl=0
+    ).job_id
+
+
+def claim(holder: Any, only: str | None = None) -> Job | None:
+    caps = holder.get().registry.parallelism_caps()
+    return Job.objects.claim_next(worker_id="w1", caps=caps, lease_ttl=60, only=only)
+
+
+def test_the_next_job_is_claimed_with_the_outcome_and_handed_back(runtime: Any) -> None:
+    first, second = enqueue(), enqueue()
+    job = claim(runtime, only=first)
+    assert job is not None
+
+    following = Executor(runtime, "w1", claim_next=lambda: claim(runtime)).execute(job)
+
+    assert Job.objects.get(pk=first).status == JobStatus.SUCCEEDED
+    assert following is not None and following.id == second
+    stored = Job.objects.get(pk=second)
+    assert stored.status == JobStatus.RUNNING and stored.claimed_by == "w1"
+
+
+def test_a_claim_the_database_refuses_leaves_the_outcome_recorded(runtime: Any) -> None:
+    first, second = enqueue(), enqueue()
+    job = claim(runtime, only=first)
+    assert job is not None
+
+    def refused() -> Job | None:
+        claim(runtime)  # takes the job, then the database fails: the savepoint undoes the claim
+        raise OperationalError("database or disk is full")
+
+    following = Executor(runtime, "w1", claim_next=refused).execute(job)
+
+    assert following is None
+    assert Job.objects.get(pk=first).status == JobStatus.SUCCEEDED
+    assert Job.objects.get(pk=second).status == JobStatus.QUEUED
+
+
+def test_without_a_job_to_claim_the_worker_is_handed_nothing(runtime: Any) -> None:
+    job = claim(runtime, only=enqueue())
+    assert job is not None
+    assert Executor(runtime, "w1", claim_next=lambda: claim(runtime)).execute(job) is None
+    assert Job.objects.get(pk=job.id).status == JobStatus.SUCCEEDED
