@@ -120,7 +120,7 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
         assert "disk is full" in body["error"] and "nothing was recorded" in body["error"], body
         # Reads still answer; the webhook listener refuses its write the same way.
         assert gateway.job(accepted[0])["job_id"] == accepted[0]
-        assert gateway.http.api.call("GET", "/healthz", token=None)[0] == 200
+        assert gateway.api.call("GET", "/healthz", token=None)[0] == 200
         code, body = gateway.webhook()
         assert code == 503 and "disk is full" in body["error"], body
         # The daemons meet the full disk (claims, heartbeats, outcomes, scheduler ticks) and stay up.
