@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.db import connection, transaction
+from django.db import connection
+
+from ledger.writes import after_release
 
 ENQUEUED = "ductile_jobs"
 FINISHED = "ductile_done"
@@ -39,7 +41,7 @@ def _notify(channel: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(f"NOTIFY {channel}")
-    transaction.on_commit(lambda: _call_listeners(channel))
+    after_release(lambda: _call_listeners(channel))
 
 
 def notify_enqueued() -> None:

@@ -8,13 +8,14 @@ a millisecond (docs/performance.md, "API"). Behind this gate, writers wait on a 
 over at release: a thread lock inside the process, then an exclusive `flock` on a file beside the
 database across the host's processes.
 
-`writing()` is the only way the ledger's write methods open a transaction, so no caller can
-forget the gate: it takes the gate, then `transaction.atomic()`, and releases the gate after the
-transaction (and its commit hooks) ended. It is re-entrant: a write method called inside another
-(children enqueued by a completion) or inside a caller's own `writing()` block (several jobs in one
-transaction) joins that transaction. A write inside a transaction opened *without* the gate is
-refused: that transaction already holds SQLite's write lock, and waiting for the gate while
-holding it would deadlock against a process holding the gate and waiting for the lock.
+`writing()` is the only way the ledger's write methods open a transaction, so no caller can forget
+the gate: it takes the gate, then `transaction.atomic()`, and releases the gate after the
+transaction (and its commit hooks) ended; what `after_release` was given runs after that. It is
+re-entrant: a write method called inside another (children enqueued by a completion) or inside a
+caller's own `writing()` block (several jobs in one transaction) joins that transaction. A write
+inside a transaction opened *without* the gate is refused: that transaction already holds SQLite's
+write lock, and waiting for the gate while holding it would deadlock against a process holding the
+gate and waiting for the lock.
 
 PostgreSQL has row locks and no such handler: there, as on an in-memory SQLite database (which no
 other process can open), `writing()` is `transaction.atomic()` alone.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,6 +35,17 @@ from django.db import connection, transaction
 _lock = threading.Lock()
 _file: tuple[int, int] | None = None  # (pid, fd): a forked child opens its own
 _held = threading.local()
+
+
+def after_release(callback: Callable[[], None]) -> None:
+    """Run `callback` once the current write transaction has committed and the gate is released;
+    never when it rolls back. For wake-up pokes: they need no lock, and run inside the gate they
+    lengthened every other writer's wait (docs/performance.md, "API while workers drain")."""
+    pending: list[Callable[[], None]] | None = getattr(_held, "after", None)
+    if pending is None:  # no gate here (PostgreSQL, an in-memory database): after the commit
+        transaction.on_commit(callback)
+    else:
+        transaction.on_commit(lambda: pending.append(callback))
 
 
 class UngatedTransaction(RuntimeError):
@@ -88,6 +100,8 @@ def writing() -> Iterator[None]:
             with transaction.atomic():
                 yield
             return
+        after: list[Callable[[], None]] = []
+        _held.after = after
         with _lock:
             fd = _gate_fd(database)
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -96,5 +110,8 @@ def writing() -> Iterator[None]:
                     yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
+        for callback in after:  # filled by the commit's hooks only: empty after a rollback
+            callback()
     finally:
         _held.depth = 0
+        _held.after = None

@@ -64,17 +64,30 @@ def _poke_local(suffix: str) -> None:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
         return
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+    sock = _poke_socket()
+    for entry in entries:
+        if not entry.name.endswith(suffix):
+            continue
+        try:
+            sock.sendto(b"!", entry.path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            _unlink(entry.path)  # a listener that died without cleaning up
+        except (BlockingIOError, OSError):
+            pass  # its buffer is full of pokes already: it is awake
+
+
+_sender: tuple[int, socket.socket] | None = None
+
+
+def _poke_socket() -> socket.socket:
+    """One unbound datagram socket per process for every poke (sendto is safe from any thread); a
+    forked child makes its own."""
+    global _sender
+    if _sender is None or _sender[0] != os.getpid():
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.setblocking(False)
-        for entry in entries:
-            if not entry.name.endswith(suffix):
-                continue
-            try:
-                sock.sendto(b"!", entry.path)
-            except (ConnectionRefusedError, FileNotFoundError):
-                _unlink(entry.path)  # a listener that died without cleaning up
-            except (BlockingIOError, OSError):
-                pass  # its buffer is full of pokes already: it is awake
+        _sender = (os.getpid(), sock)
+    return _sender[1]
 
 
 class WakeListener:
