@@ -95,3 +95,45 @@ def test_a_ledger_write_inside_an_ungated_transaction_is_refused_on_every_backen
         Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=60)
     assert not Job.objects.exists()
     assert not connection.in_atomic_block
+
+
+# Inside a write transaction, asks for a wake-up; the listener says whether the gate was free when
+# it ran (a second open of the gate file can take it only when no writer holds it).
+POKER = """
+import fcntl, os
+import django
+from gateway.bootstrap import prepare_process
+prepare_process(None)
+django.setup()
+from django.db import connection
+from ledger import wakeups
+from ledger.writes import writing
+
+def listener():
+    fd = os.open(connection.settings_dict["NAME"] + ".write-gate", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("free", flush=True)
+    except BlockingIOError:
+        print("held", flush=True)
+    finally:
+        os.close(fd)
+
+wakeups.add_listener(listener)
+with writing():
+    wakeups.notify_enqueued()
+    print("committing", flush=True)
+print("done", flush=True)
+"""
+
+
+def test_wake_ups_run_after_the_gate_is_released_not_inside_it(config_dir, tmp_path):
+    config_dir.write()
+    env = {k: v for k, v in os.environ.items() if k != "DUCTILE_DB_PATH"}
+    env.update(
+        PYTHONPATH=str(REPO),
+        DUCTILE_CONFIG_DIR=str(config_dir.path),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'ledger.db'}",
+    )
+    proc = subprocess.run([sys.executable, "-c", POKER], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["committing", "free", "done"], proc.stderr
