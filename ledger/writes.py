@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from django.db import connection, transaction
 
@@ -115,3 +118,112 @@ def writing() -> Iterator[None]:
     finally:
         _held.depth = 0
         _held.after = None
+
+
+# -- group commit ---------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Call:
+    fn: Callable[[], Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class _Writer:
+    """One thread that runs every thread's write of the process: all the calls waiting when it
+    starts a transaction go into that one transaction, each in a savepoint of its own (one call's
+    error is that call's alone), and every caller is answered after the commit. Why: with many
+    request threads, each holding the gate through its own BEGIN...COMMIT while it waits for the
+    GIL, writers queued behind one another for up to 140 ms (tests/bench/PROFILE.md, "API while
+    workers drain"); one writer holds the gate once for all of them."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="ductile-ledger-writer", daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        call = _Call(fn)
+        self._calls.put(call)
+        call.done.wait()
+        if call.error is not None:
+            raise call.error
+        result: T = call.result
+        return result
+
+    def stop(self) -> None:
+        self._calls.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while (first := self._calls.get()) is not None:
+                calls = [first]
+                while True:
+                    try:
+                        more = self._calls.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        self._calls.put(None)  # stop after this transaction
+                        break
+                    calls.append(more)
+                self._commit(calls)
+        finally:
+            connection.close()
+
+    def _commit(self, calls: list[_Call]) -> None:
+        try:
+            with writing():
+                for call in calls:
+                    try:
+                        with transaction.atomic():
+                            call.result = call.fn()
+                    except Exception as exc:
+                        call.error = exc
+        except Exception as exc:  # the commit itself failed: nothing of any call was kept
+            for call in calls:
+                if call.error is None:
+                    call.error, call.result = exc, None
+            connection.close_if_unusable_or_obsolete()
+        finally:
+            for call in calls:
+                call.done.set()
+
+
+_writer: _Writer | None = None
+
+
+def share_transactions() -> None:
+    """From now on `shared()` calls of this process's threads are committed together by one writer
+    thread. For processes with many writing threads (the API's gunicorn workers)."""
+    global _writer
+    with _lock:
+        if _writer is None or _writer._pid != os.getpid():
+            _writer = _Writer()
+
+
+def stop_sharing() -> None:
+    """Back to a transaction per call; the writer thread ends (its connection closed)."""
+    global _writer
+    with _lock:
+        writer, _writer = _writer, None
+    if writer is not None and writer._pid == os.getpid():
+        writer.stop()
+
+
+def shared(fn: Callable[[], T]) -> T:
+    """`fn()` in a write transaction: its own (`writing()`), or, after `share_transactions()`, one
+    it shares with the other threads' calls of the moment. Returns after the commit either way."""
+    writer = _writer
+    # Inside a transaction already (a caller's writing(), or one it must not wait outside of): join
+    # it, as writing() does; the writer thread could never see it.
+    if writer is None or writer._pid != os.getpid() or connection.in_atomic_block:
+        with writing():
+            return fn()
+    return writer.call(fn)

@@ -21,7 +21,7 @@ from gateway.runtime import Runtime
 from ledger.models import EnqueueResult, Job, JobSpec
 from ledger.storable import Unstorable, check_storable, storable_text
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes import shared
 from pipelines.router import Successor, stamp_upstream
 
 DEDUPE_KEY_MAX = int(Job._meta.get_field("dedupe_key").max_length or 512)
@@ -208,8 +208,7 @@ def replay(runtime: Runtime, original: Job, submitter: Submitter, *, actor: str 
 def submit(runtime: Runtime, specs: Sequence[JobSpec], *, now: datetime | None = None) -> list[EnqueueResult]:
     """Enqueue `specs` in one transaction, with the config's dedupe window as the default."""
     ttl = runtime.config.service.dedupe_ttl
-    with writing():
-        return [Job.objects.enqueue(spec, default_dedupe_ttl=ttl, now=now) for spec in specs]
+    return shared(lambda: [Job.objects.enqueue(spec, default_dedupe_ttl=ttl, now=now) for spec in specs])
 
 
 def submit_ids(runtime: Runtime, specs: Sequence[JobSpec]) -> list[str]:

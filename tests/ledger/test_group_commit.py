@@ -1,0 +1,85 @@
+"""Group commit (ledger.writes.shared): in a process that shares its write transactions (the API's
+gunicorn workers), the writes many threads ask for at once go into one transaction on one writer
+thread; each caller gets its own answer, or its own error, after the commit (issue 16)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from ledger import writes
+from ledger.models import Job, JobSpec
+from ledger.submitters import Submitter
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def sharing() -> Iterator[None]:
+    writes.share_transactions()
+    yield
+    writes.stop_sharing()
+
+
+def enqueue() -> str:
+    spec = JobSpec(plugin="echo", command="poll", submitter=Submitter.API)
+    return Job.objects.enqueue(spec, default_dedupe_ttl=0).job_id
+
+
+def test_calls_waiting_together_are_committed_in_one_transaction_each_with_its_answer(sharing: None) -> None:
+    gate = threading.Event()
+    seen: dict[int, Any] = {}
+
+    def first() -> None:
+        gate.wait(10)  # holds the writer while the others queue up
+
+    def one(n: int) -> str:
+        seen[n] = connection.atomic_blocks[0]  # the transaction this call runs in
+        return enqueue()
+
+    results: dict[int, str] = {}
+    threads = [threading.Thread(target=writes.shared, args=(first,))]
+    threads += [
+        threading.Thread(target=lambda n=n: results.__setitem__(n, writes.shared(lambda: one(n)))) for n in range(5)
+    ]
+    for thread in threads:
+        thread.start()
+    # The five are queued once the writer is busy with `first` and all five threads are waiting.
+    while writes._writer is not None and writes._writer._calls.qsize() < 5:
+        threading.Event().wait(0.01)
+    gate.set()
+    for thread in threads:
+        thread.join(10)
+
+    assert sorted(results) == list(range(5)) and len(set(results.values())) == 5
+    assert Job.objects.filter(pk__in=results.values()).count() == 5
+    assert len({id(block) for block in seen.values()}) == 1
+
+
+def test_one_callers_error_is_its_own(sharing: None) -> None:
+    def broken() -> str:
+        enqueue()
+        raise ValueError("this call fails")
+
+    errors: list[BaseException] = []
+    answers: list[str] = []
+
+    def call(fn: Any) -> None:
+        try:
+            answers.append(writes.shared(fn))
+        except ValueError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(fn,)) for fn in (broken, enqueue, enqueue)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+
+    assert [str(e) for e in errors] == ["this call fails"]
+    assert len(answers) == 2
+    assert Job.objects.count() == 2  # the failed call's enqueue was rolled back with it
