@@ -81,12 +81,15 @@ def _outside_any_transaction() -> bool:
 
 
 @contextmanager
-def writing() -> Iterator[None]:
-    """One write transaction of the ledger, behind the gate (module docstring)."""
+def writing(*, savepoint: bool = True) -> Iterator[None]:
+    """One write transaction of the ledger, behind the gate (module docstring). Inside another,
+    a savepoint lets the caller catch this block's error and go on; `savepoint=False` for a write
+    whose error ends the whole transaction anyway (the per-job path: a savepoint is two more
+    statements through Django's cursor, measured at ~90 µs of CPU per job)."""
     if getattr(_held, "depth", 0):
         _held.depth += 1
         try:
-            with transaction.atomic():
+            with transaction.atomic(savepoint=savepoint):
                 yield
         finally:
             _held.depth -= 1

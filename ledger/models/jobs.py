@@ -192,7 +192,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
     def enqueue(self, spec: JobSpec, *, default_dedupe_ttl: float, now: datetime | None = None) -> EnqueueResult:
         """The one way work enters the queue (idiom 1). Dedupe is per target (plugin + command)."""
         now = now or timezone.now()
-        with writing():
+        with writing(savepoint=False):
             if spec.dedupe_key and not spec.dedupe_checked:
                 existing = self._duplicate_of(spec, default_dedupe_ttl, now)
                 if existing is not None:
@@ -274,7 +274,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         now = now or timezone.now()
         conn = sql.current()
         postgres = conn.vendor == "postgresql"
-        with writing():
+        with writing(savepoint=False):
             if postgres:
                 sql.execute(sql.CLAIM_LOCK, []).close()  # why: at sql.CLAIM_LOCK
             cursor = sql.execute(sql.RUNNING_COUNTS, [])
@@ -490,7 +490,7 @@ class Job(models.Model):
     ) -> None:
         """Completion in one transaction: status, log, stopwatch, facts and routed children."""
         now = now or timezone.now()
-        with writing():
+        with writing(savepoint=False):
             # Successors first, so "the tree is complete" is exact the moment this job is terminal.
             for child in outcome.children:
                 Job.objects.enqueue(child, default_dedupe_ttl=default_dedupe_ttl, now=now)
