@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.live_api import live_api
 from tests.reliability.output import Output
-from tests.support import wait_for
-from tests.test_system_start import Api, free_port, post_bytes
+from tests.support import free_port, wait_for
+from tests.support.live_api import Api, live_api, post_bytes
 
 pytestmark = [pytest.mark.slow]
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from tests.live_api import live_api
 from tests.reliability.output import Output
 from tests.support import wait_for
+from tests.support.live_api import live_api
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -166,7 +166,7 @@ def test_nul_and_undecodable_bytes_on_stderr_are_stored_visibly(cfg):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_valid_large_response_is_kept_in_full(runtime):
-    from tests.test_plugin_runs import last_log, run_job
+    from tests.support import last_log, run_job
 
     job = run_job(runtime, "stress", payload={"result_bytes": 200_000})
     assert job.status == "succeeded"
@@ -222,8 +222,7 @@ def test_an_escaped_process_holding_stdout_delays_the_answer_by_a_second_at_most
     """Where no subreaper adopts it (a one-shot `plugin run`, or here, in-process), a process
     that left the group with stdout open cannot be killed: the answer is taken 1 s after the
     plugin exited, with a warning, not at the timeout."""
-    from tests.support import installed_runtime
-    from tests.test_plugin_runs import last_log, run_job
+    from tests.support import installed_runtime, last_log, run_job
 
     config_dir.plugins["hostile"] = {"config": {}, "timeout": "20s"}
     with installed_runtime(config_dir) as holder:
