@@ -1,5 +1,5 @@
-"""`system backup` and `system restore` as the CLI shows them; the work is in archive.py and
-restore.py."""
+"""`system backup` and `system restore` as the CLI shows them; the work is in
+gateway/operations/backups/ (archive.py and restore.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli.base import EXIT_FAILED, DuctileCommand, Exit
-
-from .archive import BackupError, plan_for, preview_manifest, write_backup
-from .manifest import Manifest, ManifestError
-from .restore import RestoreError, restore_backup
+from gateway.operations.backups.archive import BackupError, plan_for, preview_manifest, write_backup
+from gateway.operations.backups.manifest import Manifest, ManifestError
+from gateway.operations.backups.restore import RestoreError, restore_backup
 
 
 def run_backup(command: DuctileCommand, destination: str, scope: str, dry_run: bool) -> None:
