@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -177,11 +176,9 @@ def test_dry_run_shows_the_request_with_the_token_hidden_and_sends_nothing(serve
 
 def test_an_unreachable_api_exits_1_and_says_where_it_looked(served):
     cfg, _ = served
-    started = time.monotonic()
     proc = api(cfg, "/healthz", "--api-url", f"http://127.0.0.1:{free_port()}")
     assert proc.returncode == 1
     assert "cannot reach the API at http://127.0.0.1:" in proc.stderr and "Connection refused" in proc.stderr
-    assert time.monotonic() - started < 30
 
 
 def test_a_broken_config_exits_78_unless_url_and_token_are_given(tmp_path):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import collections
 import signal
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support import ductile, ledger, start_workers, wait_for
+from tests.support import ductile, ledger, start_workers, stop_gracefully, wait_for
+from tests.support.output import Output
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -117,8 +117,10 @@ def test_sighup_reload_cancels_removed_plugins_and_keeps_old_config_when_invalid
     marker.mkdir()
     stress_ids = ledger(cfg, "enqueue", stress_jobs(2, marker))
     daemon = start_workers(cfg, "--plugins", "echo", "--interval", "0.2")  # a worker group: stress waits
+    output = Output(daemon)
     try:
-        time.sleep(1.5)  # let it start; the stress jobs stay queued (not in this worker group)
+        # Logged after its signal handlers are in place: a SIGHUP before would end the process.
+        output.wait_for("runworkers started")
         doc = yaml.safe_load((cfg.path / "config.yaml").read_text())
         del doc["plugins"]["stress"]
         (cfg.path / "config.yaml").write_text(yaml.safe_dump(doc))
@@ -131,7 +133,7 @@ def test_sighup_reload_cancels_removed_plugins_and_keeps_old_config_when_invalid
 
         (cfg.path / "config.yaml").write_text("service: [unclosed\n")
         daemon.send_signal(signal.SIGHUP)
-        time.sleep(1.0)
+        output.wait_for("config reload failed; keeping the running config")
         assert daemon.poll() is None, "an invalid config must not take the daemon down"
         echo_id = ledger(cfg, "enqueue", [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}])[0]
         wait_for(
@@ -139,8 +141,8 @@ def test_sighup_reload_cancels_removed_plugins_and_keeps_old_config_when_invalid
             what="the old config to keep running jobs",
         )
     finally:
-        out = stop(daemon)
-    assert "config reload failed; keeping the running config" in out
+        stop_gracefully(daemon)
+    assert "config reload failed; keeping the running config" in output.finish()
 
 
 def test_failing_init_marks_plugin_unhealthy_and_config_change_reruns_init(cfg):
@@ -169,11 +171,15 @@ def test_second_signal_forces_exit_and_the_job_is_recovered_on_restart(cfg, tmp_
     daemon = start_workers(cfg, "--threads", "1")
     wait_for(lambda: list(marker.glob("*.start")), what="the job to start")
     plugin_pid = int(next(marker.glob("*.start")).name.split(".")[1])
+    output = Output(daemon)
     daemon.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
-    started = time.monotonic()
-    out = stop(daemon, timeout=10)
-    assert daemon.returncode == 130 and time.monotonic() - started < 5, out
+    output.wait_for("no new claims; waiting for in-flight jobs")  # the first signal was handled
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(timeout=30)
+    out = output.finish()
+    assert daemon.returncode == 130, out
+    # Forced: it exited without waiting for the in-flight job, which is still `running` in the ledger.
+    assert next(j for j in ledger(cfg) if j["id"] == job_id)["status"] == "running", out
     wait_for(lambda: not Path(f"/proc/{plugin_pid}").exists(), timeout=5, what="the plugin to be killed")
     restarted = start_workers(cfg, "--once")
     out = restarted.communicate(timeout=120)[0]

@@ -66,7 +66,11 @@ def whole_page(browser, name: str) -> None:
     """A screenshot of the whole page, not just the window: the window is made as tall as it."""
     height = browser.driver.execute_script("return document.documentElement.scrollHeight")
     browser.driver.set_window_size(1400, height + 100)
-    time.sleep(0.5)  # a resize re-lays the charts out on the next frames
+    # The charts re-lay themselves out (a ResizeObserver) before the next frame is painted: two
+    # frames on, the page is drawn at its new size.
+    browser.driver.execute_async_script(
+        "const done = arguments[arguments.length - 1]; requestAnimationFrame(() => requestAnimationFrame(done));"
+    )
     browser.screenshot(name)
 
 

@@ -296,6 +296,7 @@ def test_the_spawn_check_sees_an_edit_that_kept_size_and_mtime(cfg):
     """The hash cache is keyed on the stat, ctime included: restoring the mtime does not hide an
     edit. (Files changed in the last two seconds are never cached, hence the wait.)"""
     strict(cfg)
+    # Not synchronisation: the clock has to pass the cache's two-second window, or nothing is cached.
     time.sleep(2.1)
     runtime = build_runtime(cfg.path, os.environ)
     instance = runtime.registry.instances["mine"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from gateway.http.api.syncgate import sync_slot
 with sync_slot(Path(sys.argv[1]), 1):
     print("held", flush=True)
-    time.sleep(60)
+    time.sleep(60)  # holding the slot is the behaviour: the test kills this process while it waits
 """
 
 

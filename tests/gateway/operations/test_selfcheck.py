@@ -92,6 +92,7 @@ def test_terminal_queue_rows_past_retention_fail_freshness(process_db):
 def test_a_running_gateway_fails_pid_lock_and_skips_the_database_checks(config_dir):
     migrated(config_dir)
     pid_file = config_dir.db_path.parent / "ductile.pid"
+    # A live process standing in for a running gateway: its sleep is not synchronisation.
     gateway = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         pid_file.write_text(f"{gateway.pid}\n")
