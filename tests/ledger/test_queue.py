@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -25,7 +26,7 @@ def enqueue(plugin="echo", command="poll", **kw):
     return Job.objects.enqueue(JobSpec(plugin=plugin, command=command, **kw), default_dedupe_ttl=TTL)
 
 
-def claim(caps=None, worker="w1", now=None):
+def claim(caps=None, worker="w1", now=None) -> Any:
     return Job.objects.claim_next(worker_id=worker, caps=caps or {"echo": 2, "stress": 2}, lease_ttl=60, now=now)
 
 
@@ -39,6 +40,7 @@ def test_enqueue_records_queued_job_with_trigger_event():
     result = enqueue(payload={"a": 1})
     job = Job.objects.get(pk=result.job_id)
     assert job.status == JobStatus.QUEUED and job.attempt == 1 and job.max_attempts == 4
+    assert job.event is not None
     assert job.event["payload"] == {"a": 1} and job.event["type"] == "cli.trigger" and job.event["event_id"]
     assert list(JobTransition.objects.filter(job_id=job.id).values_list("from_status", "to_status")) == [
         (None, "queued")
@@ -263,6 +265,7 @@ def test_an_init_outcome_sets_the_plugins_health_in_its_own_transaction(status, 
     ).job_id
     PluginInstanceRecord.objects.init_started("echo", fingerprint="f1", job_id=job_id)
     job = Job.objects.claim_next(worker_id="w1", caps={"echo": 1}, lease_ttl=60)
+    assert job is not None
     job.record_outcome(AttemptOutcome(status, error=error), worker="w1", default_dedupe_ttl=TTL)
     record = PluginInstanceRecord.objects.get(name="echo")
     assert (job.status, record.health, record.last_error) == (
@@ -290,5 +293,6 @@ def test_one_rule_decides_the_end_of_a_job(status, retryable, attempt, final):
     job_id = enqueue(max_attempts=3).job_id
     Job.objects.filter(pk=job_id).update(attempt=attempt)
     job = Job.objects.claim_next(worker_id="w1", caps={"echo": 1}, lease_ttl=60)
+    assert job is not None
     job.record_outcome(outcome, worker="w1", default_dedupe_ttl=TTL)
     assert job.status == (final or "queued")

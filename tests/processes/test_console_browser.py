@@ -63,7 +63,8 @@ def fill_ledger(cfg):
         run(cfg, "pipeline", "run", "audit", "--async", "--payload", json.dumps(audit_payload(**payload)))
     run(cfg, "runscheduler", "--once")
     workers = start_workers(cfg, "--once")
-    assert workers.wait(timeout=120) == 0, workers.stdout.read()
+    output = workers.communicate(timeout=120)[0]
+    assert workers.returncode == 0, output
     spec = {"plugin": "stress", "command": "poll", "submitted_by": "api", "payload": {"mode": "ok"}}
     (queued,) = ledger(cfg, "enqueue", [spec])
     jobs = ledger(cfg)

@@ -21,7 +21,8 @@ def job(cfg, job_id):
 
 def run_once(cfg):
     workers = start_workers(cfg, "--once")
-    assert workers.wait(timeout=120) == 0, workers.stdout.read()
+    output = workers.communicate(timeout=120)[0]
+    assert workers.returncode == 0, output
 
 
 def test_cancel_a_queued_job_so_it_never_runs(process_db, tmp_path):

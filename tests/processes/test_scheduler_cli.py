@@ -50,7 +50,8 @@ def test_system_scheduler_shows_entries_before_and_after_the_scheduler_ran(cfg):
     )
     assert entry["next_run_at"].endswith(":00:00Z")  # hourly, on the hour
     proc = runscheduler_once(cfg)
-    assert proc.wait(timeout=60) == 0, proc.stdout.read()
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output
     code, after = ductile_json(cfg, "system", "scheduler")
     assert after["entries"][0]["status"] == "active" and after["entries"][0]["next_run_at"] == entry["next_run_at"]
 
@@ -80,7 +81,8 @@ def test_three_schedulers_racing_fire_each_due_run_exactly_once(cfg):
     cfg.write()
     racers = [runscheduler_once(cfg) for _ in range(3)]
     for proc in racers:
-        assert proc.wait(timeout=120) == 0, proc.stdout.read()
+        output = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 0, output
     fired = [j for j in ledger(cfg) if j["plugin"] == "stress"]
     assert len(fired) == 20
     code, view = ductile_json(cfg, "system", "scheduler")
@@ -93,7 +95,8 @@ def test_breaker_open_is_shown_counted_and_reset_by_the_operator(cfg):
     cfg.write()
     assert runscheduler_once(cfg).wait(timeout=60) == 0
     workers = start_workers(cfg, "--once")
-    assert workers.wait(timeout=120) == 0, workers.stdout.read()
+    output = workers.communicate(timeout=120)[0]
+    assert workers.returncode == 0, output
     code, view = ductile_json(cfg, "system", "breaker", "stress")
     (breaker,) = view["breakers"]
     assert (breaker["command"], breaker["state"], breaker["failure_count"]) == ("poll", "open", 1)

@@ -118,7 +118,7 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
         assert "disk is full" in body["error"] and "nothing was recorded" in body["error"], body
         # Reads still answer; the webhook listener refuses its write the same way.
         assert gateway.job(accepted[0])["job_id"] == accepted[0]
-        assert gateway.http.api.call("GET", "/healthz", token=None)[0] == 200
+        assert gateway.api.call("GET", "/healthz", token=None)[0] == 200
         code, body = gateway.webhook()
         assert code == 503 and "disk is full" in body["error"], body
 
@@ -135,6 +135,7 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
             what="the scheduler and the workers to meet the full disk",
         )
         assert "exited with" not in output.text, output.text
+        met = outages()
 
         filler.unlink()
         # Space is back: everything resumes by itself.
@@ -146,7 +147,7 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
             timeout=60,
             what=f"all {len(accepted)} accepted jobs to succeed",
         )
-        for outage in set(outages):
+        for outage in met:
             output.wait_for(f"{outage} works again")
     text = output.finish()
     assert "exited with" not in text and "keeps exiting" not in text, text  # no process died

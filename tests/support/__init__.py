@@ -292,6 +292,18 @@ def last_log(job: Job) -> JobLog:
     return JobLog.objects.filter(job_id=job.id).latest("completed_at")
 
 
+def last_result(job: Job) -> str:
+    """What the job's latest attempt wrote (its response, or what was kept of it)."""
+    result = last_log(job).result
+    assert result is not None, f"job {job.id}'s last attempt kept no output"
+    return result
+
+
+def last_response(job: Job) -> Any:
+    """The JSON response of the job's latest attempt."""
+    return json.loads(last_result(job))
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now, for a server a test starts."""
     with socket.socket() as sock:

@@ -33,9 +33,12 @@ def load(config_dir: ConfigDir) -> RuntimeHolder:
 
 
 def statuses_by_step(pipeline: str) -> dict[str, tuple[str, str]]:
-    contexts = dict(EventContext.objects.filter(pipeline_name=pipeline).values_list("id", "step_id"))
+    contexts = {
+        context_id: str(step)
+        for context_id, step in EventContext.objects.filter(pipeline_name=pipeline).values_list("id", "step_id")
+    }
     return {
-        contexts[job.event_context_id]: (job.plugin, job.status)
+        contexts[str(job.event_context_id)]: (job.plugin, job.status)
         for job in Job.objects.filter(event_context_id__in=list(contexts))
     }
 

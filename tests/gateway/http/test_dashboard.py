@@ -6,6 +6,7 @@ moves, each part only when it changed."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -52,9 +53,9 @@ def auditor(holder) -> Client:
     return client
 
 
-def frames(response, count: int) -> list[tuple[str, object]]:
+def frames(response, count: int) -> list[tuple[str, Any]]:
     """The next `count` named messages of an SSE response, as (event name, parsed data)."""
-    found: list[tuple[str, object]] = []
+    found: list[tuple[str, Any]] = []
     chunks = iter(response.streaming_content)
     while len(found) < count:
         chunk = next(chunks).decode()
@@ -122,6 +123,7 @@ def test_the_overview_stream_sends_a_snapshot_then_what_changes(auditor, holder)
         ((name, snapshot),) = frames(response, 1)
         assert name == "snapshot" and snapshot["queue"]["queued"] == 1
         job = Job.objects.claim_next(worker_id="w1", caps={"echo": 1}, lease_ttl=60)
+        assert job is not None
         Executor(holder, "w1").execute(job)
         got = dict(frames(response, 2))  # the new events and the new figures, in one wake-up
         assert {e["job_id"] for e in got["events"]} == {job_id} and "payload" not in got["events"][0]
