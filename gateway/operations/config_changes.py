@@ -19,17 +19,16 @@ from typing import Any
 
 import yaml
 
+from gateway.config.address import AddressError, resolve
+from gateway.config.atomic import write_atomic
+from gateway.config.edit import EditError, set_value
+from gateway.config.integrity import CHECKSUMS, Tier, digest, read_seal, reseal, tier_of
+from gateway.config.loader import ROOT_FILE, MergedConfig, load_config_tree
 from gateway.config.tokens import ADMIN, RESOURCES
+from gateway.config.yamlsrc import KeyPath, Yaml12Loader
 from gateway.plugins.seal import lock_config
 
-from .address import AddressError, resolve
-from .atomic import write_atomic
-from .edit import EditError, set_value
-from .integrity import CHECKSUMS, Tier, digest, read_seal, reseal, tier_of
-from .loader import ROOT_FILE, MergedConfig, load_config_tree
-from .yamlsrc import KeyPath, Yaml12Loader
-
-STARTER = Path(__file__).with_name("starter")
+STARTER = Path(__file__).resolve().parent.parent / "config" / "starter"  # `config init`'s templates
 _TOKEN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
