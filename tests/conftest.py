@@ -18,10 +18,8 @@ os.environ["DUCTILE_TEST_TMP"] = str(_TMP)
 
 import pytest  # noqa: E402
 
-from tests.browser import SCREENSHOTS, browser  # noqa: E402, F401 - the `browser` fixture
 from tests.support import ConfigDir, installed_runtime  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.browser import SCREENSHOTS, browser  # noqa: E402, F401 - the `browser` fixture
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""`system backup` and `system restore` as the CLI shows them; the work is in archive.py and
-restore.py."""
+"""`system backup` and `system restore` as the CLI shows them; the work is in
+gateway/operations/backups/ (archive.py and restore.py)."""
 
 from __future__ import annotations
 

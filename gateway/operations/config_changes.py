@@ -28,7 +28,7 @@ from gateway.config.tokens import ADMIN, RESOURCES
 from gateway.config.yamlsrc import KeyPath, Yaml12Loader
 from gateway.plugins.seal import lock_config
 
-STARTER = Path(__file__).resolve().parents[1] / "config" / "starter"  # gateway/config/starter/
+STARTER = Path(__file__).resolve().parents[1] / "config" / "starter"  # `config init`'s templates
 _TOKEN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 

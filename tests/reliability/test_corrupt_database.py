@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from tests.support import REPO, cli_env, ductile, ductile_json, ledger
-from tests.test_system_start import free_port
+from tests.support import REPO, cli_env, ductile, ductile_json, free_port, ledger
 
 pytestmark = [pytest.mark.slow]
 

@@ -11,15 +11,13 @@ import hmac
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.live_api import live_api
-from tests.reliability.output import Output
-from tests.support import wait_for
-from tests.test_system_start import Api, free_port, post_bytes
+from tests.support import free_port, wait_for
+from tests.support.live_api import Api, live_api, post_bytes
+from tests.support.output import Output
 
 pytestmark = [pytest.mark.slow]
 
@@ -123,14 +121,21 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
         assert gateway.api.call("GET", "/healthz", token=None)[0] == 200
         code, body = gateway.webhook()
         assert code == 503 and "disk is full" in body["error"], body
+
         # The daemons meet the full disk (claims, heartbeats, outcomes, scheduler ticks) and stay up.
-        time.sleep(8)
-        assert "exited with" not in output.text, output.text
-        outages = re.findall(
-            r'"component": "(?:workers|scheduler)", "message": "([^"]+) failed: the database refuses', output.text
+        def outages() -> set[str]:
+            pattern = r'"component": "(?:workers|scheduler)", "message": "([^"]+) failed: the database refuses'
+            return set(re.findall(pattern, output.text))
+
+        wait_for(
+            lambda: (
+                "scheduler tick" in outages() and outages() & {"claiming jobs", "heartbeat", "recovering lost jobs"}
+            ),
+            timeout=60,
+            what="the scheduler and the workers to meet the full disk",
         )
-        assert "scheduler tick" in outages, output.text
-        assert set(outages) & {"claiming jobs", "heartbeat", "recovering lost jobs"}, output.text
+        assert "exited with" not in output.text, output.text
+        met = outages()
 
         filler.unlink()
         # Space is back: everything resumes by itself.
@@ -142,7 +147,7 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
             timeout=60,
             what=f"all {len(accepted)} accepted jobs to succeed",
         )
-        for outage in set(outages):
+        for outage in met:
             output.wait_for(f"{outage} works again")
     text = output.finish()
     assert "exited with" not in text and "keeps exiting" not in text, text  # no process died

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reliability.output import Output
 from tests.support import ledger, start_workers, stop_gracefully, wait_for
+from tests.support.output import Output
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import blake3
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from gateway.config.errors import ConfigError
-from gateway.config.integrity import lock, read_seal
+from gateway.config.integrity import PluginFingerprint, lock, read_seal
 from gateway.config.loader import config_files
 from gateway.runtime import build_runtime
 from tests.support import (
@@ -102,6 +103,13 @@ def refusal(cfg: ConfigDir) -> list[str]:
 # -- the seal ---------------------------------------------------------------------------------
 
 
+def sealed_by(cfg: ConfigDir) -> tuple[Mapping[str, str], Mapping[str, PluginFingerprint]]:
+    """What `config lock` sealed in the config directory: its files' hashes and its plugins'."""
+    seal = read_seal(cfg.path)
+    assert seal is not None and seal.plugins is not None, "the directory has no seal of plugins"
+    return seal.hashes, seal.plugins
+
+
 def test_config_lock_fingerprints_manifest_and_entrypoint_bytes_with_both_paths(cfg):
     entry = plugin_dir(cfg) / "run.py"
     real = entry.with_name("real-run.py")
@@ -110,7 +118,7 @@ def test_config_lock_fingerprints_manifest_and_entrypoint_bytes_with_both_paths(
     code, body = ductile_json(cfg, "config", "lock")
     assert code == 0, body
     assert {"name": "mine", "change": "unchanged"} in body["plugins"]  # the same bytes: the same code
-    recorded = read_seal(cfg.path).plugins["mine"]
+    recorded = sealed_by(cfg)[1]["mine"]
     assert recorded.manifest_hash == blake3.blake3((plugin_dir(cfg) / "manifest.yaml").read_bytes()).hexdigest()
     assert recorded.entrypoint_hash == blake3.blake3(real.read_bytes()).hexdigest()
     assert (recorded.entrypoint_path, recorded.entrypoint_resolved_path) == (str(entry), str(real))
@@ -140,14 +148,14 @@ def test_disabled_plugins_and_stale_fingerprints_only_warn(cfg):
     cfg.plugins["mine"]["enabled"] = False
     strict(cfg)
     tamper(plugin_dir(cfg) / "run.py")
-    seal = read_seal(cfg.path)
+    _, plugins = sealed_by(cfg)
     runtime = build_runtime(cfg.path, os.environ)  # strict, and still loads
     assert any("plugin 'mine' changed" in str(w) for w in runtime.registry.warnings)
     del cfg.plugins["mine"]
     cfg.sealed = False
     cfg.write()
     lock(cfg.path, config_files(cfg.path))  # the config re-sealed, the old fingerprints kept
-    assert read_seal(cfg.path).plugins == seal.plugins
+    assert sealed_by(cfg)[1] == plugins
     runtime = build_runtime(cfg.path, os.environ)
     assert any(
         "plugin 'mine' has a fingerprint in .checksums but is not configured" in str(w)
@@ -167,15 +175,13 @@ def test_plugin_lock_authorizes_one_plugin_and_blesses_nothing_else(cfg):
     code, body = ductile_json(cfg, "config", "check")
     assert code == 78 and any("plugin fingerprint check failed (strict mode)" in e["message"] for e in body["errors"])
     root = cfg.path / "config.yaml"
-    sealed, original = read_seal(cfg.path), root.read_text()
+    (hashes, plugins), original = sealed_by(cfg), root.read_text()
     root.write_text(original + "# edited by hand, not reviewed\n")
     code, body = ductile_json(cfg, "plugin", "lock", "mine")
     assert code == 0 and body["plugins"] == [{"name": "mine", "change": "changed"}] and body["files"] == [], body
-    after = read_seal(cfg.path)
-    assert after.hashes == sealed.hashes  # config.yaml's edit is not blessed by a plugin lock
-    assert after.plugins["echo"] == sealed.plugins["echo"] and not after.plugins["mine"].same_code(
-        sealed.plugins["mine"]
-    )
+    hashes_after, plugins_after = sealed_by(cfg)
+    assert hashes_after == hashes  # config.yaml's edit is not blessed by a plugin lock
+    assert plugins_after["echo"] == plugins["echo"] and not plugins_after["mine"].same_code(plugins["mine"])
     root.write_text(original)
     code, body = ductile_json(cfg, "config", "check")
     assert code == 0 and body["valid"], body
@@ -296,6 +302,7 @@ def test_the_spawn_check_sees_an_edit_that_kept_size_and_mtime(cfg):
     """The hash cache is keyed on the stat, ctime included: restoring the mtime does not hide an
     edit. (Files changed in the last two seconds are never cached, hence the wait.)"""
     strict(cfg)
+    # Not synchronisation: the clock has to pass the cache's two-second window, or nothing is cached.
     time.sleep(2.1)
     runtime = build_runtime(cfg.path, os.environ)
     instance = runtime.registry.instances["mine"]

@@ -2,7 +2,7 @@
 
 The views build plain dicts (the read models in `gateway.reports` are shared with the CLI); these
 serializers only describe those dicts to drf-spectacular, so each field here mirrors the view or
-read model named in its class docstring. The schemathesis test in tests/test_openapi.py checks
+read model named in its class docstring. The schemathesis test in tests/gateway/http/test_openapi.py checks
 real responses against them.
 """
 

@@ -1,0 +1,169 @@
+"""Housekeeping on django-q2: retention pruning in batches (never a queued or running job), the
+schedule rows written from the config and `service.backup` validation (the cluster under a real
+`system start`: tests/processes/test_housekeeping_cluster.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from django_q.models import Schedule
+
+from gateway.config.errors import ConfigError
+from gateway.config.model import load_gateway_config
+from gateway.operations.housekeeping import BACKUP_SCHEDULE, PRUNE_SCHEDULE, prune, rotate, sync_schedules
+from ledger.models import AttemptOutcome, EventRecord, Job, JobLog, JobSpec, JobStopwatch, JobTransition
+from ledger.states import JobStatus
+from ledger.submitters import Submitter
+from tests.support import installed_runtime
+
+DAY = 86400.0
+STOPWATCH = {
+    "command": "poll",
+    "enter_wall_ns": 1,
+    "exit_wall_ns": 2,
+    "dur_ns": 1,
+    "runtime_pre_ns": 0,
+    "status": "ok",
+    "subs_json": [],
+    "runtime_post_ns": 0,
+}
+
+
+def finished_job(at, *, status=JobStatus.SUCCEEDED, plugin="echo"):
+    """A job enqueued, claimed and finished at `at`, through the queue's own methods: its
+    job_queue, job_transitions, job_log, job_stopwatch and event_log rows all carry that time."""
+    job_id = Job.objects.enqueue(JobSpec(plugin, "poll", Submitter.CLI), default_dedupe_ttl=DAY, now=at).job_id
+    job = Job.objects.claim_next(worker_id="w1", caps={plugin: 1}, lease_ttl=60, now=at, only=job_id)
+    assert job is not None
+    outcome = AttemptOutcome(
+        status=status, retryable=False, stopwatch=dict(STOPWATCH), events=[{"type": "echo.poll", "payload": {}}]
+    )
+    job.record_outcome(outcome, worker="w1", default_dedupe_ttl=DAY, now=at)
+    return job_id
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+class TestRetention:
+    def test_prune_deletes_what_retention_no_longer_keeps_and_nothing_else(self):
+        now = timezone.now()
+        old_done = [finished_job(now - timedelta(days=2)), finished_job(now - timedelta(days=2), status="failed")]
+        ancient = finished_job(now - timedelta(days=40))
+        recent = finished_job(now - timedelta(hours=1))
+        # Waiting and running jobs are never pruned, however old, nor is any of their history.
+        waiting = Job.objects.enqueue(
+            JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=DAY, now=now - timedelta(days=40)
+        )
+        running = Job.objects.enqueue(
+            JobSpec("stress", "poll", Submitter.CLI), default_dedupe_ttl=DAY, now=now - timedelta(days=40)
+        )
+        assert Job.objects.claim_next(worker_id="w2", caps={"stress": 1}, lease_ttl=60, now=now - timedelta(days=40))
+
+        deleted = prune(job_queue_retention=DAY, job_log_retention=30 * DAY)
+
+        assert deleted == {"job_queue": 3, "job_log": 1, "job_transitions": 3, "job_stopwatch": 1, "event_log": 1}
+        assert set(Job.objects.values_list("id", flat=True)) == {recent, waiting.job_id, running.job_id}
+        # job_log, stopwatch and events live for job_log_retention: the 2-day-old attempts stay.
+        assert set(JobLog.objects.values_list("job_id", flat=True)) == {*old_done, recent}
+        assert set(JobStopwatch.objects.values_list("job_id", flat=True)) == {*old_done, recent}
+        assert set(EventRecord.objects.values_list("job_id", flat=True)) == {*old_done, recent}
+        kept = set(JobTransition.objects.values_list("job_id", flat=True))
+        assert ancient not in kept and {*old_done, recent, waiting.job_id, running.job_id} <= kept
+        assert JobTransition.objects.filter(job_id=running.job_id).count() == 2  # queued, then running
+
+    def test_each_batch_deletes_at_most_its_size_in_its_own_transaction(self):
+        old = timezone.now() - timedelta(days=3)
+        ids = {finished_job(old) for _ in range(5)}
+        batches = []
+        expired = Job.objects.expired(timezone.now() - timedelta(days=1))
+        with CaptureQueriesContext(connection) as queries:
+            while count := expired.prune_batch(2):
+                batches.append(count)
+        assert batches == [2, 2, 1]
+        assert sum(q["sql"].startswith('DELETE FROM "job_queue"') for q in queries.captured_queries) == 3
+        assert not Job.objects.filter(id__in=ids).exists()
+
+    def test_a_job_taken_back_into_the_queue_is_not_deleted_with_its_batch(self):
+        # The delete repeats the expiry conditions: a row that stopped matching is kept.
+        job_id = finished_job(timezone.now() - timedelta(days=3), status="failed")
+        expired = Job.objects.expired(timezone.now() - timedelta(days=1))
+        assert list(expired.values_list("id", flat=True)) == [job_id]
+        Job.objects.filter(id=job_id).update(status=JobStatus.QUEUED)
+        assert expired.prune_batch(10) == 0
+        assert Job.objects.filter(id=job_id).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_schedules_follow_the_config_and_an_unchanged_one_keeps_its_next_run(config_dir):
+    backups = config_dir.path / "backups"
+    config_dir.service["backup"] = {"schedule": "0 3 * * *", "directory": "backups", "keep": 3}
+    with installed_runtime(config_dir) as holder:
+        assert sync_schedules(holder.get().config) == {PRUNE_SCHEDULE: "created", BACKUP_SCHEDULE: "created"}
+    row = Schedule.objects.get(name=BACKUP_SCHEDULE)
+    assert (row.schedule_type, row.cron, row.func) == (
+        Schedule.CRON,
+        "0 3 * * *",
+        "gateway.operations.housekeeping.scheduled_backup",
+    )
+    assert f"'directory': '{backups}'" in row.kwargs and "'keep': 3" in row.kwargs
+    assert row.next_run.hour == 3 and row.next_run > timezone.now()
+    Schedule.objects.filter(name=PRUNE_SCHEDULE).update(next_run=timezone.now() + timedelta(minutes=30))
+    with installed_runtime(config_dir) as holder:
+        assert sync_schedules(holder.get().config) == {PRUNE_SCHEDULE: "unchanged", BACKUP_SCHEDULE: "unchanged"}
+    assert Schedule.objects.get(name=PRUNE_SCHEDULE).next_run > timezone.now() + timedelta(minutes=29)
+
+    config_dir.service["job_queue_retention"] = "48h"
+    config_dir.service["backup"] = {"schedule": "6h", "directory": "backups"}
+    with installed_runtime(config_dir) as holder:
+        assert sync_schedules(holder.get().config) == {PRUNE_SCHEDULE: "updated", BACKUP_SCHEDULE: "updated"}
+    prune_row = Schedule.objects.get(name=PRUNE_SCHEDULE)
+    assert "'job_queue_retention': 172800.0" in prune_row.kwargs and prune_row.next_run <= timezone.now()
+    row = Schedule.objects.get(name=BACKUP_SCHEDULE)
+    assert (row.schedule_type, row.minutes, "'keep': 7" in row.kwargs) == (Schedule.MINUTES, 360, True)
+
+    del config_dir.service["backup"]
+    with installed_runtime(config_dir) as holder:
+        assert sync_schedules(holder.get().config)[BACKUP_SCHEDULE] == "removed"
+    assert not Schedule.objects.filter(name=BACKUP_SCHEDULE).exists()
+
+
+@pytest.mark.parametrize(
+    ("backup", "key", "message"),
+    [
+        ({"schedule": "every day", "directory": "b"}, "service.backup.schedule", "expected a cron expression"),
+        ({"schedule": "61 3 * * *", "directory": "b"}, "service.backup.schedule", "invalid cron expression"),
+        ({"schedule": "90s", "directory": "b"}, "service.backup.schedule", "whole minutes"),
+        ({"schedule": "daily"}, "service.backup.directory", "missing required key"),
+        ({"schedule": "daily", "directory": "b", "keep": 0}, "service.backup.keep", "less than the minimum"),
+        ({"schedule": "daily", "directory": "b", "scope": "everything"}, "service.backup.scope", "is not one of"),
+    ],
+)
+def test_service_backup_is_refused_naming_file_line_and_key(config_dir, backup, key, message):
+    config_dir.service["backup"] = backup
+    config_dir.write()
+    with pytest.raises(ConfigError) as refused:
+        load_gateway_config(config_dir.path, {})
+    problem = next(p for p in refused.value.problems if p.key == key)
+    assert message in problem.message and problem.file == config_dir.path / "config.yaml" and problem.line
+
+
+def test_service_backup_directory_is_relative_to_its_file(config_dir):
+    config_dir.service["backup"] = {"schedule": "weekly", "directory": "../archives"}
+    config_dir.write()
+    backup = load_gateway_config(config_dir.path, {}).service.backup
+    assert backup is not None
+    assert (backup.directory, backup.keep, backup.scope) == (config_dir.path.parent / "archives", 7, "config")
+
+
+def test_rotation_keeps_the_newest_archives_only(tmp_path):
+    names = [f"ductile-2026010{d}T030000Z.tar.gz" for d in range(1, 6)]
+    for name in [*names, "notes.txt", ".ductile-backup-x"]:
+        (tmp_path / name).write_text("x")
+    removed = rotate(tmp_path, 2)
+    assert [p.name for p in removed] == names[:3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names[3:], "notes.txt", ".ductile-backup-x"])

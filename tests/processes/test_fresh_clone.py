@@ -1,0 +1,161 @@
+"""The README's first command, as a newcomer runs it: a fresh clone of this repository, nothing but
+Python on the PATH, `./scripts/demo`. It must serve the API, the admin's styles and the banner's
+own curl example, run the job, and drain on SIGTERM (issue: "A newcomer's first ten minutes").
+
+The clone is of HEAD with this checkout's uncommitted changes to tracked files laid over it, so a
+change is tested before it is committed; a new file must be `git add`ed to be seen, as in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, free_port, wait_for
+
+pytestmark = pytest.mark.slow
+
+# What a newcomer's shell has: none of this project's or of the test run's settings.
+_DROPPED = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+
+
+def fresh_clone(target: Path) -> Path:
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(target)], check=True)
+    changed = subprocess.run(
+        ["git", "-C", str(REPO), "diff", "--name-only", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.split()
+    for name in changed:
+        source, copy = REPO / name, target / name
+        if source.exists():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy)
+        else:
+            copy.unlink(missing_ok=True)
+    return target
+
+
+def newcomer_env(port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED and not k.startswith("DUCTILE_")}
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    env["DUCTILE_DEMO_LISTEN"] = f"127.0.0.1:{port}"
+    return env
+
+
+def get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+class Output:
+    """The demo's stdout and stderr, read as it runs (a full pipe would stall the gateway)."""
+
+    def __init__(self, proc: subprocess.Popen[str]):
+        self.lines: list[str] = []
+        assert proc.stdout is not None
+        self._thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def test_scripts_demo_runs_from_a_fresh_clone(tmp_path):
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: nothing to clone")
+    clone = fresh_clone(tmp_path / "clone")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        ["./scripts/demo"],
+        cwd=clone,
+        env=newcomer_env(port),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out = Output(proc)
+    try:
+        wait_for(
+            lambda: get(f"{base}/healthz")[0] == 200 or proc.poll() is not None,
+            timeout=600,
+            interval=0.5,
+            what="the demo to serve /healthz",
+        )
+        assert proc.poll() is None, f"the demo exited {proc.returncode}:\n{out.text}"
+        print(f"fresh clone to /healthz: {time.monotonic() - started:.1f}s")
+
+        # The admin is styled: its login page links the stylesheet, which the gateway serves.
+        status, login = get(f"{base}/admin/login/")
+        assert status == 200
+        css = re.search(rb'href="(/static/admin/css/base[^"]*\.css)"', login)
+        assert css, login[:500]
+        assert get(base + css.group(1).decode())[0] == 200
+        assert get(f"{base}/static/admin/css/base.css")[0] == 200
+        assert b"ductile admin create-user" in login
+
+        # The banner's own example, verbatim, answers 202 and its job succeeds.
+        example = next(line.strip() for line in out.lines if line.strip().startswith("curl "))
+        token = re.search(r"Bearer ([^']+)'", example).group(1)
+        answer = subprocess.run(
+            f"{example} --silent --write-out '\\n%{{http_code}}'",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        body, _, code = answer.stdout.rpartition("\n")
+        assert code == "202", answer.stdout
+        job_id = json.loads(body)["job_id"]
+
+        def finished() -> dict | None:
+            code, raw = get(f"{base}/job/{job_id}", token)
+            job = json.loads(raw) if code == 200 else {}
+            return job if job.get("status") in ("succeeded", "failed", "dead") else None
+
+        job = wait_for(finished, timeout=60, what="the banner's job to finish")
+        assert job["status"] == "succeeded", job
+        assert re.search(r"Audit console: \S+/admin/ +as (\S+) / (\S+)", out.text), out.text
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    assert code == 0, out.text[-3000:]
+    assert '"system stopped"' in out.text
+    status = subprocess.run(
+        [str(clone / ".venv/bin/ductile"), "system", "status", "--json"],
+        cwd=clone,
+        env={**newcomer_env(port), "DUCTILE_CONFIG_DIR": str(clone / "fixtures/demo")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    queue = json.loads(status.stdout)["queue"]
+    assert queue["running"] == 0, queue  # drained: nothing left claimed by the stopped workers
+    assert queue["succeeded"] >= 1

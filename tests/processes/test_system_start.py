@@ -1,0 +1,191 @@
+"""`system start` as an operator runs it: gunicorn serving the API, runworkers and runscheduler
+under one supervisor, driven over real HTTP: a plugin trigger run to completion, synchronous
+pipelines (success, timeout, 429), SIGHUP reloading everything, SIGTERM draining everything."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.support import REPO, cli_env, ductile, free_port, stop_gracefully, wait_for
+from tests.support.live_api import TOKEN, Api, post_bytes
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+@pytest.fixture
+def system(process_db):
+    port, hook_port = free_port(), free_port()
+    cfg = process_db
+    cfg.extra["webhooks"] = {
+        "listen": f"127.0.0.1:{hook_port}",
+        "endpoints": [
+            {"path": "/hook/echo", "plugin": "echo", "secret_ref": "hook", "signature_header": "X-Signature-256"}
+        ],
+    }
+    cfg.extra["tokens"] = [{"name": "hook", "key": "hook-secret"}]
+    cfg.extra["api"] = {
+        "listen": f"127.0.0.1:{port}",
+        "max_concurrent_sync": 1,
+        "max_sync_timeout": "20s",
+        "auth": {"tokens": [{"name": "admin", "token": TOKEN, "scopes": ["*"]}]},
+    }
+    cfg.extra["pipelines"] = [
+        {
+            "name": "quick",
+            "on": "quick.start",
+            "execution_mode": "synchronous",
+            "steps": [
+                {"id": "a", "uses": "echo", "with": {"message": "hi {payload.who}"}},
+                {"id": "b", "uses": "probe"},
+            ],
+        },
+        {
+            "name": "slow",
+            "on": "slow.start",
+            "execution_mode": "synchronous",
+            "timeout": "2s",
+            "steps": [{"id": "nap", "uses": "stress", "with": {"mode": "ok", "sleep": 4}}],
+        },
+    ]
+    cfg.write()
+    env = cli_env(cfg)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "system", "start", "--config-dir", str(cfg.path)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    api = Api(port)
+    api.hook_base = f"http://127.0.0.1:{hook_port}"
+    try:
+        wait_for(api.up, timeout=60, what="the API to answer /healthz")
+        yield api, proc, cfg
+    finally:
+        stop_gracefully(proc)
+
+
+def test_a_plugin_trigger_runs_to_completion_through_the_whole_tree(system):
+    api, _, _ = system
+    code, queued = api.call("POST", "/plugin/echo/poll", {"payload": {"message": "over http"}})
+    assert code == 202
+    wait_for(lambda: api.call("GET", f"/job/{queued['job_id']}")[1]["status"] == "succeeded", what="the job to run")
+    code, job = api.call("GET", f"/job/{queued['job_id']}")
+    assert job["submitted_by"] == "api" and job["result"]["status"] == "ok"
+    assert api.call("GET", "/healthz", token=None)[1]["workers"] >= 1
+
+
+def test_synchronous_pipelines_answer_with_the_result_or_202_past_their_timeout(system):
+    api, _, _ = system
+    code, answer = api.call("POST", "/pipeline/quick", {"payload": {"who": "ada"}})
+    assert code == 200, answer
+    assert answer["status"] == "succeeded" and len(answer["tree"]) == 2
+    assert answer["result"]["result"]["request"]["event"]["payload"]["who"] == "ada"  # probe, the last step
+    code, late = api.call("POST", "/pipeline/slow", {})
+    assert code == 202 and late["timeout_exceeded"] is True and late["status"] == "running"
+    assert api.call("POST", "/pipeline/quick?async=true", {"payload": {"who": "bo"}})[0] == 202
+
+
+def test_past_max_concurrent_sync_the_next_caller_gets_429(system):
+    api, _, _ = system
+    results: list[int] = []
+    first = threading.Thread(target=lambda: results.append(api.call("POST", "/pipeline/slow", {})[0]))
+    first.start()
+    wait_for(lambda: api.call("GET", "/jobs?plugin=stress&status=running")[1]["total"] == 1, what="the slow run")
+    code, body = api.call("POST", "/pipeline/quick", {"payload": {"who": "x"}})
+    first.join(timeout=30)
+    assert code == 429 and "max_concurrent_sync" in body["error"]
+    assert results == [202]
+
+
+def test_sighup_reloads_and_sigterm_drains_every_process(system):
+    api, proc, cfg = system
+    cfg.extra["pipelines"].append({"name": "added", "on": "added.start", "steps": [{"uses": "echo"}]})
+    cfg.write()
+    proc.send_signal(signal.SIGHUP)
+    wait_for(
+        lambda: any(s["name"] == "pipeline.added" for s in api.call("GET", "/skills", token=None)[1]["skills"]),
+        timeout=30,
+        what="the API to serve the reloaded config",
+    )
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=90) == 0
+    assert not api.up()
+    assert not (cfg.db_path.parent / "ductile.pid").exists()
+
+
+def test_the_webhook_listener_runs_on_its_own_port(system):
+    api, _, _ = system
+    body = b'{"message": "from a webhook"}'
+    signature = "sha256=" + hmac.new(b"hook-secret", body, hashlib.sha256).hexdigest()
+
+    def post(headers):
+        return post_bytes(api.hook_base + "/hook/echo", body, headers)
+
+    wait_for(lambda: post({"X-Signature-256": "sha256=00"})[0] == 403, what="the webhook listener")
+    code, accepted = post({"X-Signature-256": signature, "Content-Type": "application/json"})
+    assert code == 202
+    wait_for(lambda: api.call("GET", f"/job/{accepted['job_id']}")[1]["status"] == "succeeded", what="the job")
+    assert api.call("GET", f"/job/{accepted['job_id']}")[1]["submitted_by"] == "webhook"
+    # The API's routes are not served on the webhook port.
+    assert post({"X-Signature-256": signature})[0] == 202
+    request = urllib.request.Request(api.hook_base + "/jobs")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code in (404, 405)
+
+
+def test_system_reload_and_post_system_reload_reach_every_process(system):
+    """The CLI and the API both find the supervisor through its PID file; a new alias then runs,
+    which takes the API (accepting it) and the workers (running it) both reloaded."""
+    api, proc, cfg = system
+
+    def runs(alias: str) -> None:
+        def accepted():
+            code, body = api.call("POST", f"/plugin/{alias}/poll", {"payload": {"message": alias}})
+            return body if code == 202 else None
+
+        job = wait_for(accepted, timeout=30, what=f"the API to accept {alias}")
+        wait_for(
+            lambda: api.call("GET", f"/job/{job['job_id']}")[1]["status"] == "succeeded",
+            timeout=30,
+            what=f"the workers to run {alias}",
+        )
+
+    cfg.plugins["echo-two"] = {"uses": "echo", "config": {"message": "two"}}
+    cfg.write()
+    dry = ductile(cfg, "system", "reload", "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout) == {
+        "pid": proc.pid,
+        "signalled": False,
+        "dry_run": True,
+        "config_dir": str(cfg.path),
+    }
+    assert api.call("POST", "/plugin/echo-two/poll", {"payload": {}})[0] == 404  # nothing reloaded yet
+    reload = ductile(cfg, "system", "reload", "--json")
+    assert reload.returncode == 0 and json.loads(reload.stdout)["pid"] == proc.pid
+    runs("echo-two")
+
+    cfg.plugins["echo-three"] = {"uses": "echo", "config": {"message": "three"}}
+    cfg.write()
+    code, body = api.call("POST", "/system/reload")
+    assert code == 200 and body["supervisor_pid"] == proc.pid, body
+    runs("echo-three")
+
+    cfg.service["max_workers"] = 0  # invalid: refused before anything is signalled
+    cfg.write()
+    refused = ductile(cfg, "system", "reload")
+    assert refused.returncode == 78 and "not signalled" in refused.stderr
+    assert api.call("POST", "/system/reload")[0] == 400
+    runs("echo-three")  # still running the last good config

@@ -1,0 +1,82 @@
+"""`system start` serving the API (by default alone: no workers, no scheduler), for tests that
+drive a real gunicorn over HTTP from a real client (`Api`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from tests.support import REPO, ConfigDir, cli_env, free_port, stop_gracefully, wait_for
+
+TOKEN = "tok-admin"
+
+
+class Api:
+    def __init__(self, port: int):
+        self.base = f"http://127.0.0.1:{port}"
+
+    def call(self, method: str, path: str, body: dict | None = None, token: str | None = TOKEN, timeout: float = 60):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def up(self) -> bool:
+        try:
+            return self.call("GET", "/healthz", token=None, timeout=2)[0] == 200
+        except OSError:
+            return False
+
+
+def post_bytes(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+    """POST `body` as is (a webhook delivery): the status and the JSON answer."""
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@dataclass
+class LiveApi:
+    api: Api
+    proc: subprocess.Popen[str]
+    port: int
+
+
+@contextmanager
+def live_api(cfg: ConfigDir, tokens: list[dict[str, Any]], *, workers: bool = False) -> Iterator[LiveApi]:
+    """`workers`: also run the workers and the scheduler (not the housekeeping cluster)."""
+    port = free_port()
+    cfg.extra["api"] = {"listen": f"127.0.0.1:{port}", "auth": {"tokens": tokens}}
+    cfg.write()
+    only = ["--no-housekeeping"] if workers else ["--no-workers", "--no-scheduler"]
+    argv = [sys.executable, str(REPO / "manage.py"), "system", "start", *only]
+    proc = subprocess.Popen(
+        [*argv, "--config-dir", str(cfg.path)],
+        env=cli_env(cfg),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    api = Api(port)
+    try:
+        wait_for(api.up, timeout=60, what="the API to answer /healthz")
+        yield LiveApi(api, proc, port)
+    finally:
+        stop_gracefully(proc)
