@@ -127,7 +127,11 @@ def test_every_valid_hook_signal_compiles():
 
 def test_a_pipeline_level_if_may_read_payload_and_context_and_a_hook_may_read_payload():
     on = pipe("a", **{"if": {"all": [GATE, {"path": "context.trace.id", "op": "exists"}]}})
-    hook = {"name": "h", "on-hook": "job.failed", "if": {"path": "payload.plugin", "op": "eq", "value": "x"}}
+    hook: dict[str, object] = {
+        "name": "h",
+        "on-hook": "job.failed",
+        "if": {"path": "payload.plugin", "op": "eq", "value": "x"},
+    }
     hook["steps"] = [{"uses": "probe"}]
     compiled = build(on, hook)
     assert compiled.pipelines["a"].condition == on["if"]
@@ -556,7 +560,8 @@ def test_nested_steps_chain_in_order():
             ],
         )
     ).pipelines["a"]
-    path, node = [], chain.entries[0]
+    path: list[str] = []
+    node: str | None = chain.entries[0]
     while node:
         path.append(node)
         following = chain.next_nodes(node, "x")
@@ -778,7 +783,7 @@ def test_an_unknown_pipeline_key_is_refused():
 
 def test_the_depth_cap_is_20_for_short_pipelines_and_the_longest_chain_for_long_ones():
     short = pipe("short", steps=[{"uses": "probe"}, {"uses": "echo", "if": GATE}])
-    long_steps = [{"uses": "probe"} for _ in range(24)]
+    long_steps: list[dict[str, object]] = [{"uses": "probe"} for _ in range(24)]
     long_steps[5] = {"uses": "probe", "if": GATE}  # the switch is one more hop
     long = pipe("long", steps=long_steps)
     fixed = pipe("fixed", steps=long_steps, max_depth=7)

@@ -530,7 +530,7 @@ def test_control_fields_cannot_be_forged_by_inherited_context_or_payload():
     pipeline = _one_step({"seen.depth": "context.ductile.route_depth"})
     forged = {"ductile": {"pipeline": "p", "route_depth": 99, "pipeline_instance_id": "forged"}}
     hop = step_successor(pipeline, "s", {"event_id": "e-1", "payload": {"ductile": "x"}}, forged, 3)
-    assert hop.refusal is None
+    assert hop.refusal is None and hop.context is not None
     # An entry step starts a new instance, named by the event; the core sets depth and step.
     assert hop.context["ductile"] == {"pipeline": "p", "step": "s", "route_depth": 3, "pipeline_instance_id": "e-1"}
     assert hop.context["seen"] == {"depth": 99}  # claims may read the inherited control fields
@@ -543,4 +543,4 @@ def test_accumulated_context_over_one_mib_stops_the_hop():
     big = step_successor(pipeline, "s", {"payload": {"text": "x" * (1024 * 1024)}}, {}, 1)
     assert big.refusal and "over the 1 MiB cap" in big.refusal
     small = step_successor(pipeline, "s", {"payload": {"text": "x" * 1000}}, {}, 1)
-    assert small.refusal is None and small.context["blob"]["text"] == "x" * 1000
+    assert small.refusal is None and small.context is not None and small.context["blob"]["text"] == "x" * 1000
