@@ -6,7 +6,7 @@ Runs on SQLite and, in CI's second pass, on PostgreSQL.
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -34,6 +34,13 @@ def finish(job, status=JobStatus.SUCCEEDED, worker="w1", **kw):
     job.record_outcome(AttemptOutcome(status=status, **kw), worker=worker, default_dedupe_ttl=TTL)
     job.refresh_from_db()
     return job
+
+
+def lease_of(job: Job) -> datetime:
+    """The lease `job` holds in the ledger now (every claimed job holds one)."""
+    lease = Job.objects.get(pk=job.pk).lease_until
+    assert lease is not None, f"job {job.pk} holds no lease"
+    return lease
 
 
 def test_enqueue_records_queued_job_with_trigger_event():
@@ -238,9 +245,9 @@ def test_heartbeat_extends_only_own_leases_of_jobs_in_flight():
     future = timezone.now() + timedelta(seconds=300)
     # `theirs` is named but owned by w2; `stalled` is w1's but no longer in flight there.
     assert Job.objects.heartbeat("w1", [mine.pk, theirs.pk], 600) == 1
-    assert Job.objects.get(pk=mine.pk).lease_until > future
-    assert Job.objects.get(pk=theirs.pk).lease_until < future
-    assert Job.objects.get(pk=stalled.pk).lease_until < future
+    assert lease_of(mine) > future
+    assert lease_of(theirs) < future
+    assert lease_of(stalled) < future
     assert Job.objects.heartbeat("w1", [], 600) == 0
 
 

@@ -76,7 +76,10 @@ def run_pipeline(holder, **payload):
     before = set(Job.objects.values_list("id", flat=True))
     publish_event(holder.get(), "audit.start", audit_payload(**payload), submitter=Submitter.API)
     run_until_idle(holder)
-    contexts = dict(EventContext.objects.filter(pipeline_name="audit").values_list("id", "step_id"))
+    # Keyed as Job.event_context_id is typed (nullable); every job picked below has a context.
+    contexts: dict[str | None, str | None] = dict(
+        EventContext.objects.filter(pipeline_name="audit").values_list("id", "step_id")
+    )
     jobs = Job.objects.filter(event_context_id__in=list(contexts)).exclude(pk__in=before)
     return {contexts[j.event_context_id]: j for j in jobs}
 
@@ -316,14 +319,15 @@ def test_an_operator_replays_cancels_and_retries_from_the_record_page_after_conf
     replayed = Job.objects.exclude(pk__in=list(jobs.values())).get(submitted_by="admin:olga")
     assert said(response) == [f"Probe.handle {jobs['replay']} (succeeded): replayed as job {replayed.id}."]
     first = JobTransition.objects.filter(job_id=replayed.id).first()
-    assert first.reason == f"enqueued by admin:olga: replay of {jobs['replay']}"
+    assert first is not None and first.reason == f"enqueued by admin:olga: replay of {jobs['replay']}"
     operator.post(act_url("job", jobs["cancel"], "cancel"), {"confirm": "yes"})
     cancelled = Job.objects.get(pk=jobs["cancel"])
     assert (cancelled.status, cancelled.last_error) == (JobStatus.DEAD, "cancelled by admin:olga")
     operator.post(act_url("job", jobs["retry"], "retry"), {"confirm": "yes"})
     retried = Job.objects.get(pk=jobs["retry"])
     assert (retried.status, retried.attempt) == (JobStatus.QUEUED, 2)
-    assert JobTransition.objects.filter(job_id=retried.id).last().reason == "retried by admin:olga: attempt 2/4"
+    last = JobTransition.objects.filter(job_id=retried.id).last()
+    assert last is not None and last.reason == "retried by admin:olga: attempt 2/4"
     # The console's own trail: who did what to which record.
     trail = list(LogEntry.objects.order_by("id").values_list("user__username", "object_id", "change_message"))
     assert [(u, o) for u, o, _ in trail] == [
@@ -361,12 +365,14 @@ def test_an_operator_resets_a_breaker_and_pauses_and_resumes_a_schedule(targets,
     assert "manual_reset" in page and "admin:olga" in page
     operator.post(act_url("scheduleentry", entry, "pause"), {"confirm": "yes"})
     paused = ScheduleEntry.objects.get(pk=entry)
-    assert paused.status == "paused_manual" and paused.reason.startswith("paused by admin:olga at ")
+    assert paused.status == "paused_manual" and paused.reason is not None
+    assert paused.reason.startswith("paused by admin:olga at ")
     page = text(operator.get(reverse("admin:ledger_scheduleentry_change", args=[entry])))
     assert "/act/resume/" in page and "/act/pause/" not in page
     operator.post(act_url("scheduleentry", entry, "resume"), {"confirm": "yes"})
     resumed = ScheduleEntry.objects.get(pk=entry)
-    assert resumed.status == "active" and resumed.next_run_at > timezone.now()
+    assert resumed.status == "active" and resumed.next_run_at is not None
+    assert resumed.next_run_at > timezone.now()
     # A second reset of a closed breaker is refused by the page, not done twice.
     again = text(operator.get(act_url("circuitbreaker", breaker, "reset")))
     assert "Nothing to do: it is closed already" in again
