@@ -132,7 +132,7 @@ def test_the_poll_guard_skips_while_a_scheduled_poll_is_outstanding(config_dir):
     loop.tick(T0 + timedelta(minutes=5))  # a fires (queue policy ignores the guard)
     fired = loop.tick(T0 + timedelta(minutes=10))
     skipped = {f.address: f.skipped for f in fired}
-    assert "max_outstanding_polls: 1" in skipped["stress:b"]
+    assert skipped["stress:b"] is not None and "max_outstanding_polls: 1" in skipped["stress:b"]
     assert skipped["stress:a"] is None
 
 
@@ -184,7 +184,7 @@ def test_an_entry_whose_plugin_cannot_run_is_paused_with_the_reason_and_resumes_
     loop = scheduler(config_dir, clock)
     paused = row("echo")
     assert paused.status == ScheduleStatus.PAUSED_INVALID
-    assert "has no command 'nope'" in paused.reason
+    assert paused.reason is not None and "has no command 'nope'" in paused.reason
     assert loop.tick(T0 + timedelta(hours=1)) == []
     config_dir.plugins["echo"]["schedules"] = [{"every": "5m", "command": "poll"}]
     scheduler(config_dir, clock)
@@ -285,6 +285,7 @@ def test_the_poll_guard_counts_the_runs_its_batch_admitted_before(config_dir):
     fired = loop.tick(T0 + timedelta(minutes=5))  # both due together, one poll allowed
     assert len(jobs()) == 1
     (skipped,) = [f for f in fired if f.skipped]
+    assert skipped.skipped is not None
     assert "1 scheduled poll(s) outstanding (max_outstanding_polls: 1)" in skipped.skipped
 
 

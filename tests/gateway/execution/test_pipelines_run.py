@@ -28,11 +28,16 @@ def publish(holder, event_type, payload):
 
 
 def request_of(job):
-    return json.loads(JobLog.objects.filter(job_id=job.id).latest("completed_at").result)["result"]["request"]
+    result = JobLog.objects.filter(job_id=job.id).latest("completed_at").result
+    assert result is not None, f"job {job.id} logged no result"
+    return json.loads(result)["result"]["request"]
 
 
 def steps(pipeline):
-    contexts = dict(EventContext.objects.filter(pipeline_name=pipeline).values_list("id", "step_id"))
+    # Keyed as Job.event_context_id is typed (nullable); every job picked below has a context.
+    contexts: dict[str | None, str | None] = dict(
+        EventContext.objects.filter(pipeline_name=pipeline).values_list("id", "step_id")
+    )
     return {contexts[j.event_context_id]: j for j in Job.objects.filter(event_context_id__in=list(contexts))}
 
 
@@ -213,7 +218,9 @@ def test_step_if_compiles_to_a_visible_switch_and_bypasses_on_false(config_dir, 
     by_step = steps("gated")
     switch = by_step["gate__switch"]
     assert switch.plugin == "core.switch" and switch.status == JobStatus.SUCCEEDED
-    decision = json.loads(JobLog.objects.get(job_id=switch.id).result)["events"][0]["type"]
+    logged = JobLog.objects.get(job_id=switch.id).result
+    assert logged is not None
+    decision = json.loads(logged)["events"][0]["type"]
     assert decision == ("ductile.switch.true" if ran else "ductile.switch.false")
     assert ("gate" in by_step) is ran
     assert by_step["after"].status == JobStatus.SUCCEEDED  # downstream steps still run
@@ -286,7 +293,7 @@ def test_depth_exhaustion_stops_the_chain_with_a_clear_error(config_dir):
     publish(holder, "stress.event", {})
     run_until_idle(holder)
     dead = Job.objects.get(status=JobStatus.DEAD)
-    assert "route depth 4 exceeds the limit of 3" in dead.last_error
+    assert dead.last_error is not None and "route depth 4 exceeds the limit of 3" in dead.last_error
 
 
 def test_failure_hook_starts_a_fresh_root_with_the_failure_fields(config_dir):

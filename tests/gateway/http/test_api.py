@@ -130,6 +130,7 @@ def test_plugin_trigger_enqueues_one_job_as_the_api(api):
     assert (body["status"], body["plugin"], body["command"]) == ("queued", "echo", "handle")
     job = Job.objects.get(pk=body["job_id"])
     assert (job.submitted_by, job.payload) == ("api", {"message": "hi"})
+    assert job.event is not None
     assert job.event["type"] == "api.trigger" and job.event["payload"] == {"message": "hi"}
     detail = api.get(f"/job/{job.id}").json()
     assert detail["status"] == "queued" and detail["result"] is None

@@ -429,6 +429,7 @@ class SseClient:
 
     def __init__(self, base_url: str, path: str, headers: dict[str, str] | None = None, timeout: float = 10):
         url = urlsplit(base_url)
+        assert url.hostname, f"no host in {base_url!r}"
         self.timeout = timeout
         self.conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
         self.conn.request("GET", path, headers=headers or {})
@@ -583,10 +584,12 @@ def test_a_row_committed_after_a_later_one_still_arrives(sse):
     params = {"dbname": settings["NAME"], "user": settings["USER"], "host": settings["HOST"], "port": settings["PORT"]}
     with psycopg.connect(**{k: v for k, v in params.items() if v}) as slow:
         with slow.transaction():
-            early = slow.execute(
+            inserted = slow.execute(
                 "INSERT INTO event_log (type, source, payload, created_at) VALUES ('slow.one', '', '{}', now()) "
                 "RETURNING id"
-            ).fetchone()[0]
+            ).fetchone()
+            assert inserted is not None  # INSERT ... RETURNING yields the one row it wrote
+            (early,) = inserted
             (later,) = write_events("fast.two")
             assert later > early
             assert stream.event()["id"] == later  # the stream has moved past `early`'s id

@@ -22,6 +22,7 @@ with sync_slot(Path(sys.argv[1]), 1):
 def test_slots_are_shared_between_processes_and_released_when_the_holder_dies(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
+        assert holder.stdout is not None  # stdout=PIPE
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(Busy), sync_slot(tmp_path, 1):
             pass
