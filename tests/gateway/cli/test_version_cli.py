@@ -47,4 +47,5 @@ def test_no_commit_outside_a_checkout_or_inside_someone_elses(tmp_path):
     found = source_commit(outer)
     assert found is not None and found.commit == git(outer, "rev-parse", "HEAD").strip() and not found.dirty
     (outer / "f").write_text("changed")
-    assert source_commit(outer).dirty
+    changed = source_commit(outer)
+    assert changed is not None and changed.dirty

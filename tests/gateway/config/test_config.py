@@ -1090,7 +1090,7 @@ def test_document_pipelines_and_routes_cannot_be_mutated(loaded: GatewayConfig) 
     with pytest.raises(TypeError):
         loaded.document["service"] = {}  # type: ignore[index]
     with pytest.raises(TypeError):
-        loaded.pipelines[0]["name"] = "q"
+        loaded.pipelines[0]["name"] = "q"  # type: ignore[index]
     assert isinstance(loaded.pipelines, tuple)
     assert isinstance(loaded.routes, tuple)
     assert isinstance(loaded.plugin_roots, tuple)

@@ -28,8 +28,10 @@ from gateway.scheduler.timing import CATCH_UP_LIMIT, CatchUpRun, Run, catch_up, 
 SYDNEY = ZoneInfo("Australia/Sydney")
 
 
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, microsecond: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=UTC)
 
 
 def entry(plugin: str = "echo", **raw: Any) -> Schedule:
