@@ -32,11 +32,10 @@ def served(tmp_path_factory):
         yield cfg, live
 
 
-def api(cfg, *args: str, **env: str):
+def api(cfg, *args: str, DUCTILE_API_KEY: str = "", DUCTILE_TOKEN: str = ""):
     # No token in the environment unless a test puts one there: the config's `*` token is the default.
-    env.setdefault("DUCTILE_API_KEY", "")
-    env.setdefault("DUCTILE_TOKEN", "")
-    return ductile(cfg, "api", *args, **env)
+    # The two variables are named, not **env: mypy cannot tell env's keys from ductile()'s options.
+    return ductile(cfg, "api", *args, DUCTILE_API_KEY=DUCTILE_API_KEY, DUCTILE_TOKEN=DUCTILE_TOKEN)
 
 
 def test_a_plugin_trigger_with_fields_sends_them_as_the_payload_and_prints_the_answer(served):
@@ -130,7 +129,9 @@ def test_events_are_streamed_as_they_arrive(served):
     argv = [sys.executable, str(REPO / "manage.py"), "api", "/events", "--config-dir", str(cfg.path)]
     proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    stdout = proc.stdout
+    assert stdout is not None  # stdout=PIPE
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True)
     reader.start()
     try:
         wait_for(lambda: ": stream open\n" in lines, timeout=30, what="the stream to open")

@@ -122,7 +122,9 @@ def test_scripts_demo_runs_from_a_fresh_clone(tmp_path):
 
         # The banner's own example, verbatim, answers 202 and its job succeeds.
         example = next(line.strip() for line in out.lines if line.strip().startswith("curl "))
-        token = re.search(r"Bearer ([^']+)'", example).group(1)
+        bearer = re.search(r"Bearer ([^']+)'", example)
+        assert bearer, example
+        token = bearer.group(1)
         answer = subprocess.run(
             f"{example} --silent --write-out '\\n%{{http_code}}'",
             shell=True,
@@ -145,10 +147,10 @@ def test_scripts_demo_runs_from_a_fresh_clone(tmp_path):
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=120)
-    assert code == 0, out.text[-3000:]
+        exit_code = proc.wait(timeout=120)
+    assert exit_code == 0, out.text[-3000:]
     assert '"system stopped"' in out.text
-    status = subprocess.run(
+    shown = subprocess.run(
         [str(clone / ".venv/bin/ductile"), "system", "status", "--json"],
         cwd=clone,
         env={**newcomer_env(port), "DUCTILE_CONFIG_DIR": str(clone / "fixtures/demo")},
@@ -156,6 +158,6 @@ def test_scripts_demo_runs_from_a_fresh_clone(tmp_path):
         text=True,
         timeout=60,
     )
-    queue = json.loads(status.stdout)["queue"]
+    queue = json.loads(shown.stdout)["queue"]
     assert queue["running"] == 0, queue  # drained: nothing left claimed by the stopped workers
     assert queue["succeeded"] >= 1

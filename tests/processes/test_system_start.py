@@ -22,6 +22,14 @@ from tests.support.live_api import TOKEN, Api, post_bytes
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
+class SystemApi(Api):
+    """The API `system start` serves, and the webhook listener it serves on a port of its own."""
+
+    def __init__(self, port: int, hook_port: int):
+        super().__init__(port)
+        self.hook_base = f"http://127.0.0.1:{hook_port}"
+
+
 @pytest.fixture
 def system(process_db):
     port, hook_port = free_port(), free_port()
@@ -67,8 +75,7 @@ def system(process_db):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    api = Api(port)
-    api.hook_base = f"http://127.0.0.1:{hook_port}"
+    api = SystemApi(port, hook_port)
     try:
         wait_for(api.up, timeout=60, what="the API to answer /healthz")
         yield api, proc, cfg

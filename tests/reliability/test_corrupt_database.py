@@ -44,9 +44,10 @@ def corrupted(request, config_dir, tmp_path):
     config_dir.plugins["stress"]["schedules"] = [{"every": "1s", "command": "poll"}]
     config_dir.write()
     finding, stress, echo = LEDGERS[request.param]
-    job = {"plugin": "stress", "command": "poll", "submitted_by": "cli", "payload": {"marker_dir": str(marker)}}
+    payload = {"marker_dir": str(marker)}
     if not echo:  # rows long enough to lay the file out differently
-        job["payload"]["pad"] = "x" * 500
+        payload["pad"] = "x" * 500
+    job = {"plugin": "stress", "command": "poll", "submitted_by": "cli", "payload": payload}
     ledger(
         config_dir, "enqueue", [job] * stress + [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}] * echo
     )
