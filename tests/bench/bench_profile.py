@@ -32,7 +32,9 @@ def run(jobs: int) -> dict[str, Any]:
         os.environ["BENCH_PROFILE_FILE"] = str(out)  # inherited through config.env()
         load = os.getloadavg()[0]
         started = time.monotonic()
-        proc = start_workers(config, base / "runworkers.log", "--max-jobs", str(jobs), prefix=[PYTHON, str(BENCH / "_profile_daemon.py")])
+        proc = start_workers(
+            config, base / "runworkers.log", "--max-jobs", str(jobs), prefix=[PYTHON, str(BENCH / "_profile_daemon.py")]
+        )
         try:
             proc.wait(timeout=max(300, jobs / 10))
         finally:
@@ -55,7 +57,7 @@ def run(jobs: int) -> dict[str, Any]:
     ]
     rows.append(
         {
-            "section": "unattributed (start-up, interpreter)",
+            "section": "unattributed (interpreter between sections; start-up excluded)",
             "cpu_us_per_job": round((total - covered) / jobs / 1000, 1),
             "share_of_process_cpu": round((total - covered) / total, 3),
         }
@@ -79,7 +81,8 @@ def main() -> None:
     for row in result["sections"]:
         print(
             f"{row['share_of_process_cpu'] * 100:5.1f}%  {row['cpu_us_per_job']:7.1f} µs CPU"
-            f"  {row.get('wall_us_per_job', float('nan')):8.1f} µs wall  {row.get('calls_per_job', '')!s:>5}  {row['section']}"
+            f"  {row.get('wall_us_per_job', float('nan')):8.1f} µs wall"
+            f"  {row.get('calls_per_job', '')!s:>5}  {row['section']}"
         )
     print(
         f"process CPU {result['process_cpu_ms_per_job']} ms/job (system {result['process_system_share']:.0%}),"
