@@ -36,26 +36,30 @@ from ledger.models import Job, JobLog, JobTransition, PluginState  # noqa: E402
 from ledger.models.jobs import JobQuerySet  # noqa: E402
 
 _sections.install_ledger()
-patch(workers.WorkerDaemon, "_work", "worker loop (claim look, counters, wake-ups)")
-patch(workers.WorkerDaemon, "_main_loop", "main thread: loop, joins")
-patch(workers.WorkerDaemon, "_beat", "main thread: heartbeat")
-patch(workers.WorkerDaemon, "_recover", "main thread: recovery pass")
-patch(workers.WorkerDaemon, "wake", "wake-ups: in-process notify")
-patch(JobQuerySet, "claim_next", "claim: claim_next (ORM/SQL, excl. gate, BEGIN, COMMIT)")
-patch(JobTransition, "record", "ledger: transition INSERT")
-patch(Job, "record_outcome", "completion: record_outcome (excl. the parts below)")
-patch(Job, "move", "completion: move (status UPDATE)")
-patch(JobLog, "record", "completion: job_log INSERT")
-patch(PluginState, "current", "preflight: PluginState.current")
-patch(PluginSeal, "check", "preflight: plugin seal check")
-patch(dispatch, "build_request", "preflight: build_request (JSON)")
-patch(dispatch, "judge", "judge the response (JSON)")
-patch(dispatch.Executor, "_execute", "executor: rest (position, refusal, context, outcome)")
-patch(dispatch.Executor, "_record", "executor: _record (hooks, result log line)")
-patch(dispatch, "run_plugin", "plugin: run_plugin rest (env dict, lifeline, pidfd)")
-patch(runner.subprocess, "Popen", "plugin: spawn (Popen: fork/exec)")
-patch(runner._Exchange, "run", "plugin: exchange (pipes, pidfd, wait, reap)")
-patch(runner, "sweep_adopted", "plugin: sweep_adopted (/proc children)")
+SECTIONS = [  # (owner, attribute, section): every call a worker makes per job
+    (workers.WorkerDaemon, "_work", "worker loop (claim look, counters, wake-ups)"),
+    (workers.WorkerDaemon, "_main_loop", "main thread: loop, joins"),
+    (workers.WorkerDaemon, "_beat", "main thread: heartbeat"),
+    (workers.WorkerDaemon, "_recover", "main thread: recovery pass"),
+    (workers.WorkerDaemon, "wake", "wake-ups: in-process notify"),
+    (JobQuerySet, "claim_next", "claim: claim_next (ORM/SQL, excl. gate, BEGIN, COMMIT)"),
+    (JobTransition, "record", "ledger: transition INSERT"),
+    (Job, "record_outcome", "completion: record_outcome (excl. the parts below)"),
+    (Job, "move", "completion: move (status UPDATE)"),
+    (JobLog, "record", "completion: job_log INSERT"),
+    (PluginState, "current", "preflight: PluginState.current"),
+    (PluginSeal, "check", "preflight: plugin seal check"),
+    (dispatch, "build_request", "preflight: build_request (JSON)"),
+    (dispatch, "judge", "judge the response (JSON)"),
+    (dispatch.Executor, "_execute", "executor: rest (position, refusal, context, outcome)"),
+    (dispatch.Executor, "_record", "executor: _record (hooks, result log line)"),
+    (dispatch, "run_plugin", "plugin: run_plugin rest (env dict, lifeline, pidfd)"),
+    (runner.subprocess, "Popen", "plugin: spawn (Popen: fork/exec)"),
+    (runner._Exchange, "run", "plugin: exchange (pipes, pidfd, wait, reap)"),
+    (runner, "sweep_adopted", "plugin: sweep_adopted (/proc children)"),
+]
+for owner, attr, name in SECTIONS:
+    patch(owner, attr, name)
 
 
 @atexit.register
