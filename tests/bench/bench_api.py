@@ -1,10 +1,13 @@
 """Benchmark: `POST /plugin/echo/poll` from 50 concurrent clients against the API under gunicorn.
 
     .venv/bin/python tests/bench/bench_api.py [--runs 3] [--duration 30] [--connections 50]
-        [--rate 500] [--threads 1] [--variants queued,workers] [--out FILE]
-        [--gunicorn-config FILE] [--workers-nice N]   (diagnostics)
+        [--rate R] [--threads 1] [--variants queued,workers,drain] [--backlog N]
+        [--skip-saturation] [--out FILE]
+        [--gunicorn-config FILE] [--workers-nice N] [--profile]   (diagnostics)
 
-Target (issue 5): >= 500 requests/s, p99 <= 25 ms, zero errors, every accepted job in the queue.
+Targets (issues 5 and 16): the API alone at 500 requests/s: p99 <= 25 ms, zero errors, every
+accepted job in the queue. The API while workers drain on the same SQLite file, 300 requests/s
+offered: all served, p99 <= 100 ms, zero errors, every job id in the ledger.
 
 Each run of each variant gets a fresh config directory and SQLite ledger (WAL) and starts the API
 exactly as `system start` does (`python -m gunicorn -c ductile_site/gunicorn.py --bind ADDR
@@ -18,6 +21,13 @@ Variants:
 - `queued`: nothing else runs; every accepted job stays `queued` (checked).
 - `workers`: `manage.py runworkers` (2 threads) runs the jobs while the load is on; the workers'
   claims and completions compete with the API for SQLite's write lock and for the 2 CPUs.
+- `drain` (issue 16): as `workers`, but `--backlog` jobs of a second plugin, `nop`, are queued
+  before the workers start (default: more than they can run before the load ends), so the
+  workers run flat out for the whole measurement, as after a burst or on a busy gateway.
+  `workers.backlog_left` > 0 at the end says they were still draining. Offered: 300 requests/s.
+
+The fixed-rate phase offers `--rate` requests/s; by default 500 (`queued`, `workers`) and 300
+(`drain`), each variant's target.
 
 Phases, on the same server, one after another:
 1. warm-up, `--warmup` s (3): wrk, closed loop (Django's and the workers' lazy set-up).
@@ -50,8 +60,15 @@ Per variant:
   flight when a wrk phase stopped, whose answers wrk no longer reads: `in_flight_at_stop`, at most
   one per connection per wrk phase), `duplicate_ids` (0), and for `queued` `rows_not_queued` (0).
 - `workers.succeeded_by_end`: jobs the workers finished by the end of the saturation phase.
-- `target`: fixed_rate sustained >= 99 % of 500/s and its p99 <= 25 ms; saturation >= 500/s;
-  zero errors in every phase; the queue check passed. `target_met`: all of them.
+- `target`: fixed_rate sustained >= 99 % of the offered rate and its p99 <= the variant's target
+  (25 ms; 100 ms for `drain`); for `queued` and `workers` saturation >= 500/s; zero errors in
+  every phase; the queue check passed. `target_met`: all of them.
+
+`--skip-saturation` leaves out phase 3 (the quick smoke of run_all.py). `--profile` runs
+gunicorn with tests/bench/_profile_gunicorn.py (the product's config plus the clocks of
+_sections.py) and adds `api_profile` to each run: where the API's time went per request (the
+write gate's thread lock and flock waits, BEGIN, COMMIT, the enqueue's SQL, the rest), for all
+requests and for the slowest 1 %.
 """
 
 from __future__ import annotations
@@ -86,6 +103,9 @@ from _common import (
 
 TOKEN = "bench-token"
 TARGET = {"requests_per_s": 500, "p99_ms": 25.0}
+# Per variant: the offered rate of the fixed-rate phase and its p99 target (issue 16 for drain).
+RATE = {"queued": 500.0, "workers": 500.0, "drain": 300.0}
+P99_MS = {"queued": 25.0, "workers": 25.0, "drain": 100.0}
 
 # Per-thread state: status counts and the job ids of 202s, collected by done() through thread:get.
 WRK_SCRIPT = r"""
@@ -248,7 +268,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         url = f"http://{bind}"
         config = BenchConfig(
             base,
-            {"echo": NOP_SCRIPT},
+            {"echo": NOP_SCRIPT, **({"nop": NOP_SCRIPT} if variant == "drain" else {})},
             extra={
                 "api": {
                     "listen": bind,
@@ -257,32 +277,53 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             },
         )
         helper(config, "enqueue", "0", "echo")  # migrate the fresh ledger before anything starts
+        backlog = 0
+        if variant == "drain":
+            backlog = args.backlog or int(700 * (args.warmup + args.duration * (1 if args.skip_saturation else 2) + 10))
+            helper(config, "enqueue", str(backlog), "nop", timeout=600)
         script = base / "post.lua"
         script.write_text(WRK_SCRIPT)
-        api = start_api(config, bind, base / "gunicorn.log", config.env(), Path(args.gunicorn_config))
+        env = config.env()
+        gunicorn_config = Path(args.gunicorn_config)
+        if args.profile:
+            gunicorn_config = BENCH / "_profile_gunicorn.py"
+            env["BENCH_PROFILE_DIR"] = str(base)
+        api = start_api(config, bind, base / "gunicorn.log", env, gunicorn_config)
         workers = None
         phases: dict[str, dict[str, Any]] = {}
         opts = {"connections": args.connections}
         try:
             wait_until(lambda: healthy(url), timeout=60, what="the API's /healthz")
-            if variant == "workers":
+            if variant in ("workers", "drain"):
                 log_path = base / "runworkers.log"
                 nice = ["nice", "-n", str(args.workers_nice), PYTHON] if args.workers_nice else None
                 workers = start_workers(config, log_path, prefix=nice)
                 wait_until(lambda: b"runworkers started" in log_path.read_bytes(), timeout=60, what="runworkers")
             phases["warmup"] = wrk(url, script, base / "ids-warmup", threads=args.threads, seconds=args.warmup, **opts)
             before = loadavg()
-            phases["fixed_rate"] = fixed_rate(url, base / "ids-rate", rate=args.rate, seconds=args.duration, **opts)
+            rate = args.rate or RATE[variant]
+            window_start = time.time_ns()
+            phases["fixed_rate"] = fixed_rate(url, base / "ids-rate", rate=rate, seconds=args.duration, **opts)
             phases["fixed_rate"]["loadavg_1m"] = {"before": before, "after": loadavg()}
-            before = loadavg()
-            phases["saturation"] = wrk(
-                url, script, base / "ids-saturation", threads=args.threads, seconds=args.duration, **opts
-            )
-            phases["saturation"]["loadavg_1m"] = {"before": before, "after": loadavg()}
-            succeeded = None
+            window = (window_start, time.time_ns())
+            if not args.skip_saturation:
+                before = loadavg()
+                phases["saturation"] = wrk(
+                    url, script, base / "ids-saturation", threads=args.threads, seconds=args.duration, **opts
+                )
+                phases["saturation"]["loadavg_1m"] = {"before": before, "after": loadavg()}
+            progress = None
             if workers is not None:
-                query = "SELECT COUNT(*) FROM job_queue WHERE status = 'succeeded'"
-                succeeded = sqlite_query(config.db_path, query)[0][0]
+                query = "SELECT plugin, status, COUNT(*) FROM job_queue GROUP BY plugin, status"
+                counts = {(p, s): n for p, s, n in sqlite_query(config.db_path, query)}
+                progress = {
+                    "succeeded_by_end": sum(n for (_, s), n in counts.items() if s == "succeeded"),
+                    **(
+                        {"backlog": backlog, "backlog_left": backlog - counts.get(("nop", "succeeded"), 0)}
+                        if backlog
+                        else {}
+                    ),
+                }
         finally:
             if workers is not None:
                 # A second SIGTERM forces: the workers would otherwise drain the whole backlog.
@@ -294,7 +335,43 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         accepted = sum(phase["statuses"].get("202", 0) for phase in phases.values())
         # wrk stops with up to one request per connection unanswered; the fixed-rate client waits for its answers.
         check = queue_check(config, ids, accepted, 2 * args.connections, variant)
-        return summarise(variant, phases, check, succeeded, api_rc)
+        result = summarise(variant, phases, check, progress, api_rc)
+        if args.profile:
+            result["api_profile"] = api_profile(base, window)
+        return result
+
+
+def api_profile(base: Path, window: tuple[int, int]) -> dict[str, Any]:
+    """Where the API's workers spent each request of the fixed-rate phase (started within
+    `window`, time.time_ns()), from the tallies of _profile_gunicorn.py, in ms: the mean over
+    those requests and over their slowest 1 %. Every section's wall, then `cpu outside sections`
+    (Django, the view, JSON) and `waiting for a CPU or the GIL` (wall no section and no CPU of
+    the request's thread covers)."""
+    reports = [json.loads(p.read_text()) for p in sorted(base.glob("api-*.json"))]
+    tallies = [t for r in reports for t in r["requests"] if window[0] <= t["start_ns"] <= window[1]]
+    tallies.sort(key=lambda t: t["wall"])
+    if not tallies:
+        return {"requests": 0}
+
+    def mean_ms(group: list[dict[str, int]]) -> dict[str, float]:
+        def mean(key: str) -> float:
+            return sum(t.get(key, 0) for t in group) / len(group) / 1e6
+
+        fixed = ("cpu", "wall", "start_ns", "cpu in sections")
+        out = {k: round(mean(k), 3) for k in sorted({k for t in group for k in t}) if k not in fixed}
+        outside = mean("cpu") - mean("cpu in sections")
+        out["cpu outside sections (Django, view, JSON)"] = round(outside, 3)
+        out["waiting for a CPU or the GIL"] = round(mean("wall") - sum(out.values()), 3)
+        out["wall"] = round(mean("wall"), 3)
+        return out
+
+    slowest = tallies[-max(1, len(tallies) // 100) :]
+    return {
+        "requests": len(tallies),
+        "processes": len(reports),
+        "mean_ms": mean_ms(tallies),
+        "slowest_1pct_mean_ms": mean_ms(slowest),
+    }
 
 
 def wrk_summary(measured: dict[str, Any]) -> dict[str, Any]:
@@ -317,10 +394,10 @@ def error_count(phase: dict[str, Any]) -> int:
 
 
 def summarise(
-    variant: str, phases: dict[str, dict[str, Any]], check: dict[str, Any], succeeded: int | None, api_rc: int
+    variant: str, phases: dict[str, dict[str, Any]], check: dict[str, Any], progress: dict[str, int] | None, api_rc: int
 ) -> dict[str, Any]:
     rate = phases["fixed_rate"]
-    saturation = wrk_summary(phases["saturation"])
+    saturation = wrk_summary(phases["saturation"]) if "saturation" in phases else None
     warmup = wrk_summary(phases["warmup"])
     result: dict[str, Any] = {
         "variant": variant,
@@ -330,15 +407,16 @@ def summarise(
         "queue_check": check,
         "api_exit_code": api_rc,
     }
-    if succeeded is not None:
-        result["workers"] = {"succeeded_by_end": succeeded}
+    if progress is not None:
+        result["workers"] = progress
     result["target"] = {
-        "requests_per_s": saturation["requests_per_s"] >= TARGET["requests_per_s"],
-        "rate_sustained": rate["requests_per_s"] >= TARGET["requests_per_s"] * 0.99,
-        "p99": rate["latency_ms"]["p99"] <= TARGET["p99_ms"],
-        "zero_errors": all(error_count(p) == 0 for p in (rate, saturation, warmup)),
+        "rate_sustained": rate["requests_per_s"] >= rate["rate"] * 0.99,
+        "p99": rate["latency_ms"]["p99"] <= P99_MS[variant],
+        "zero_errors": all(error_count(p) == 0 for p in (rate, saturation, warmup) if p is not None),
         "every_job_queued": check["ok"],
     }
+    if saturation is not None and variant != "drain":
+        result["target"]["requests_per_s"] = saturation["requests_per_s"] >= TARGET["requests_per_s"]
     result["target_met"] = all(result["target"].values())
     return result
 
@@ -349,9 +427,16 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=30, help="measured seconds per variant")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--connections", type=int, default=50)
-    parser.add_argument("--rate", type=float, default=500.0, help="requests/s of the fixed-rate phase")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="requests/s of the fixed-rate phase (default: 500; 300 for drain)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
-    parser.add_argument("--variants", default="queued,workers")
+    parser.add_argument("--variants", default="queued,workers,drain")
+    parser.add_argument(
+        "--backlog", type=int, default=0, help="drain: jobs queued first (default: enough to outlast the load)"
+    )
+    parser.add_argument("--skip-saturation", action="store_true", help="no wrk saturation phase")
+    parser.add_argument("--profile", action="store_true", help="diagnostics: where the API's time goes per request")
     parser.add_argument(
         "--workers-nice", type=int, default=0, help="diagnostics: run runworkers at this niceness (workers variant)"
     )
@@ -362,15 +447,15 @@ def main() -> None:
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     for variant in variants:
-        if variant not in ("queued", "workers"):
-            parser.error(f"unknown variant {variant!r} (queued, workers)")
+        if variant not in RATE:
+            parser.error(f"unknown variant {variant!r} ({', '.join(RATE)})")
     runs = []
     for index in range(args.runs):
         for variant in variants:
             result = run_variant(variant, args)
             print(json.dumps({"run": index + 1, **result}), flush=True)
             runs.append({"run": index + 1, **result})
-    names = ("duration", "warmup", "connections", "rate", "threads", "gunicorn_config", "workers_nice")
+    names = ("duration", "warmup", "connections", "rate", "threads", "gunicorn_config", "workers_nice", "backlog")
     settings = {k: getattr(args, k) for k in names}
     env = {k: os.environ[k] for k in ("DUCTILE_API_PROCESSES", "DUCTILE_API_THREADS") if k in os.environ}
     emit({"benchmark": "api", "machine": machine(), "settings": settings, "gunicorn_env": env, "runs": runs}, args.out)

@@ -1,7 +1,8 @@
 """Benchmark: what the live views cost an idle gateway (issue 14: "with the dashboard open, an idle
 gateway stays under 1 % of a core").
 
-    .venv/bin/python tests/bench/bench_live_idle.py [--window 60] [--settle 10] [--out FILE]
+    .venv/bin/python tests/bench/bench_live_idle.py [--window 60] [--settle 10]
+        [--windows idle,dashboard,pipelines,watch_api] [--out FILE]
 
 `manage.py system start` runs as an operator runs it (the API under gunicorn, runworkers,
 runscheduler and the housekeeping cluster), on a fresh config with one plugin and no schedules,
@@ -16,6 +17,14 @@ after --settle seconds to settle. Windows, one after another on the same gateway
 3. `pipelines`: the same browser on /dashboard/pipelines/.
 4. `watch_api`: `manage.py system watch --json --api-url` polling GET /system/watch every second
    (the watch process itself is not in the tree either).
+
+Memory, per window, at its end: VmRSS of each process and the sum over the tree, and the sum of
+PSS (`/proc/<pid>/smaps_rollup`: shared pages divided among the processes sharing them, so the
+sum does not count gunicorn's forked workers' shared pages twice).
+
+Targets (issue 16), on the `idle` window: the whole tree <= 2 % of one core and <= 300 MB RSS in
+total; `runworkers` alone <= 1 % (also bench_idle.py). `--windows idle` measures only that
+window (no browser needed).
 
 The machine is shared: the 1-minute load average is recorded around each window.
 """
@@ -84,6 +93,21 @@ def command(pid: int) -> str:
     return " ".join(words)[:60]
 
 
+def memory_kb(pid: int) -> tuple[int, int]:
+    """(VmRSS, Pss) of one process in kB; zeros for a process that is gone."""
+    rss = pss = 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                pss = int(line.split()[1])
+    except OSError:
+        pass
+    return rss, pss
+
+
 def measure(root: int, window: float) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     pids = tree(root)
@@ -98,12 +122,26 @@ def measure(root: int, window: float) -> dict[str, Any]:
             name = command(pid)
             by_process[name] = round(by_process.get(name, 0) + (after[pid] - before[pid]) / hz, 3)
     used = sum(by_process.values())
+    rss_mb: dict[str, float] = {}
+    count: dict[str, int] = {}
+    pss_total = 0
+    for pid in after:
+        rss, pss = memory_kb(pid)
+        name = command(pid)
+        rss_mb[name] = round(rss_mb.get(name, 0) + rss / 1024, 1)
+        count[name] = count.get(name, 0) + 1
+        pss_total += pss
     return {
         "window_s": round(elapsed, 1),
         "processes": len(pids),
         "cpu_s": round(used, 3),
         "cpu_percent_of_one_core": round(100 * used / elapsed, 3),
         "cpu_s_by_process": by_process,
+        "cpu_percent_by_process": {k: round(100 * v / elapsed, 3) for k, v in by_process.items()},
+        "rss_mb": round(sum(rss_mb.values()), 1),
+        "pss_mb": round(pss_total / 1024, 1),
+        "rss_mb_by_process": rss_mb,
+        "processes_by_role": count,
         "loadavg_1m_before": round(load_before, 2),
         "loadavg_1m_after": round(os.getloadavg()[0], 2),
     }
@@ -135,7 +173,7 @@ def browser(profile: Path) -> Any:
     return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
 
 
-def run(window: float, settle: float) -> dict[str, Any]:
+def run(window: float, settle: float, windows: list[str]) -> dict[str, Any]:
     from selenium.webdriver.common.by import By
 
     with temp_dir("live-idle") as base:
@@ -158,9 +196,18 @@ def run(window: float, settle: float) -> dict[str, Any]:
         driver = None
         watch = None
         try:
-            wait_until(lambda: _up(url), 120, 0.2, "the API")
+            try:
+                wait_until(lambda: gateway.poll() is not None or _up(url), 120, 0.2, "the API")
+            except TimeoutError:
+                gateway.poll()
+            if gateway.returncode is not None or not _up(url):
+                log.flush()
+                tail = (base / "gateway.log").read_text()[-3000:]
+                raise RuntimeError(f"system start did not serve /healthz (exit {gateway.returncode}):\n{tail}")
             time.sleep(settle)
             results["idle"] = measure(gateway.pid, window)
+            if windows == ["idle"]:
+                return results
 
             driver = browser(base / "chromium")
             driver.get(url + "/admin/login/?next=/dashboard/")
@@ -213,6 +260,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--settle", type=float, default=10.0)
+    parser.add_argument(
+        "--windows", default="idle,dashboard,pipelines,watch_api", help="`idle` alone: no browser, no watcher"
+    )
     parser.add_argument("--out", help="also write the JSON result here")
     args = parser.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
@@ -221,7 +271,7 @@ def main() -> None:
             "benchmark": "live_idle",
             "commit": commit.stdout.strip(),
             "machine": machine(),
-            **run(args.window, args.settle),
+            **run(args.window, args.settle, args.windows.split(",")),
         },
         args.out,
     )

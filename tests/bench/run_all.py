@@ -1,103 +1,471 @@
-"""Run every benchmark in sequence and keep their JSON results.
+"""Every figure of docs/performance.md in one command, with each target's PASS/FAIL beside it.
 
-    .venv/bin/python tests/bench/run_all.py [--out-dir DIR] [--quick]
+    .venv/bin/python tests/bench/run_all.py [--out-dir DIR]     # everything, about 25 min on 2 cores
+    .venv/bin/python tests/bench/run_all.py --quick [--out-dir DIR]   # the CI smoke, under 3 min
 
-Writes DIR/throughput.json, latency.json, idle.json, queue_ops.json, pipeline.json,
-scheduler.json, api.json and console.json (DIR defaults to a new temporary directory, printed at
-the end) and prints a one-screen summary. About 21 minutes on a 2-core VM; --quick (about 8
-minutes) runs one throughput repetition, a 10 s idle window, 50 pipeline trees, a 30 s scheduler
-window with a 2,000-job history, 10 s API phases and a 200,000-job console ledger instead. The
-pipeline, scheduler and API benchmarks run once here (SQLite only for the scheduler); alone they
-run three times by default.
+Runs the benchmarks one after another (never two at once: they share the CPUs) and writes each
+one's JSON to DIR (default: a new temporary directory), then DIR/summary.json and the same summary
+on stdout. Both say what was measured where:
+
+- `provenance`: the commit (`git rev-parse --short HEAD`), whether the work tree was dirty (and
+  which files), the date at start and end, the duration;
+- `machine`: cores, CPU model, RAM, kernel, Python, SQLite, and the 1-minute load average at the
+  start and at the end of the whole run and around each benchmark (the machine may be shared).
+
+Every throughput and API figure is given with the raw-spawn ceiling and django-q2 of the *same*
+run (bench_throughput.py, run first), because only ratios within one run compare across machines.
+
+Full run: bench_throughput (3 interleaved repetitions with django-q2), bench_latency, bench_idle,
+bench_live_idle (the `system start` tree idle, then with the live views), bench_queue_ops,
+bench_pipeline (3 runs), bench_scheduler (1 run, SQLite), bench_api (queued, workers and drain;
+1 run) and bench_console.
+
+--quick is the CI smoke: one throughput repetition of 1,000 jobs with django-q2, bench_latency,
+the `system start` tree idle for 10 s (runworkers alone is one of its processes), 30 pipeline
+trees, and the API alone at 500 requests/s and while the workers drain at 300 requests/s, 10 s
+each, without the saturation phase. It reports every target like the full run, and besides them
+it checks *floors* (FLOORS below): about 40 % below what the code achieves today (issue 16's
+regression was 40 %: 0.50 -> 0.30 of the ceiling), or for latencies an order of magnitude above
+today's tail at load 5 (the regression put the API's p99 at 11.8 s), so that only a gross
+regression crosses them, never the noise of a shared 2-core machine. Ratios are taken against the
+ceiling and django-q2 measured in the same run, so a busy machine slows both sides alike. Raise
+the floors to 0.6 x the new figures as the hot path improves. It exits 1 when a floor is crossed,
+and 0 otherwise, targets met or not: targets are reported, floors gate.
+Exit 2: a benchmark itself failed (its stderr is printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from _common import REPO, machine
 
 BENCH = Path(__file__).resolve().parent
+
+FULL: dict[str, list[str]] = {
+    "throughput": ["bench_throughput.py", "--repeat", "3"],
+    "latency": ["bench_latency.py"],
+    "idle": ["bench_idle.py"],
+    "system_idle": ["bench_live_idle.py"],
+    "queue_ops": ["bench_queue_ops.py"],
+    "pipeline": ["bench_pipeline.py", "--runs", "3"],
+    "scheduler": ["bench_scheduler.py", "--runs", "1"],
+    "api": ["bench_api.py", "--runs", "1", "--variants", "queued,workers,drain"],
+    "console": ["bench_console.py"],
+}
+QUICK: dict[str, list[str]] = {
+    "throughput": ["bench_throughput.py", "--repeat", "1", "--jobs", "1000"],
+    "latency": ["bench_latency.py", "--jobs", "100"],
+    "system_idle": ["bench_live_idle.py", "--windows", "idle", "--window", "10", "--settle", "3"],
+    "pipeline": ["bench_pipeline.py", "--runs", "1", "--trees", "30", "--cli-runs", "0"],
+    "api": [
+        "bench_api.py",
+        *("--runs", "1", "--variants", "queued,drain", "--duration", "10", "--warmup", "2", "--skip-saturation"),
+    ],
+}
+
+
+# --quick's gross-regression floors (module docstring). Measured on 2026-11-24 at e88b14f, load 4-5:
+# ours/ceiling 0.26-0.40 (steady 0.34-0.46), ours/django-q2 1.6-2.9, latency p99 10-112 ms, idle
+# tree 0.6-0.7 % and 786 MB RSS, tree overhead p50 9-14 ms, API p99 13-572 ms.
+FLOORS = {
+    # On the steady rate: --quick's 1,000 jobs make the daemon's start-up (1-1.6 s at load 5) a
+    # large, load-dependent share of the rate that includes it.
+    "ours_steady_over_ceiling": 0.2,  # 0.6 x the 0.32 the issue measured
+    # Not 0.6 x today's: django-q2's processes gain more from a quiet machine than one GIL-bound
+    # daemon does, so this ratio swung 1.6-2.9 between runs; slower than django-q2 is the gross case.
+    "ours_over_djq": 1.0,
+    "latency_p99_ms": 500.0,
+    "idle_tree_cpu_percent": 10.0,
+    "idle_runworkers_cpu_percent": 5.0,
+    "idle_tree_rss_mb": 1500.0,
+    "pipeline_tree_p50_ms": 30.0,  # the pipelines issue's own target
+    "api_p99_ms": 1500.0,
+}
+
+
+@dataclass
+class Figure:
+    """One reported number, its target, and (for --quick) its gross-regression floor."""
+
+    name: str
+    value: float | None
+    unit: str
+    target: str
+    met: bool | None
+    floor: str | None = None
+    above_floor: bool | None = None
+    note: str = ""
+
+    def line(self) -> str:
+        value = "n/a" if self.value is None else f"{self.value:g}"
+        verdict = {True: "PASS", False: "FAIL", None: "----"}[self.met]
+        text = f"[{verdict}] {self.name}: {value} {self.unit} (target {self.target})"
+        if self.floor is not None:
+            text += f"; floor {self.floor}: {'ok' if self.above_floor else 'GROSS REGRESSION'}"
+        return text + (f"; {self.note}" if self.note else "")
+
+
+Floor = tuple[str, Callable[[float | None], bool | None]]
+
+
+def floor(sense: str, key: str) -> Floor:
+    """One of FLOORS as (its text, its check)."""
+    limit = FLOORS[key]
+    check = at_least if sense == ">=" else at_most
+    return f"{sense} {limit:g}", lambda value: check(value, limit)
+
+
+def at_most(value: float | None, limit: float) -> bool | None:
+    return None if value is None else value <= limit
+
+
+def at_least(value: float | None, limit: float) -> bool | None:
+    return None if value is None else value >= limit
+
+
+def provenance() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO).stdout.strip()
+
+    dirty = [line[3:] for line in git("status", "--porcelain").splitlines()]
+    return {"commit": git("rev-parse", "--short", "HEAD"), "dirty": bool(dirty), "dirty_paths": dirty[:20]}
+
+
+def run_plan(plan: dict[str, list[str]], out: Path) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for name, cmd in plan.items():
+        load = os.getloadavg()[0]
+        started = time.monotonic()
+        print(f"== {name}: {' '.join(cmd)} (load {load:.2f})", flush=True)
+        proc = subprocess.run(
+            [sys.executable, str(BENCH / cmd[0]), *cmd[1:], "--out", str(out / f"{name}.json")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-6000:])
+            print(f"error: {cmd[0]} exited {proc.returncode}; results so far in {out}", file=sys.stderr)
+            sys.exit(2)
+        results[name] = json.loads((out / f"{name}.json").read_text())
+        results[name]["_run"] = {
+            "seconds": round(time.monotonic() - started, 1),
+            "loadavg_1m_before": round(load, 2),
+            "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        }
+    return results
+
+
+def figures(results: dict[str, Any], quick: bool) -> list[Figure]:
+    """Every figure with its target; --quick adds the floors (module docstring)."""
+    out: list[Figure] = []
+
+    def add(figure: Figure, limit: Floor | None = None) -> None:
+        if quick and limit is not None:
+            figure.floor, check = limit
+            figure.above_floor = check(figure.value) is not False  # a missing figure fails its own benchmark
+        out.append(figure)
+
+    t = results["throughput"]["summary"]
+    same_run = f"same run: ceiling {t['ceiling_jobs_per_s']}/s, django-q2 {t.get('djq_jobs_per_s')}/s"
+    ratio = t["ours_over_ceiling"]
+    add(
+        Figure(
+            "throughput, runworkers / raw-spawn ceiling",
+            ratio,
+            "",
+            ">= 0.7",
+            at_least(ratio, 0.7),
+            note=f"ours {t['ours_jobs_per_s']}/s, start-up included; {same_run}",
+        )
+    )
+    steady = t["ours_steady_over_ceiling"]
+    add(
+        Figure(
+            "throughput, steady state (start-up excluded) / ceiling",
+            steady,
+            "",
+            ">= 0.7",
+            at_least(steady, 0.7),
+            note=f"ours steady {t['ours_steady_jobs_per_s']}/s",
+        ),
+        floor(">=", "ours_steady_over_ceiling"),
+    )
+    djq = t.get("ours_over_djq")
+    add(
+        Figure("throughput, runworkers / django-q2", djq, "x", ">= 3", at_least(djq, 3.0), note=same_run),
+        floor(">=", "ours_over_djq"),
+    )
+    add(
+        Figure(
+            "daemon CPU per job (start-up included)",
+            t["ours_daemon_cpu_ms_per_job"],
+            "ms",
+            "- (diagnostic)",
+            None,
+            note=f"start-up {t['ours_startup_seconds']} s",
+        )
+    )
+
+    lat = results["latency"]["commit_to_plugin_start_ms"]
+    add(Figure("latency, enqueue commit -> plugin start, p50", lat["p50"], "ms", "<= 10", at_most(lat["p50"], 10)))
+    add(
+        Figure("latency, enqueue commit -> plugin start, p99", lat["p99"], "ms", "<= 50", at_most(lat["p99"], 50)),
+        floor("<=", "latency_p99_ms"),
+    )
+
+    if "idle" in results:
+        idle = results["idle"]
+        add(
+            Figure(
+                "idle runworkers alone (bench_idle), CPU",
+                idle["cpu_percent_of_one_core"],
+                "% of a core",
+                "<= 1",
+                at_most(idle["cpu_percent_of_one_core"], 1),
+            )
+        )
+        add(
+            Figure(
+                "idle runworkers alone (bench_idle), RSS", idle["rss_mb"], "MB", "<= 100", at_most(idle["rss_mb"], 100)
+            )
+        )
+    tree = results["system_idle"]["idle"]
+    workers_cpu = tree["cpu_percent_by_process"].get("runworkers")
+    per_process = ", ".join(f"{k} {v}%" for k, v in tree["cpu_percent_by_process"].items())
+    add(
+        Figure(
+            "idle `system start` tree, CPU (sum)",
+            tree["cpu_percent_of_one_core"],
+            "% of a core",
+            "<= 2",
+            at_most(tree["cpu_percent_of_one_core"], 2),
+            note=f"{tree['processes']} processes: {per_process}",
+        ),
+        floor("<=", "idle_tree_cpu_percent"),
+    )
+    add(
+        Figure(
+            "idle `system start` tree, runworkers' CPU", workers_cpu, "% of a core", "<= 1", at_most(workers_cpu, 1)
+        ),
+        floor("<=", "idle_runworkers_cpu_percent"),
+    )
+    rss_by = ", ".join(f"{k} {v}" for k, v in tree["rss_mb_by_process"].items())
+    add(
+        Figure(
+            "idle `system start` tree, RSS (sum)",
+            tree["rss_mb"],
+            "MB",
+            "<= 300",
+            at_most(tree["rss_mb"], 300),
+            note=f"PSS {tree['pss_mb']} MB; by role: {rss_by}",
+        ),
+        floor("<=", "idle_tree_rss_mb"),
+    )
+    for view in ("dashboard", "pipelines", "watch_api"):
+        if view in results["system_idle"]:
+            w = results["system_idle"][view]
+            add(
+                Figure(
+                    f"live view open ({view}), `system start` tree CPU",
+                    w["cpu_percent_of_one_core"],
+                    "% of a core",
+                    "<= 1 (issue 14)",
+                    at_most(w["cpu_percent_of_one_core"], 1),
+                )
+            )
+
+    if "queue_ops" in results:
+        ops = results["queue_ops"]
+        add(
+            Figure(
+                "ledger CPU per job, uncontended (queue_ops)",
+                ops["worker_ledger_cpu_us_per_job"],
+                "µs",
+                "- (diagnostic)",
+                None,
+                note=f"claim_next {ops['claim_next_us']['cpu']}, record_outcome {ops['record_outcome_us']['cpu']},"
+                f" pre-check {ops['precheck_exists_us']['cpu']}, state {ops['plugin_state_current_us']['cpu']}",
+            )
+        )
+
+    p = results["pipeline"]["summary"]
+    hops = p["hop_overhead_ms"]
+    worst_hop = max(hops[h]["p50"]["median"] for h in hops)
+    add(
+        Figure(
+            "pipeline, gateway overhead per hop p50 (worst hop)",
+            worst_hop,
+            "ms",
+            "<= 2",
+            at_most(worst_hop, 2),
+            note=", ".join(f"{h}: p50 {hops[h]['p50']['median']} p99 {hops[h]['p99']['median']}" for h in hops),
+        )
+    )
+    tree_p50, tree_p99 = p["overhead_p50_ms"]["median"], p["overhead_p99_ms"]["median"]
+    add(
+        Figure("pipeline, 3-step tree overhead p50", tree_p50, "ms", "<= 6", at_most(tree_p50, 6)),
+        floor("<=", "pipeline_tree_p50_ms"),
+    )
+    add(
+        Figure(
+            "pipeline, 3-step tree overhead p99",
+            tree_p99,
+            "ms",
+            "<= 10",
+            at_most(tree_p99, 10),
+            note=f"synchronous caller p50 {p['caller_p50_ms']['median']} ms",
+        )
+    )
+
+    if "scheduler" in results:
+        run = results["scheduler"]["runs"][0]
+        ticks = run["ticks"]["idle_tick_ms"]["wall"]
+        add(Figure("scheduler, 1,000 entries, idle tick p99", ticks["p99"], "ms", "<= 20", at_most(ticks["p99"], 20)))
+        for fire in run["fire"]:
+            value = fire["created_minus_due_ms"]["p99"]
+            add(
+                Figure(
+                    f"scheduler fire ({fire['scenario']}), created_at - due p99",
+                    value,
+                    "ms",
+                    "<= 1000",
+                    at_most(value, 1000),
+                )
+            )
+
+    for r in results["api"]["runs"]:
+        add_api(add, r, same_run)
+
+    if "console" in results:
+        c = results["console"]
+        worst = max(c["pages"].items(), key=lambda item: item[1]["p95_ms"])
+        add(
+            Figure(
+                f"audit console, {c['jobs']:,} jobs, slowest page p95",
+                worst[1]["p95_ms"],
+                "ms",
+                "<= 300",
+                bool(c["met"]),
+                note=f"{worst[0]}; list p95 {c['pages']['list']['p95_ms']} ms",
+            )
+        )
+    return out
+
+
+def add_api(add: Callable[..., None], r: dict[str, Any], same_run: str) -> None:
+    variant, rate = r["variant"], r["fixed_rate"]
+    p99_target = {"queued": 25, "workers": 25, "drain": 100}[variant]
+    label = {
+        "queued": "API alone",
+        "workers": "API with runworkers running its jobs",
+        "drain": "API while runworkers drains a backlog",
+    }[variant]
+    served, offered = rate["requests_per_s"], rate["rate"]
+    statuses = ", ".join(f"{k}: {v}" for k, v in sorted(rate["statuses"].items()))
+    errors = sum(rate["errors"].values()) + sum(n for k, n in rate["statuses"].items() if not k.startswith("2"))
+    check = r["queue_check"]
+    drained = r.get("workers", {})
+    note = (
+        f"p50 {rate['latency_ms']['p50']} ms, served {served}/{offered} per s, errors {errors} ({statuses}),"
+        f" job ids missing from the ledger {check['job_ids_missing']}"
+        + (f", workers finished {drained['succeeded_by_end']}" if drained else "")
+        + (f" (backlog left {drained['backlog_left']})" if "backlog_left" in drained else "")
+        + f"; {same_run}"
+    )
+    add(
+        Figure(
+            f"{label}, {offered:g} requests/s offered: p99",
+            rate["latency_ms"]["p99"],
+            "ms",
+            f"<= {p99_target}, all served, zero errors, every job in the ledger",
+            bool(r["target_met"]),
+            note=note,
+        ),
+        floor("<=", "api_p99_ms"),
+    )
+    wrong = errors + check["job_ids_missing"]
+    add(
+        Figure(f"{label}: correctness", float(wrong), "errors + lost job ids", "0", wrong == 0),
+        # Never noise: a lost job id or a non-2xx answer is a defect, whatever the load.
+        ("0 lost ids, 0 non-2xx, < 1 % socket errors", lambda v: api_correct(r)),
+    )
+    if r.get("saturation"):
+        sat = r["saturation"]
+        add(
+            Figure(
+                f"{label}: saturation (wrk, closed loop)",
+                sat["requests_per_s"],
+                "requests/s",
+                ">= 500" if variant != "drain" else "-",
+                at_least(sat["requests_per_s"], 500) if variant != "drain" else None,
+                note=f"p99 {sat['latency_ms']['p99']} ms",
+            )
+        )
+
+
+def api_correct(r: dict[str, Any]) -> bool:
+    rate = r["fixed_rate"]
+    non_2xx = sum(n for k, n in rate["statuses"].items() if not k.startswith("2"))
+    socket_errors = sum(rate["errors"].values())
+    attempted = rate["requests"] + socket_errors
+    return r["queue_check"]["job_ids_missing"] == 0 and non_2xx == 0 and socket_errors <= 0.01 * attempted
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir")
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="the CI smoke: under 3 minutes, floors gate")
     args = parser.parse_args()
     out = Path(args.out_dir or tempfile.mkdtemp(prefix="ductile-bench-results-"))
     out.mkdir(parents=True, exist_ok=True)
-    plan = {
-        "throughput": ["bench_throughput.py", "--repeat", "1" if args.quick else "3"],
-        "latency": ["bench_latency.py"],
-        "idle": ["bench_idle.py", *(["--window", "10"] if args.quick else [])],
-        "queue_ops": ["bench_queue_ops.py"],
-        "pipeline": ["bench_pipeline.py", "--runs", "1", *(["--trees", "50", "--cli-runs", "3"] if args.quick else [])],
-        "scheduler": [
-            "bench_scheduler.py",
-            "--runs",
-            "1",
-            *(["--window", "30", "--history", "2000"] if args.quick else []),
-        ],
-        "api": ["bench_api.py", "--runs", "1", *(["--duration", "10"] if args.quick else [])],
-        "console": ["bench_console.py", *(["--jobs", "200000", "--requests", "10"] if args.quick else [])],
+    started, started_wall = time.monotonic(), dt.datetime.now(dt.UTC)
+    where = {**provenance(), "machine": machine()}
+    results = run_plan(QUICK if args.quick else FULL, out)
+    found = figures(results, args.quick)
+    where.update(
+        {
+            "date_utc_start": started_wall.strftime("%Y-%m-%d %H:%M:%SZ"),
+            "date_utc_end": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ"),
+            "seconds": round(time.monotonic() - started, 1),
+            "loadavg_1m_end": round(os.getloadavg()[0], 2),
+            "mode": "quick" if args.quick else "full",
+        }
+    )
+    regressions = [f.name for f in found if f.above_floor is False]
+    summary = {
+        "provenance": where,
+        "figures": [f.__dict__ for f in found],
+        "targets_met": sum(1 for f in found if f.met),
+        "targets_missed": [f.name for f in found if f.met is False],
+        "gross_regressions": regressions,
+        "per_benchmark": {name: r["_run"] for name, r in results.items()},
     }
-    results = {}
-    for name, cmd in plan.items():
-        print(f"== {name}: {' '.join(cmd)}", flush=True)
-        subprocess.run(
-            [sys.executable, str(BENCH / cmd[0]), *cmd[1:], "--out", str(out / f"{name}.json")],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        results[name] = json.loads((out / f"{name}.json").read_text())
-    t, lat, idle, ops, pipe, sched, api, console = (results[k] for k in plan)
-    worst = max(console["pages"].items(), key=lambda item: item[1]["p95_ms"])
-    ticks = sched["runs"][0]["ticks"]
-    fires = {f["scenario"]: f for f in sched["runs"][0]["fire"]}
-    pipe_ms = pipe["runs"][0]["ms"]
-    s = t["summary"]
-    lines = [
-        f"machine: {t['machine']}",
-        f"throughput (jobs/s, median): ours {s['ours_jobs_per_s']} (steady {s['ours_steady_jobs_per_s']}),"
-        f" ceiling {s['ceiling_jobs_per_s']}, django-q2 {s.get('djq_jobs_per_s')}"
-        f" -> ours/ceiling {s['ours_over_ceiling']} (target >= 0.5),"
-        f" ours/django-q2 {s.get('ours_over_djq')} (target ~4)",
-        f"daemon CPU per job: {s['ours_daemon_cpu_ms_per_job']} ms",
-        f"latency commit->plugin start: p50 {lat['commit_to_plugin_start_ms']['p50']} ms (target <= 10),"
-        f" p99 {lat['commit_to_plugin_start_ms']['p99']} ms (target <= 50)",
-        f"idle: {idle['cpu_percent_of_one_core']}% of one core (target <= 1), RSS {idle['rss_mb']} MB (target <= 100)",
-        f"ledger CPU per job (queue_ops): {ops['worker_ledger_cpu_us_per_job']} us"
-        f" (claim_next {ops['claim_next_us']['cpu']}, record_outcome {ops['record_outcome_us']['cpu']},"
-        f" pre-check {ops['precheck_exists_us']['cpu']}, state {ops['plugin_state_current_us']['cpu']})",
-        f"pipeline, 3 steps, gateway overhead: p50 {pipe_ms['overhead']['p50']} ms (target <= 30),"
-        f" p99 {pipe_ms['overhead']['p99']} ms; synchronous caller p50 {pipe_ms['caller']['p50']} ms"
-        f" (TreeWaiter exit {pipe_ms['caller.waiter_exit']['p50']} ms)",
-        f"scheduler, 1,000 entries: idle tick p50 {ticks['idle_tick_ms']['wall']['p50']} ms,"
-        f" p99 {ticks['idle_tick_ms']['wall']['p99']} ms (target <= 20);"
-        f" per fired entry p50 {ticks['due_tick_ms'][2]['per_fired_entry_wall']['p50']} ms (k = 100)",
-        *(
-            f"scheduler fire time ({name}): commit - due p99 {f['commit_minus_due_ms']['p99']} ms,"
-            f" created_at - due p99 {f['created_minus_due_ms']['p99']} ms (target <= 1000)"
-            for name, f in fires.items()
-        ),
-        *(
-            f"API ({r['variant']}): {r['fixed_rate']['requests_per_s']} requests/s at p99"
-            f" {r['fixed_rate']['latency_ms']['p99']} ms (target >= 500 at <= 25), saturation"
-            f" {r['saturation']['requests_per_s']} requests/s;"
-            f" queue check {'ok' if r['queue_check']['ok'] else 'FAILED'}"
-            for r in api["runs"]
-        ),
-        f"audit console, {console['jobs']:,} jobs: list p95 {console['pages']['list']['p95_ms']} ms,"
-        f" job page p95 {console['pages']['job page: pipeline step']['p95_ms']} ms,"
-        f" slowest page {worst[0]} p95 {worst[1]['p95_ms']} ms"
-        f" (target <= 300: {'met' if console['met'] else 'MISSED'})",
-        f"results: {out}",
-    ]
-    print("\n".join(lines))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    m = where["machine"]
+    print(
+        f"commit {where['commit']}{' (dirty)' if where['dirty'] else ''}, {where['mode']} run,"
+        f" {where['date_utc_start']} .. {where['date_utc_end']} ({where['seconds']} s)\n"
+        f"machine: {m['cores']} cores, {m['cpu_model']}, {m['ram_gib']} GiB, Python {m['python']},"
+        f" SQLite {m['sqlite']}; load (1 min) {m['loadavg_1m_at_start']} at start, {where['loadavg_1m_end']} at end"
+    )
+    print("\n".join(f.line() for f in found))
+    print(f"targets: {summary['targets_met']} met, {len(summary['targets_missed'])} missed; results: {out}")
+    if regressions:
+        print("GROSS REGRESSION (a floor was crossed): " + "; ".join(regressions))
+        sys.exit(1)
 
 
 if __name__ == "__main__":
