@@ -141,7 +141,7 @@ class _Writer:
     starts a transaction go into that one transaction, each in a savepoint of its own (one call's
     error is that call's alone), and every caller is answered after the commit. Why: with many
     request threads, each holding the gate through its own BEGIN...COMMIT while it waits for the
-    GIL, writers queued behind one another for up to 140 ms (tests/bench/PROFILE.md, "API while
+    GIL, writers queued behind one another for up to 140 ms (docs/hot-path-profile.md, "API while
     workers drain"); one writer holds the gate once for all of them."""
 
     def __init__(self) -> None:

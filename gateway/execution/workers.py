@@ -3,6 +3,7 @@ recovers lost jobs and reloads config. Spec 000 §3.5, §11.2, §11.3; ARCHITECT
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -85,6 +86,11 @@ class WorkerDaemon:
             self._install_signal_handlers()
         self._recover()
         schedule_inits(runtime)
+        # What start-up built lives as long as the daemon: out of the collector's walk, so a full
+        # collection under load does not hold the GIL through Django's objects (as in the API's
+        # workers, ductile_site/gunicorn.py).
+        gc.collect()
+        gc.freeze()
         listener = WakeListener(self.wake)
         listener.start()
         wakeups.add_listener(self.wake)
@@ -95,7 +101,7 @@ class WorkerDaemon:
             describe_database(),
             extra={"worker": self.worker_id},
         )
-        pool = [threading.Thread(target=self._work, name=f"ductile-worker-{n}") for n in range(self.threads)]
+        pool = [threading.Thread(target=self.work, name=f"ductile-worker-{n}") for n in range(self.threads)]
         for thread in pool:
             thread.start()
         try:
@@ -171,7 +177,10 @@ class WorkerDaemon:
 
     # -- workers -------------------------------------------------------------------------
 
-    def _work(self) -> None:
+    def work(self) -> None:
+        """One pool thread's loop: claim, run, record (and claim the next with it), until stopped,
+        `max_jobs`, or, with `once`, an idle queue. Public so a test can drive one thread of the
+        daemon without its start-up duties (tests/support: run_until_idle)."""
         idle = True
         job: Job | None = None
         try:

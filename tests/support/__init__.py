@@ -260,7 +260,7 @@ def run_until_idle(holder: RuntimeHolder, *, limit: int = 50, plugins: Collectio
     daemon = WorkerDaemon(holder, threads=1, plugins=plugins, once=True, max_jobs=limit, install_signals=False)
     # Its own thread, as in the daemon: the worker loop closes its database connections when it
     # ends, which must not be the test's own.
-    worker = threading.Thread(target=daemon._work, name="ductile-test-worker")
+    worker = threading.Thread(target=daemon.work, name="ductile-test-worker")
     worker.start()
     worker.join()
     if daemon.claimed >= limit:
