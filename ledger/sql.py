@@ -215,6 +215,21 @@ def fetch_value(text: str, params: Iterable[Any]) -> Any:
 # lock (BEGIN IMMEDIATE) already does.
 CLAIM_LOCK = "SELECT pg_advisory_xact_lock(7242031)"
 
+
+@cache
+def any_due(plugin_count: int, vendor: str) -> str:
+    """Whether a queued job of the `plugin_count` plugins is due (parameters: the plugins, then
+    now): the read-only look an idle worker takes before it would take the write lock. One probe
+    of the queued-jobs partial index; the ORM's `.exists()` cost ten times its CPU, paid by every
+    idle thread at every wake-up (docs/hot-path-profile.md, 1.2a)."""
+    placeholders = ", ".join(["%s"] * plugin_count)
+    return native(
+        f"SELECT 1 FROM job_queue WHERE status = 'queued' AND plugin IN ({placeholders})"
+        " AND (next_retry_at IS NULL OR next_retry_at <= %s) LIMIT 1",
+        vendor,
+    )
+
+
 RUNNING_COUNTS = "SELECT plugin, COUNT(*) FROM job_queue WHERE status = 'running' GROUP BY plugin"
 
 
@@ -266,6 +281,10 @@ def schedule_take(entry_count: int, vendor: str) -> str:
 
 # Each fired entry's newest job. Parameters: job id, updated_at, entry id.
 SCHEDULE_FIRED = "UPDATE schedule_entries SET last_job_id = %s, updated_at = %s WHERE id = %s"
+
+# A job's pipeline step and baggage, read before each run of a pipeline hop (the ORM's
+# `.filter().first()` cost ~200 µs of CPU per hop).
+CONTEXT_HOP = "SELECT pipeline_name, step_id, accumulated_json FROM event_context WHERE id = %s"
 
 # The compatibility view of a plugin's facts sent as a request's `state`, read once per job.
 PLUGIN_STATE = "SELECT state FROM plugin_state WHERE plugin_name = %s"

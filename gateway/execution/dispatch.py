@@ -163,12 +163,11 @@ class Executor:
 
     def _position(self, job: Job) -> Position:
         """The job's pipeline step, depth and baggage, from its event_context row."""
-        if not job.event_context_id:
+        hop = EventContext.hop(job.event_context_id) if job.event_context_id else None
+        if hop is None:
             return Position(depth=job.route_depth)
-        row = EventContext.objects.filter(pk=job.event_context_id).first()
-        if row is None:
-            return Position(depth=job.route_depth)
-        return Position(row.pipeline_name, row.step_id, job.route_depth, row.accumulated_json or {})
+        pipeline, step, baggage = hop
+        return Position(pipeline, step, job.route_depth, baggage)
 
     def _node(self, runtime: Runtime, position: Position) -> Node | None:
         pipeline = runtime.pipelines.pipelines.get(position.pipeline or "")

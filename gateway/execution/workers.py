@@ -249,7 +249,7 @@ class WorkerDaemon:
         # write lock; while work flows the claim itself is the look.
         if precheck:
             close_old_connections()  # drops a connection broken by a database restart
-            if not Job.objects.due(now).filter(plugin__in=list(caps)).exists():
+            if not Job.objects.any_due(list(caps), now):
                 return None
         with self._count_lock:
             if self.max_jobs is not None and self.claimed >= self.max_jobs:

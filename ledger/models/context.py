@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,19 @@ class EventContext(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pipeline_name or '-'}:{self.step_id or '-'} {self.id}"
+
+    @classmethod
+    def hop(cls, context_id: str) -> tuple[str | None, str | None, dict[str, Any]] | None:
+        """The pipeline, step and baggage of one context row (ledger.sql.CONTEXT_HOP)."""
+        cursor = sql.execute(sql.native(sql.CONTEXT_HOP, sql.current().vendor), [context_id])
+        try:
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        if row is None:
+            return None
+        baggage = json.loads(row[2]) if isinstance(row[2], str | bytes) else row[2]
+        return row[0], row[1], baggage or {}
 
     @classmethod
     def record(

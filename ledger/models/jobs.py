@@ -182,6 +182,17 @@ class JobQuerySet(PrunableQuerySet["Job"]):
     def due(self, now: datetime) -> JobQuerySet:
         return self.queued().filter(Q(next_retry_at__isnull=True) | Q(next_retry_at__lte=now))
 
+    def any_due(self, plugins: Collection[str], now: datetime) -> bool:
+        """`due(now).filter(plugin__in=plugins).exists()`, as one hand-written probe (ledger.sql.any_due)."""
+        if not plugins:
+            return False
+        text = sql.any_due(len(plugins), sql.current().vendor)
+        cursor = sql.execute(text, [*plugins, sql.prep(Job, "next_retry_at", now)])
+        try:
+            return cursor.fetchone() is not None
+        finally:
+            cursor.close()
+
     def expired(self, before: datetime) -> JobQuerySet:
         """Finished before `before` (now minus `job_queue_retention`): no longer needed for dedupe
         windows or same-key exclusion. Never a queued or running job."""

@@ -181,3 +181,26 @@ def test_distinct_values_lists_each_value_once_smallest_first_up_to_the_limit():
     text = sql.distinct_values(Job._meta.db_table, "plugin")
     assert rows(text, [10]) == [("alpha",), ("echo",), ("stress",)]
     assert rows(text, [2]) == [("alpha",), ("echo",)]
+
+
+def test_any_due_sees_a_due_queued_job_of_the_plugins_only() -> None:
+    now = timezone.now()
+    assert not Job.objects.any_due(["echo"], now)
+    later = enqueue()
+    Job.objects.filter(pk=later).update(next_retry_at=now + timedelta(hours=1))
+    enqueue(plugin="stress")
+    assert not Job.objects.any_due(["echo"], now)  # not due yet; stress is not asked about
+    assert Job.objects.any_due(["echo", "stress"], now)
+    assert Job.objects.any_due(["echo"], now + timedelta(hours=2))
+    run_claim(["stress"])
+    assert not Job.objects.any_due(["stress"], now)  # running, not queued
+
+
+def test_context_hop_reads_a_steps_pipeline_and_baggage() -> None:
+    from ledger.models import EventContext
+
+    context_id = EventContext.record(
+        parent_id=None, pipeline="nightly", step="crunch", accumulated={"n": 1, "s": "é"}, now=timezone.now()
+    )
+    assert EventContext.hop(context_id) == ("nightly", "crunch", {"n": 1, "s": "é"})
+    assert EventContext.hop("absent") is None
