@@ -82,7 +82,9 @@ QUICK: dict[str, list[str]] = {
 FLOORS = {
     # On the steady rate: --quick's 1,000 jobs make the daemon's start-up (1-1.6 s at load 5) a
     # large, load-dependent share of the rate that includes it.
-    "ours_steady_over_ceiling": 0.2,  # 0.6 x the 0.32 the issue measured
+    # Raised with issue 16's fixes (steady 0.52 at load 1, 0.35 at load 5): a fall like the issue's
+    # 40 % crosses it on a quiet machine; a busy one alone does not.
+    "ours_steady_over_ceiling": 0.3,
     # Not 0.6 x today's: django-q2's processes gain more from a quiet machine than one GIL-bound
     # daemon does, so this ratio swung 1.6-2.9 between runs; slower than django-q2 is the gross case.
     "ours_over_djq": 1.0,
@@ -90,8 +92,8 @@ FLOORS = {
     "idle_tree_cpu_percent": 10.0,
     "idle_runworkers_cpu_percent": 5.0,
     "idle_tree_rss_mb": 1500.0,
-    "pipeline_tree_p50_ms": 30.0,  # the pipelines issue's own target
-    "api_p99_ms": 1500.0,
+    "pipeline_tree_p50_ms": 20.0,  # ~4 x the 5.5 ms of issue 16's fixes; the pipelines issue had 30
+    "api_p99_ms": 500.0,  # alone 9 ms, draining 12 ms at load 1; 229 ms was the profile's worst at load 5
 }
 
 
