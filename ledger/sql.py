@@ -10,6 +10,7 @@ send. Statement text and per-field adapters are built once per model and backend
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -196,13 +197,25 @@ def from_row(model: type[models.Model], row: Sequence[Any]) -> Any:
     return model.from_db(conn.alias, p.attnames, values)
 
 
-def fetch_value(text: str, params: Iterable[Any]) -> Any:
+def fetch_row(text: str, params: Iterable[Any]) -> tuple[Any, ...] | None:
+    """The first row of a statement, or None; the cursor closed either way (an open statement
+    would keep SQLite's read transaction, and with it the WAL, from moving on)."""
     cursor = execute(native(text, current().vendor), list(params))
     try:
         row = cursor.fetchone()
     finally:
         cursor.close()
+    return None if row is None else tuple(row)
+
+
+def fetch_value(text: str, params: Iterable[Any]) -> Any:
+    row = fetch_row(text, params)
     return row[0] if row else None
+
+
+def json_value(value: Any) -> Any:
+    """A JSON column read by hand: SQLite (and psycopg for Django's JSONField) hand back its text."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 # -- the statements ------------------------------------------------------------------------------

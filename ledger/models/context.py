@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -36,15 +35,10 @@ class EventContext(models.Model):
     @classmethod
     def hop(cls, context_id: str) -> tuple[str | None, str | None, dict[str, Any]] | None:
         """The pipeline, step and baggage of one context row (ledger.sql.CONTEXT_HOP)."""
-        cursor = sql.execute(sql.native(sql.CONTEXT_HOP, sql.current().vendor), [context_id])
-        try:
-            row = cursor.fetchone()
-        finally:
-            cursor.close()
+        row = sql.fetch_row(sql.CONTEXT_HOP, [context_id])
         if row is None:
             return None
-        baggage = json.loads(row[2]) if isinstance(row[2], str | bytes) else row[2]
-        return row[0], row[1], baggage or {}
+        return row[0], row[1], sql.json_value(row[2]) or {}
 
     @classmethod
     def record(

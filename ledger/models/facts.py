@@ -6,7 +6,6 @@ Spec 000 §5.9 and "Plugin Facts".
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -75,9 +74,7 @@ class PluginState(models.Model):
     @classmethod
     def current(cls, plugin_name: str) -> dict[str, Any]:
         """The compatibility view sent as the request's `state`; read once per job, so by hand."""
-        value = sql.fetch_value(sql.PLUGIN_STATE, [plugin_name])
-        if isinstance(value, str | bytes):
-            value = json.loads(value)
+        value = sql.json_value(sql.fetch_value(sql.PLUGIN_STATE, [plugin_name]))
         return value if isinstance(value, dict) else {}
 
 

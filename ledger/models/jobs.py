@@ -187,11 +187,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         if not plugins:
             return False
         text = sql.any_due(len(plugins), sql.current().vendor)
-        cursor = sql.execute(text, [*plugins, sql.prep(Job, "next_retry_at", now)])
-        try:
-            return cursor.fetchone() is not None
-        finally:
-            cursor.close()
+        return sql.fetch_row(text, [*plugins, sql.prep(Job, "next_retry_at", now)]) is not None
 
     def expired(self, before: datetime) -> JobQuerySet:
         """Finished before `before` (now minus `job_queue_retention`): no longer needed for dedupe
