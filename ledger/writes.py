@@ -153,7 +153,9 @@ class _Writer:
     def call(self, fn: Callable[[], T]) -> T:
         call = _Call(fn)
         self._calls.put(call)
-        call.done.wait()
+        while not call.done.wait(1.0):
+            if not self._thread.is_alive():  # never wait for ever on a writer that is gone
+                raise RuntimeError("the ledger's writer thread has stopped; the write was not made")
         if call.error is not None:
             raise call.error
         result: T = call.result
@@ -187,9 +189,9 @@ class _Writer:
                     try:
                         with transaction.atomic():
                             call.result = call.fn()
-                    except Exception as exc:
+                    except BaseException as exc:  # the caller's to handle, whatever it is
                         call.error = exc
-        except Exception as exc:  # the commit itself failed: nothing of any call was kept
+        except BaseException as exc:  # the commit itself failed: nothing of any call was kept
             for call in calls:
                 if call.error is None:
                     call.error, call.result = exc, None

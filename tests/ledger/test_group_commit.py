@@ -83,3 +83,22 @@ def test_one_callers_error_is_its_own(sharing: None) -> None:
     assert [str(e) for e in errors] == ["this call fails"]
     assert len(answers) == 2
     assert Job.objects.count() == 2  # the failed call's enqueue was rolled back with it
+
+
+class Abort(BaseException):
+    """Not an Exception (as KeyboardInterrupt and SystemExit are not)."""
+
+
+def test_a_call_that_raises_past_exception_reaches_its_caller_and_the_writer_carries_on(sharing: None) -> None:
+    def aborting() -> str:
+        enqueue()
+        raise Abort("stop")
+
+    with pytest.raises(Abort):
+        writes.shared(aborting)
+    assert Job.objects.count() == 0
+    answer: list[str] = []
+    worker = threading.Thread(target=lambda: answer.append(writes.shared(enqueue)))
+    worker.start()
+    worker.join(10)
+    assert len(answer) == 1 and Job.objects.filter(pk=answer[0]).exists()
