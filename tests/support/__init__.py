@@ -270,6 +270,19 @@ def run_until_idle(holder: RuntimeHolder, *, limit: int = 50, plugins: Collectio
     return daemon.claimed
 
 
+def jobs_by_step(pipeline: str, exclude: Collection[str] = ()) -> dict[str | None, Job]:
+    """The jobs of a pipeline's runs by step id (one run's, when the jobs of earlier runs are
+    `exclude`d)."""
+    from ledger.models import EventContext, Job
+
+    # Keyed as Job.event_context_id is typed (nullable); every job picked here has a context.
+    contexts: dict[str | None, str | None] = dict(
+        EventContext.objects.filter(pipeline_name=pipeline).values_list("id", "step_id")
+    )
+    jobs = Job.objects.filter(event_context_id__in=list(contexts)).exclude(pk__in=list(exclude))
+    return {contexts[job.event_context_id]: job for job in jobs}
+
+
 def run_job(holder: RuntimeHolder, plugin: str, command: str = "poll", payload: Any = None, **spec: Any) -> Job:
     """Enqueue one job (the plugin's retry budget unless `max_attempts` is given) and run it, and
     whatever it enqueues, until the queue is idle; the job as it stands afterwards."""

@@ -24,7 +24,6 @@ from gateway.operations.accounts import save_account
 from ledger.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
-    EventContext,
     Job,
     JobSpec,
     JobTransition,
@@ -34,7 +33,7 @@ from ledger.models.breakers import record_scheduled_outcome
 from ledger.roles import grant_actions, grant_views
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import load_runtime, run_until_idle
+from tests.support import jobs_by_step, load_runtime, run_until_idle
 from tests.support.console_setup import (
     CONFIG_SECRET,
     EVENT_SECRET,
@@ -76,12 +75,7 @@ def run_pipeline(holder, **payload):
     before = set(Job.objects.values_list("id", flat=True))
     publish_event(holder.get(), "audit.start", audit_payload(**payload), submitter=Submitter.API)
     run_until_idle(holder)
-    # Keyed as Job.event_context_id is typed (nullable); every job picked below has a context.
-    contexts: dict[str | None, str | None] = dict(
-        EventContext.objects.filter(pipeline_name="audit").values_list("id", "step_id")
-    )
-    jobs = Job.objects.filter(event_context_id__in=list(contexts)).exclude(pk__in=before)
-    return {contexts[j.event_context_id]: j for j in jobs}
+    return jobs_by_step("audit", exclude=before)
 
 
 def person(role, name):

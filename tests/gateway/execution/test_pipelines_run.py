@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from ledger.models import EventContext, Job, JobLog, JobSpec
+from ledger.models import Job, JobLog, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import load_runtime, run_until_idle
+from tests.support import jobs_by_step, load_runtime, run_until_idle
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -34,11 +34,7 @@ def request_of(job):
 
 
 def steps(pipeline):
-    # Keyed as Job.event_context_id is typed (nullable); every job picked below has a context.
-    contexts: dict[str | None, str | None] = dict(
-        EventContext.objects.filter(pipeline_name=pipeline).values_list("id", "step_id")
-    )
-    return {contexts[j.event_context_id]: j for j in Job.objects.filter(event_context_id__in=list(contexts))}
+    return jobs_by_step(pipeline)
 
 
 def test_three_step_chain_with_baggage_and_with(config_dir):
