@@ -179,11 +179,9 @@ class JobQuerySet(PrunableQuerySet["Job"]):
     def for_target(self, plugin: str, command: str) -> JobQuerySet:
         return self.filter(plugin=plugin, command=command)
 
-    def due(self, now: datetime) -> JobQuerySet:
-        return self.queued().filter(Q(next_retry_at__isnull=True) | Q(next_retry_at__lte=now))
-
     def any_due(self, plugins: Collection[str], now: datetime) -> bool:
-        """`due(now).filter(plugin__in=plugins).exists()`, as one hand-written probe (ledger.sql.any_due)."""
+        """Whether a queued job of `plugins` is due at `now` (its retry time passed, or none): one
+        hand-written probe (ledger.sql.any_due)."""
         if not plugins:
             return False
         text = sql.any_due(len(plugins), sql.current().vendor)
