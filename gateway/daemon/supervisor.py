@@ -2,6 +2,12 @@
 `runworkers`, `runscheduler` and the housekeeping cluster (django-q2's `qcluster`), as one
 supervised process tree (ARCHITECTURE "Processes").
 
+The housekeeping cluster runs on demand: five processes and about 350 MB that would otherwise sit
+idle between an hourly prune and a daily backup. The supervisor asks every few seconds whether
+housekeeping is due or queued (`Demand`); it starts the cluster when it is, and stops it (SIGTERM,
+which the cluster drains) once there has been none for a while. An idle stop is not a death: it
+neither restarts the cluster nor counts towards its flapping.
+
 SIGHUP is passed to every child that reloads (gunicorn re-forks its workers on the new config; the
 daemons reload); the housekeeping cluster has no reload of its own: the supervisor refreshes its
 schedules from the new config instead (`on_config`). SIGTERM/SIGINT go to every child (each
@@ -62,6 +68,17 @@ def running_pid(pid_file: Path) -> int | None:
     return pid if pid_alive(pid) else None
 
 
+@dataclass(frozen=True)
+class Demand:
+    """When an on-demand child runs. `wanted(running)` is asked every `every` seconds: True starts
+    the child; False for `linger` seconds in a row stops a running one. It may raise: the child
+    is then left as it is, and the failure logged."""
+
+    wanted: Callable[[bool], bool]
+    every: float = 5.0
+    linger: float = 30.0
+
+
 @dataclass
 class Child:
     name: str
@@ -69,11 +86,22 @@ class Child:
     env: Mapping[str, str]
     # Whether SIGHUP reloads it; django-q2's cluster would simply die of one.
     reloads: bool = True
+    demand: Demand | None = None
     process: subprocess.Popen[bytes] | None = None
     # Deaths in a row, each within STABLE_AFTER seconds of its start.
     failures: int = 0
     started_at: float = 0.0
     restart_at: float = 0.0
+    # On-demand children only: whether there is work for it, when it was last asked, since when it
+    # has had none, whether it was told to stop for that, and whether the last question failed.
+    needed: bool = True
+    asked_at: float = float("-inf")
+    idle_since: float | None = None
+    parked: bool = False
+    asking_fails: bool = False
+
+    def __post_init__(self) -> None:
+        self.needed = self.demand is None  # an on-demand child waits for its first answer
 
     def start(self) -> None:
         # Own session: a terminal's Ctrl+C reaches only the supervisor, which forwards it once; a
@@ -100,6 +128,47 @@ class Child:
             log.warning("%s exited with %s; restarting in %ds", self.name, code, delay)
         self.process, self.restart_at = None, now + delay
 
+    def exited(self, code: int, now: float) -> None:
+        if not self.parked:
+            self.died(code, now)
+            return
+        # Told to stop because it had nothing to do: it starts again when there is something.
+        log.info("%s stopped while idle (exit %s); it starts again when there is work for it", self.name, code)
+        self.process, self.parked, self.restart_at = None, False, now
+
+    def ask(self, now: float) -> None:
+        """Put the on-demand question; park a running child that has been idle for `linger`."""
+        assert self.demand is not None
+        self.asked_at = now
+        running = self.process is not None and self.process.poll() is None
+        try:
+            wanted = self.demand.wanted(running)
+        except Exception:
+            # Why leave it as it is: a database that cannot answer right now says nothing about
+            # whether a task is in flight. Logged once per spell of failures, not every few seconds.
+            if not self.asking_fails:
+                state = "running" if running else "stopped"
+                log.exception("could not tell whether %s has work; leaving it %s", self.name, state)
+            self.asking_fails = True
+            return
+        if self.asking_fails:
+            log.info("%s: asking for work succeeds again", self.name)
+        self.asking_fails = False
+        self.needed = wanted
+        if wanted:
+            if not running:
+                log.info("%s has work: starting it", self.name)
+            self.idle_since = None
+            return
+        if not running or self.parked:
+            return
+        if self.idle_since is None:
+            self.idle_since = now
+        elif now - self.idle_since >= self.demand.linger:
+            log.info("%s has had no work for %.0fs: stopping it until there is", self.name, now - self.idle_since)
+            self.parked, self.idle_since = True, None
+            self.signal(signal.SIGTERM)
+
     def signal(self, signum: int) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signum)
@@ -110,9 +179,14 @@ def gunicorn(app: str, bind: str) -> list[str]:
 
 
 def plan(
-    runtime: Runtime, config_dir: Path, *, workers: bool = True, scheduler: bool = True, housekeeping: bool = True
+    runtime: Runtime,
+    config_dir: Path,
+    *,
+    workers: bool = True,
+    scheduler: bool = True,
+    housekeeping: Demand | None = None,
 ) -> list[Child]:
-    """The children this config asks for."""
+    """The children this config asks for; the housekeeping cluster only with its `Demand`."""
     python = sys.executable
     manage = str(REPO / "manage.py")
     common = ["--config-dir", str(config_dir)]
@@ -127,8 +201,9 @@ def plan(
         children.append(Child("runworkers", [python, manage, "runworkers", *common], env))
     if scheduler:
         children.append(Child("runscheduler", [python, manage, "runscheduler", *common], env))
-    if housekeeping:
-        children.append(Child("housekeeping", [python, manage, "qcluster", *common], env, reloads=False))
+    if housekeeping is not None:
+        qcluster = [python, manage, "qcluster", *common]
+        children.append(Child("housekeeping", qcluster, env, reloads=False, demand=housekeeping))
     return children
 
 
@@ -157,7 +232,8 @@ class Supervisor:
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(signum, self._on_signal)
         for child in self.children:
-            child.start()
+            if child.demand is None:
+                child.start()  # the on-demand ones at their first answer, in _watch
         try:
             while True:
                 self._handle_signals()
@@ -183,6 +259,8 @@ class Supervisor:
                     if child.reloads:
                         child.signal(signal.SIGHUP)
                 self._configure(reloaded=True)
+                for child in self.children:
+                    child.asked_at = float("-inf")  # the new config may have made work due: ask now
             elif not self.stopping:
                 log.info("signal %d: draining every process (send again to force)", signum)
                 self.stopping = True
@@ -201,16 +279,18 @@ class Supervisor:
             log.exception("applying the %s config to the supervisor failed", "reloaded" if reloaded else "loaded")
 
     def _watch(self) -> None:
-        """Restart the children that died, each after its delay."""
+        """Restart the children that died, each after its delay; start and park the on-demand ones."""
         now = time.monotonic()
         for child in self.children:
+            if child.demand is not None and now - child.asked_at >= child.demand.every:
+                child.ask(now)
             if child.process is None:
-                if now >= child.restart_at:
+                if child.needed and now >= child.restart_at:
                     child.start()
                 continue
             code = child.process.poll()
             if code is not None:
-                child.died(code, now)
+                child.exited(code, now)
 
     def _stop_all(self, signum: int) -> None:
         for child in self.children:

@@ -2,7 +2,8 @@
 gateway's database): retention pruning every hour, and scheduled backups (`service.backup`).
 
 django-q2 keeps the schedules as rows; `system start` writes them from the config at start and
-after each SIGHUP (`refresh_schedules`), and supervises `manage.py qcluster`, which runs them.
+after each SIGHUP (`refresh_schedules`), and supervises `manage.py qcluster`, which runs them. The
+cluster runs only while there is housekeeping to do (`work_for_cluster`, asked by the supervisor).
 Each task takes everything it needs as arguments stored in its schedule row, so a reload reaches
 the cluster through the rows without restarting it. Plugin jobs never go through django-q2
 (docs/architecture.md, "Where django-q2 fits").
@@ -17,6 +18,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
+from django_q.brokers import get_broker
 from django_q.models import Schedule
 from django_q.scheduler import scheduler
 
@@ -37,6 +39,9 @@ PRUNE_EVERY_MINUTES = 60
 PRUNE_BATCH = 500
 # Between batches, so writers queued on SQLite's lock get it before the next batch does.
 BATCH_PAUSE = 0.005
+# Seconds without housekeeping before `system start` stops the cluster (`system start
+# --housekeeping-linger`): long enough that a burst of tasks is one start, short against an hour.
+CLUSTER_LINGER = 30.0
 BACKUP_NAME = "ductile-{stamp}.tar.gz"
 BACKUP_GLOB = "ductile-*.tar.gz"
 
@@ -178,3 +183,18 @@ def refresh_schedules(reloaded: bool) -> None:
         scheduler()
     finally:
         connection.close()  # the supervisor holds no connection between reloads
+
+
+def work_for_cluster(running: bool) -> bool:
+    """The supervisor's question every few seconds: is there housekeeping for the cluster? A
+    schedule due, or a task queued; while the cluster runs, also a task it has taken and not yet
+    finished, so it is never stopped under one (its SIGTERM drains what it holds anyway). A task
+    left taken by a cluster that was killed waits out its lock (`retry`) before it counts again."""
+    try:
+        due = Schedule.objects.exclude(repeats=0).filter(next_run__lte=timezone.now()).exists()
+        if due and not running:
+            scheduler()  # queue it now: a starting cluster's own first scheduler pass is 30 s away
+        broker = get_broker()
+        return due or broker.queue_size() > 0 or (running and broker.lock_size() > 0)
+    finally:
+        connection.close()  # the supervisor holds no connection between questions

@@ -10,7 +10,10 @@ so nothing runs: the gateway is idle. CPU is the utime + stime (plus that of rea
 every process of its tree, read from /proc/<pid>/stat before and after each --window seconds,
 after --settle seconds to settle. Windows, one after another on the same gateway:
 
-1. `idle`: nobody watching.
+1. `idle`: nobody watching. The housekeeping cluster starts with the gateway (the hourly prune is
+   due at once) and is stopped once it has had nothing to do for `--housekeeping-linger` (30 s);
+   the window begins after that, as an idle gateway spends all but about a minute of each hour
+   (`housekeeping_parked_after_s` says when it happened).
 2. `dashboard`: one headless Chromium (Debian's, as the browser tests use) logged in and showing
    /dashboard/, its stream open. The browser is not in the gateway's tree: only the gateway's
    cost is counted.
@@ -204,8 +207,12 @@ def run(window: float, settle: float, windows: list[str]) -> dict[str, Any]:
                 log.flush()
                 tail = (base / "gateway.log").read_text()[-3000:]
                 raise RuntimeError(f"system start did not serve /healthz (exit {gateway.returncode}):\n{tail}")
+            up = time.monotonic()
+            parked = b"housekeeping stopped while idle"
+            wait_until(lambda: parked in (base / "gateway.log").read_bytes(), 180, 0.5, "the idle cluster to stop")
+            parked_after = round(time.monotonic() - up, 1)
             time.sleep(settle)
-            results["idle"] = measure(gateway.pid, window)
+            results["idle"] = {**measure(gateway.pid, window), "housekeeping_parked_after_s": parked_after}
             if windows == ["idle"]:
                 return results
 

@@ -1,5 +1,6 @@
 """The housekeeping cluster (django-q2) under a real `system start`: pruning at start and a
-scheduled backup run when due, the cluster never dying."""
+scheduled backup run when due, the cluster never dying; between the two it is stopped, since it
+has nothing to do, and started again when the backup falls due."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,25 @@ from tests.support import REPO, cli_env, ledger, run_sql, wait_for
 
 @pytest.mark.postgres
 @pytest.mark.slow
+def qclusters(root: int) -> list[int]:
+    """The `qcluster` processes among `root`'s descendants."""
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            pending.append(child)
+            try:
+                if b"qcluster" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(child)
+            except OSError:
+                pass
+    return found
+
+
 def test_the_cluster_under_system_start_prunes_at_start_and_backs_up_when_due(process_db, tmp_path):
     cfg = process_db
     backups = tmp_path / "backups"
@@ -31,25 +53,31 @@ def test_the_cluster_under_system_start_prunes_at_start_and_backs_up_when_due(pr
         "UPDATE job_queue SET status = 'succeeded', completed_at = '2000-01-01 00:00:00+00:00' "
         f"WHERE id IN ('{old[0]}', '{old[1]}')",
     )
-    start = ["system", "start", "--no-workers", "--no-scheduler", "--config-dir", str(cfg.path)]
+    start = ["system", "start", "--no-workers", "--no-scheduler", "--housekeeping-linger", "2"]
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "manage.py"), *start],
+        [sys.executable, str(REPO / "manage.py"), *start, "--config-dir", str(cfg.path)],
         env=cli_env(cfg),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
     try:
         # The prune schedule is new, so it is due at once and queued before the cluster's first pass.
         wait_for(lambda: len(ledger(cfg)) == 1, timeout=60, interval=0.5, what="the cluster to prune old jobs")
         assert ledger(cfg)[0]["status"] == "queued"
-        # The backup is next due tomorrow; bring it forward, then SIGHUP: the supervisor refreshes
-        # the schedules and queues what is due, and the (not restarted) cluster runs it.
+        assert qclusters(proc.pid), "the cluster runs while there is housekeeping"
+        # Then nothing is due until tomorrow: after its linger the cluster is stopped, not restarted.
+        wait_for(lambda: not qclusters(proc.pid), timeout=60, interval=0.5, what="the idle cluster to stop")
+        assert any("housekeeping stopped while idle" in line for line in lines), "".join(lines)
+        # The backup is next due tomorrow; bring it forward. No signal: the supervisor notices it is
+        # due, queues it and starts the cluster, which runs it.
         run_sql(
             cfg, f"UPDATE django_q_schedule SET next_run = '2000-01-01 00:00:00+00:00' WHERE name = '{BACKUP_SCHEDULE}'"
         )
-        proc.send_signal(signal.SIGHUP)
         archives = wait_for(
             lambda: [p for p in backups.glob("ductile-2*.tar.gz") if p.name != "ductile-20000101T000000Z.tar.gz"],
             timeout=60,
@@ -68,9 +96,11 @@ def test_the_cluster_under_system_start_prunes_at_start_and_backs_up_when_due(pr
                 }
             )
         proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=90)
-        assert proc.returncode == 0, output
-        assert "housekeeping" in output and "exited" not in output  # the cluster never died
+        assert proc.wait(timeout=90) == 0, "".join(lines)
+        reader.join(timeout=10)
+        output = "".join(lines)
+        assert output.count("started housekeeping") == 2, output  # at start, then for the backup
+        assert "exited" not in output, output  # the cluster never died
     finally:
         if proc.poll() is None:
             proc.kill()

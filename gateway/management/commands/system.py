@@ -18,11 +18,11 @@ from gateway.cli.selfcheck import run_selfcheck
 from gateway.cli.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
 from gateway.config.errors import ConfigError
 from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
-from gateway.daemon.supervisor import Supervisor, pid_file_for, plan
+from gateway.daemon.supervisor import Demand, Supervisor, pid_file_for, plan
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPES
 from gateway.operations.doctor import ERROR, diagnose
-from gateway.operations.housekeeping import refresh_schedules
+from gateway.operations.housekeeping import CLUSTER_LINGER, refresh_schedules, work_for_cluster
 from gateway.reports import breaker_report, queue_status, schedule_report
 from gateway.storage.database import describe_database
 from ledger.models import CircuitBreaker, PluginInstanceRecord, ScheduleEntry
@@ -45,6 +45,14 @@ class Command(DuctileCommand):
         start.add_argument("--no-scheduler", action="store_true", help="do not start runscheduler")
         start.add_argument(
             "--no-housekeeping", action="store_true", help="do not start the housekeeping cluster (qcluster)"
+        )
+        start.add_argument(
+            "--housekeeping-linger",
+            type=float,
+            default=CLUSTER_LINGER,
+            metavar="SECONDS",
+            help="stop the housekeeping cluster after this long without housekeeping to do; it starts again "
+            f"when some is due (default {CLUSTER_LINGER:.0f})",
         )
         scheduler = actions.add_parser("scheduler", help="every schedule entry: next run, status and reason")
         self.add_json(scheduler)
@@ -195,7 +203,9 @@ class Command(DuctileCommand):
             self.stderr.write(f"warning: {warning}")
         for problem in runtime.tokens.problems:
             self.stderr.write(f"warning: {problem}")
-        housekeeping = not options["no_housekeeping"]
+        housekeeping = None
+        if not options["no_housekeeping"]:
+            housekeeping = Demand(work_for_cluster, linger=options["housekeeping_linger"])
         children = plan(
             runtime,
             runtime.config.config_dir,
