@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
-import selectors
+import select
 import signal
 import subprocess
 import time
@@ -118,13 +118,19 @@ def _lower_priority(pid: int) -> None:
 
 class _Exchange:
     """Feeds stdin and drains stdout/stderr without deadlock, enforcing the caps and the deadline,
-    and watches the plugin's exit (a pidfd in the same selector)."""
+    and watches the plugin's exit (a pidfd polled with the pipes). `select.poll` on bare fds rather
+    than `selectors`: this runs once per job, and the selector's bookkeeping (epoll_ctl per fd, a
+    key lookup per event) cost more CPU than the exchange itself."""
 
     def __init__(
         self, proc: subprocess.Popen[bytes], request: bytes, result: RunResult, *, deadline: float, grace: float
     ):
+        assert proc.stdin and proc.stdout and proc.stderr
         self.proc, self.result, self.deadline, self.grace = proc, result, deadline, grace
         self.request = memoryview(request)
+        self.stdin_fd, self.out_fd, self.err_fd = proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno()
+        self.feeding = False  # stdin is registered for POLLOUT
+        self.reading = {self.out_fd, self.err_fd}
         self.out = bytearray()
         self.err = bytearray()
         self.killed_at: float | None = None
@@ -136,25 +142,24 @@ class _Exchange:
 
     def run(self) -> None:
         proc = self.proc
-        assert proc.stdin and proc.stdout and proc.stderr
         try:
-            with selectors.DefaultSelector() as sel:
-                if self.request:
-                    os.set_blocking(proc.stdin.fileno(), False)
-                    sel.register(proc.stdin, selectors.EVENT_WRITE)
-                else:
-                    proc.stdin.close()
-                sel.register(proc.stdout, selectors.EVENT_READ)
-                sel.register(proc.stderr, selectors.EVENT_READ)
-                if self.pidfd is not None:
-                    sel.register(self.pidfd, selectors.EVENT_READ)
-                self._loop(sel)
+            poller = select.poll()
+            for fd in self.reading:
+                poller.register(fd, select.POLLIN)
+            if self.pidfd is not None:
+                poller.register(self.pidfd, select.POLLIN)
+            if self.request:
+                os.set_blocking(self.stdin_fd, False)
+                self._feed(poller)  # at once: a request that fits the pipe's buffer needs no wait
+            else:
+                self._close_stdin()
+            self._loop(poller)
         finally:
             if self.exited_at is None:
                 self._signal(signal.SIGKILL)  # an error above: nothing of the plugin may run on
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 try:
-                    pipe.close()
+                    pipe.close()  # type: ignore[union-attr]
                 except OSError:
                     pass
             if self.pidfd is not None:
@@ -163,26 +168,23 @@ class _Exchange:
         self.result.stdout = bytes(self.out)
         self.result.stderr = bytes(self.err)
 
-    def _loop(self, sel: selectors.BaseSelector) -> None:
-        proc = self.proc
-        pipes = {proc.stdout, proc.stderr}
+    def _loop(self, poller: select.poll) -> None:
         while True:
-            if self.exited_at is None and self.pidfd is None and _exited(proc.pid):
+            if self.exited_at is None and self.pidfd is None and _exited(self.proc.pid):
                 self._on_exit()
-            reading = any(key.fileobj in pipes for key in sel.get_map().values())
-            if self.exited_at is not None and not reading:
+            if self.exited_at is not None and not self.reading:
                 return
             wait = self._next_wait()
             if wait is None:
                 return
-            for key, _ in sel.select(wait):
-                if key.fileobj == self.pidfd:
-                    sel.unregister(key.fileobj)
+            for fd, _ in poller.poll(wait * 1000):
+                if fd == self.pidfd:
+                    poller.unregister(fd)
                     self._on_exit()
-                elif key.fileobj is proc.stdin:
-                    self._feed(sel)
-                else:
-                    self._drain(sel, key.fileobj)  # type: ignore[arg-type]
+                elif fd == self.stdin_fd and self.feeding:
+                    self._feed(poller)
+                elif fd in self.reading:
+                    self._drain(poller, fd)
 
     def _on_exit(self) -> None:
         """The plugin has exited (not yet reaped, so its pid still names its group): the answer is
@@ -214,20 +216,31 @@ class _Exchange:
         self._signal(signal.SIGKILL)
         return _EXIT_POLL
 
-    def _feed(self, sel: selectors.BaseSelector) -> None:
-        stdin = self.proc.stdin
-        assert stdin is not None
+    def _feed(self, poller: select.poll) -> None:
         try:
-            sent = os.write(stdin.fileno(), self.request[:_READ_CHUNK])
-        except (BrokenPipeError, OSError):
+            sent = os.write(self.stdin_fd, self.request[:_READ_CHUNK])
+        except BlockingIOError:
+            sent = 0  # the pipe is full: wait until the plugin reads
+        except OSError:
             sent = len(self.request)  # the plugin closed stdin early; its response still counts
         self.request = self.request[sent:]
-        if not self.request:
-            sel.unregister(stdin)
-            stdin.close()
+        if self.request:
+            if not self.feeding:
+                poller.register(self.stdin_fd, select.POLLOUT)
+                self.feeding = True
+            return
+        if self.feeding:
+            poller.unregister(self.stdin_fd)
+            self.feeding = False
+        self._close_stdin()
 
-    def _drain(self, sel: selectors.BaseSelector, pipe: object) -> None:
-        fd = pipe.fileno()  # type: ignore[attr-defined]
+    def _close_stdin(self) -> None:
+        try:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass  # the plugin closed its end first
+
+    def _drain(self, poller: select.poll, fd: int) -> None:
         try:
             chunk = os.read(fd, _READ_CHUNK)
         except OSError as exc:
@@ -235,9 +248,10 @@ class _Exchange:
                 return
             chunk = b""
         if not chunk:
-            sel.unregister(pipe)  # type: ignore[arg-type]
+            poller.unregister(fd)
+            self.reading.discard(fd)
             return
-        if pipe is self.proc.stdout:
+        if fd == self.out_fd:
             room = STDOUT_CAP - len(self.out)
             self.out += chunk[:room]
             if len(chunk) > room and not self.result.stdout_overflow:

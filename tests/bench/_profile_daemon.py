@@ -37,7 +37,7 @@ from ledger.models.jobs import JobQuerySet  # noqa: E402
 
 _sections.install_ledger()
 SECTIONS = [  # (owner, attribute, section): every call a worker makes per job
-    (workers.WorkerDaemon, "_work", "worker loop (claim look, counters, wake-ups)"),
+    (workers.WorkerDaemon, "work", "worker loop (claim look, counters, wake-ups)"),
     (workers.WorkerDaemon, "_main_loop", "main thread: loop, joins"),
     (workers.WorkerDaemon, "_beat", "main thread: heartbeat"),
     (workers.WorkerDaemon, "_recover", "main thread: recovery pass"),
