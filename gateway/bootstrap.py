@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
@@ -36,6 +37,25 @@ def ledger_refusal() -> str | None:
     with closing(sqlite3.connect(path)) as db:
         finding = integrity_finding(db, START_CHECK)
     return corrupted(f"sqlite:{path}", finding) if finding else None
+
+
+def leave_postgres_driver_unloaded() -> None:
+    """In a web process on the embedded SQLite ledger: DRF imports `django.contrib.postgres`
+    whenever psycopg can be imported (rest_framework/compat.py), and that loads the driver and
+    libpq, 10 MB in each API worker that never opens a PostgreSQL connection (docs/performance.md,
+    "Idle"). Marked absent, the import fails as it would without psycopg installed."""
+    if not os.environ.get("DATABASE_URL"):
+        sys.modules.setdefault("psycopg", None)  # type: ignore[arg-type]
+
+
+def start_check() -> None:
+    """gunicorn's start-up check, run by its master in a child process (ductile_site/gunicorn.py):
+    exit 1 with the finding on stderr when the ledger must not be served."""
+    prepare_process(config_dir=None)
+    refusal = ledger_refusal()
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
+        sys.exit(1)
 
 
 def prepare_process(config_dir: str | None) -> None:

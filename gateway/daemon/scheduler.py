@@ -240,6 +240,11 @@ class Scheduler:
         self.stopping.set()
         self._wake.set()
 
+    def reload_soon(self) -> None:
+        """SIGHUP: the config is read again before the next tick (a failed read keeps the old)."""
+        self._reload.set()
+        self._wake.set()
+
     def reload(self) -> bool:
         try:
             self.holder.reload()
@@ -408,8 +413,7 @@ class Scheduler:
             self.stop()
 
         def on_hup(signum: int, frame: FrameType | None) -> None:
-            self._reload.set()
-            self._wake.set()
+            self.reload_soon()
 
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)

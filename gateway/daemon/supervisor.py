@@ -1,6 +1,7 @@
 """`system start`: the API (gunicorn), the webhook listener (a second gunicorn on its own port),
-`runworkers`, `runscheduler` and the housekeeping cluster (django-q2's `qcluster`), as one
-supervised process tree (ARCHITECTURE "Processes").
+`runworkers`, the scheduler and the housekeeping cluster (django-q2's `qcluster`), as one
+supervised process tree (ARCHITECTURE "Processes"). The scheduler runs on a thread of this process
+(gateway.daemon.resident); the others are child processes.
 
 The housekeeping cluster runs on demand: five processes and about 350 MB that would otherwise sit
 idle between an hourly prune and a daily backup. The supervisor asks every few seconds whether
@@ -31,8 +32,10 @@ from pathlib import Path
 from types import FrameType
 
 from gateway.config.model import GatewayConfig
+from gateway.daemon.resident import Loop, Resident
+from gateway.daemon.scheduler import Scheduler
 from gateway.logs import logger
-from gateway.runtime import Runtime
+from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.database import ensure_schema
 from ledger.models.workers import pid_alive
 
@@ -87,7 +90,9 @@ class Child:
     # Whether SIGHUP reloads it; django-q2's cluster would simply die of one.
     reloads: bool = True
     demand: Demand | None = None
-    process: subprocess.Popen[bytes] | None = None
+    # A loop run on a thread of the supervisor instead of `argv` in a process (gateway.daemon.resident).
+    resident: Callable[[], Loop] | None = None
+    process: subprocess.Popen[bytes] | Resident | None = None
     # Deaths in a row, each within STABLE_AFTER seconds of its start.
     failures: int = 0
     started_at: float = 0.0
@@ -104,10 +109,14 @@ class Child:
         self.needed = self.demand is None  # an on-demand child waits for its first answer
 
     def start(self) -> None:
+        self.started_at = time.monotonic()
+        if self.resident is not None:
+            self.process = Resident(self.name, self.resident())
+            log.info("started %s (on a thread of the supervisor, pid %d)", self.name, self.process.pid)
+            return
         # Own session: a terminal's Ctrl+C reaches only the supervisor, which forwards it once; a
         # child receiving it twice (directly and forwarded) would take it as "force".
         self.process = subprocess.Popen(self.argv, env={**os.environ, **self.env}, cwd=REPO, start_new_session=True)
-        self.started_at = time.monotonic()
         log.info("started %s (pid %d)", self.name, self.process.pid)
 
     def died(self, code: int, now: float) -> None:
@@ -174,6 +183,14 @@ class Child:
             self.process.send_signal(signum)
 
 
+def resident_scheduler(config_dir: Path) -> Scheduler:
+    """A scheduler with a runtime of its own, read from the config now, as a `runscheduler`
+    process would at its start: it reloads on SIGHUP by itself, and a restart reads the config again."""
+    holder = RuntimeHolder()
+    holder.load(config_dir)
+    return Scheduler(holder, install_signals=False)
+
+
 def gunicorn(app: str, bind: str) -> list[str]:
     return [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--bind", bind, app]
 
@@ -200,7 +217,8 @@ def plan(
     if workers:
         children.append(Child("runworkers", [python, manage, "runworkers", *common], env))
     if scheduler:
-        children.append(Child("runscheduler", [python, manage, "runscheduler", *common], env))
+        # On a thread of the supervisor, not a process of its own (gateway.daemon.resident).
+        children.append(Child("runscheduler", [], env, resident=lambda: resident_scheduler(config_dir)))
     if housekeeping is not None:
         qcluster = [python, manage, "qcluster", *common]
         children.append(Child("housekeeping", qcluster, env, reloads=False, demand=housekeeping))
@@ -306,6 +324,8 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 log.warning("%s did not stop within %.0fs; killing it", child.name, STOP_GRACE)
                 child.process.kill()
+                if isinstance(child.process, Resident):
+                    continue  # a thread cannot be killed: being daemonic, it ends with this process
                 child.process.wait()
 
     def _write_pid(self) -> None:

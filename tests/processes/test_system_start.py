@@ -1,4 +1,4 @@
-"""`system start` as an operator runs it: gunicorn serving the API, runworkers and runscheduler
+"""`system start` as an operator runs it: gunicorn serving the API, runworkers and the scheduler
 under one supervisor, driven over real HTTP: a plugin trigger run to completion, synchronous
 pipelines (success, timeout, 429), SIGHUP reloading everything, SIGTERM draining everything."""
 

@@ -13,7 +13,7 @@ import os
 from django.core.wsgi import get_wsgi_application
 from django.db import connections
 
-from gateway.bootstrap import prepare_process
+from gateway.bootstrap import leave_postgres_driver_unloaded, prepare_process
 from gateway.runtime import RUNTIME
 from gateway.storage.database import ensure_schema
 
@@ -21,6 +21,7 @@ from gateway.storage.database import ensure_schema
 # serve the whole API instead of the webhook surface alone.
 os.environ["DJANGO_SETTINGS_MODULE"] = "ductile_site.settings_webhooks"
 prepare_process(config_dir=None)
+leave_postgres_driver_unloaded()
 application = get_wsgi_application()
 
 RUNTIME.get()  # a config that does not load (webhooks.yaml included) stops the listener here

@@ -42,7 +42,11 @@ class Command(DuctileCommand):
         self.add_json(breaker)
         start = actions.add_parser("start", help="run the API, webhooks, workers and scheduler as one process tree")
         start.add_argument("--no-workers", action="store_true", help="do not start runworkers (run them elsewhere)")
-        start.add_argument("--no-scheduler", action="store_true", help="do not start runscheduler")
+        start.add_argument(
+            "--no-scheduler",
+            action="store_true",
+            help="do not run the scheduler (it runs on a thread of this process; run `runscheduler` elsewhere)",
+        )
         start.add_argument(
             "--no-housekeeping", action="store_true", help="do not start the housekeeping cluster (qcluster)"
         )
