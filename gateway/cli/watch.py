@@ -344,10 +344,12 @@ def print_once(source: Source, console: Console) -> None:
 
 
 def json_lines(source: Source, out: Writable, interval: float, once: bool) -> None:
-    """One snapshot as JSON, or with `once` false one compact line per `interval` until Ctrl+C."""
+    """One snapshot as JSON, or with `once` false one compact line per `interval` until Ctrl+C or
+    SIGTERM (how an agent's tool or a supervisor ends a stream), either of which exits 0."""
     if once:
         out.write(json.dumps(source.get(), indent=2) + "\n")
         return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while True:
             out.write(json.dumps(source.get(), separators=(",", ":")) + "\n")
@@ -355,3 +357,5 @@ def json_lines(source: Source, out: Writable, interval: float, once: bool) -> No
             time.sleep(interval)
     except KeyboardInterrupt:
         return
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -5,37 +5,20 @@ has nothing to do, and started again when the backup falls due."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import tarfile
-import threading
-from pathlib import Path
 
 import pytest
 
 from gateway.operations.housekeeping import BACKUP_SCHEDULE
-from tests.support import REPO, cli_env, ledger, run_sql, wait_for
+from tests.support import descendants, ledger, run_sql, start_system, wait_for
+from tests.support.output import Output
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-@pytest.mark.postgres
-@pytest.mark.slow
 def qclusters(root: int) -> list[int]:
     """The `qcluster` processes among `root`'s descendants."""
-    found, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
-            pending.append(child)
-            try:
-                if b"qcluster" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    found.append(child)
-            except OSError:
-                pass
-    return found
+    return [pid for pid, command in descendants(root).items() if "qcluster" in command]
 
 
 def test_the_cluster_under_system_start_prunes_at_start_and_backs_up_when_due(process_db, tmp_path):
@@ -53,18 +36,8 @@ def test_the_cluster_under_system_start_prunes_at_start_and_backs_up_when_due(pr
         "UPDATE job_queue SET status = 'succeeded', completed_at = '2000-01-01 00:00:00+00:00' "
         f"WHERE id IN ('{old[0]}', '{old[1]}')",
     )
-    start = ["system", "start", "--no-workers", "--no-scheduler", "--housekeeping-linger", "2"]
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "manage.py"), *start, "--config-dir", str(cfg.path)],
-        env=cli_env(cfg),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
+    proc = start_system(cfg, "--no-workers", "--no-scheduler", "--housekeeping-linger", "2")
+    output = Output(proc)
     try:
         # The prune schedule is new, so it is due at once and queued before the cluster's first pass.
         wait_for(lambda: len(ledger(cfg)) == 1, timeout=60, interval=0.5, what="the cluster to prune old jobs")
@@ -73,12 +46,7 @@ def test_the_cluster_under_system_start_prunes_at_start_and_backs_up_when_due(pr
         # Then nothing is due until tomorrow: after its linger the cluster is stopped, not restarted.
         wait_for(lambda: not qclusters(proc.pid), timeout=60, interval=0.5, what="the idle cluster to stop")
         # The supervisor reaps and logs the stop on its next pass, a moment after the process is gone.
-        wait_for(
-            lambda: any("housekeeping stopped while idle" in line for line in lines),
-            timeout=30,
-            interval=0.2,
-            what="the supervisor to log the idle stop",
-        )
+        output.wait_for("housekeeping stopped while idle")
         # The backup is next due tomorrow; bring it forward. No signal: the supervisor notices it is
         # due, queues it and starts the cluster, which runs it.
         run_sql(
@@ -102,11 +70,10 @@ def test_the_cluster_under_system_start_prunes_at_start_and_backs_up_when_due(pr
                 }
             )
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=90) == 0, "".join(lines)
-        reader.join(timeout=10)
-        output = "".join(lines)
-        assert output.count("started housekeeping") == 2, output  # at start, then for the backup
-        assert "exited" not in output, output  # the cluster never died
+        assert proc.wait(timeout=90) == 0, output.text
+        text = output.finish()
+        assert text.count("started housekeeping") == 2, text  # at start, then for the backup
+        assert "exited" not in text, text  # the cluster never died
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -9,20 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import children, descendants
 from tests.support.live_api import live_api
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def cmdline(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
 def mapped(pid: int, fragment: str) -> bool:
@@ -33,8 +23,7 @@ def mapped(pid: int, fragment: str) -> bool:
 def test_the_idle_tree_keeps_only_what_each_process_uses(process_db):
     cfg = process_db
     with live_api(cfg, [{"name": "t", "token": "tok-footprint", "scopes": ["*"]}], workers=True) as live:
-        tree = children(live.proc.pid)
-        commands = {pid: cmdline(pid) for pid in tree}
+        commands = {pid: descendants(live.proc.pid)[pid] for pid in children(live.proc.pid)}
         assert not [c for c in commands.values() if "runscheduler" in c], commands  # a thread, not a process
         assert [c for c in commands.values() if "runworkers" in c], commands
         (master,) = [pid for pid, c in commands.items() if "gunicorn" in c]

@@ -5,34 +5,13 @@ reloads it with the rest of the tree, and SIGTERM drains it."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-import threading
-from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, cli_env, ledger, wait_for
+from tests.support import descendants, ledger, start_system, wait_for
+from tests.support.output import Output
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-
-def descendants(root: int) -> list[bytes]:
-    """The command lines of `root`'s descendant processes."""
-    found, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            continue
-        for child in children:
-            pending.append(int(child))
-            try:
-                found.append(Path(f"/proc/{child}/cmdline").read_bytes())
-            except OSError:
-                pass
-    return found
 
 
 def scheduled(cfg, plugin: str) -> list[dict]:
@@ -44,41 +23,22 @@ def test_the_scheduler_fires_reloads_and_drains_on_a_thread_of_the_supervisor(pr
     cfg.extra["api"] = {"enabled": False}
     cfg.plugins["echo"] = {"config": {"message": "tick"}, "schedules": [{"every": "1s", "command": "poll"}]}
     cfg.write()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "manage.py"),
-            "system",
-            "start",
-            "--no-workers",
-            "--no-housekeeping",
-            "--config-dir",
-            str(cfg.path),
-        ],
-        env=cli_env(cfg),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
+    proc = start_system(cfg, "--no-workers", "--no-housekeeping")
+    output = Output(proc)
     try:
         wait_for(lambda: scheduled(cfg, "echo"), timeout=60, interval=0.5, what="the schedule to fire")
-        assert descendants(proc.pid) == [], "no process besides the supervisor: " + repr(descendants(proc.pid))
+        assert descendants(proc.pid) == {}, "no process besides the supervisor"
         # A schedule added to the config fires after SIGHUP, which the resident scheduler takes.
         cfg.plugins["probe"] = {"config": {}, "schedules": [{"every": "1s", "command": "poll"}]}
         cfg.write()
         proc.send_signal(signal.SIGHUP)
         wait_for(lambda: scheduled(cfg, "probe"), timeout=60, interval=0.5, what="the reloaded schedule to fire")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, "".join(lines)
-        reader.join(timeout=10)
-        output = "".join(lines)
-        assert "started runscheduler (on a thread of the supervisor" in output, output
-        assert "runscheduler stopped" in output, output
-        assert "exited" not in output and "failed" not in output, output
+        assert proc.wait(timeout=60) == 0, output.text
+        text = output.finish()
+        assert "started runscheduler (on a thread of the supervisor" in text, text
+        assert "runscheduler stopped" in text, text
+        assert "exited" not in text and "failed" not in text, text
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -163,6 +163,40 @@ def start_workers(config: ConfigDir, *args: str, **env: str) -> subprocess.Popen
     )
 
 
+def start_system(config: ConfigDir, *args: str) -> subprocess.Popen[str]:
+    """`system start` on `config`, its output (stderr merged) on the returned process's stdout."""
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "system", "start", *args, "--config-dir", str(config.path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_env(config),
+        cwd=REPO,
+    )
+
+
+def children(pid: int) -> list[int]:
+    """`pid`'s child processes now (none once it has exited)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def descendants(root: int) -> dict[int, str]:
+    """`root`'s descendant processes now, each with its command line."""
+    found: dict[int, str] = {}
+    pending = children(root)
+    while pending:
+        pid = pending.pop()
+        pending += children(pid)
+        try:
+            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            pass  # it exited meanwhile
+    return found
+
+
 def stop_gracefully(proc: subprocess.Popen[Any], timeout: float = 90) -> None:
     """SIGTERM (the gateway drains), then SIGKILL if it outlives `timeout`; nothing left running."""
     if proc.poll() is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support import REPO, ConfigDir, cli_env, free_port, stop_gracefully, wait_for
+from tests.support import ConfigDir, free_port, start_system, stop_gracefully, wait_for
 
 TOKEN = "tok-admin"
 
@@ -65,15 +64,7 @@ def live_api(cfg: ConfigDir, tokens: list[dict[str, Any]], *, workers: bool = Fa
     cfg.extra["api"] = {"listen": f"127.0.0.1:{port}", "auth": {"tokens": tokens}}
     cfg.write()
     only = ["--no-housekeeping"] if workers else ["--no-workers", "--no-scheduler"]
-    argv = [sys.executable, str(REPO / "manage.py"), "system", "start", *only]
-    proc = subprocess.Popen(
-        [*argv, "--config-dir", str(cfg.path)],
-        env=cli_env(cfg),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_system(cfg, *only)
     api = Api(port)
     try:
         wait_for(api.up, timeout=60, what="the API to answer /healthz")
