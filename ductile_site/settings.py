@@ -72,8 +72,12 @@ TEMPLATES = [
 # SQLite settings that keep "database is locked" away from users: WAL so readers never block
 # the writer, IMMEDIATE transactions so a transaction takes the write lock up front instead of
 # failing on upgrade, and a generous busy timeout so writers queue instead of erroring.
+# The automatic checkpoint is a backstop: `runworkers` checkpoints off the commit path
+# (gateway/storage/checkpoints.py), and a checkpoint inside a COMMIT holds the write gate.
+WAL_AUTOCHECKPOINT_PAGES = 4000
 SQLITE_OPTIONS: dict[str, Any] = {
-    "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON",
+    "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;"
+    f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}",
     "transaction_mode": "IMMEDIATE",
     "timeout": 30,
 }

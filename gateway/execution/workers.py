@@ -22,10 +22,10 @@ from gateway.execution.lifecycle import schedule_inits
 from gateway.execution.runner import kill_live_groups
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
+from gateway.storage.checkpoints import Checkpointer
 from gateway.storage.database import describe_database, ensure_schema
 from gateway.storage.outage import Outage
 from gateway.storage.wakeup import WakeListener
-from ledger import wakeups
 from ledger.models import Job, WorkerInstance
 
 log = logger("workers")
@@ -69,6 +69,8 @@ class WorkerDaemon:
         self._claims_down = Outage("claiming jobs", log, floor=max(recheck, 0.1), ceiling=10.0)
         self._beat_down = Outage("heartbeat", log, floor=0.5, ceiling=max(lease_ttl / 4, 1.0))
         self._recovery_down = Outage("recovering lost jobs", log, floor=min(5.0, lease_ttl / 2), ceiling=30.0)
+        self._checkpoints = Checkpointer()
+        self._checkpoint_down = Outage("checkpointing the database", log, floor=1.0, ceiling=30.0)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -92,8 +94,7 @@ class WorkerDaemon:
         gc.collect()
         gc.freeze()
         listener = WakeListener(self.wake)
-        listener.start()
-        wakeups.add_listener(self.wake)
+        listener.start()  # enqueues of this process call self.wake directly, others' through its socket
         log.info(
             "runworkers started: %d threads, plugins %s, database %s",
             self.threads,
@@ -111,7 +112,6 @@ class WorkerDaemon:
             self.wake()
             for thread in pool:
                 thread.join()
-            wakeups.remove_listener(self.wake)
             listener.stop()
             try:
                 instance.stop(timezone.now())
@@ -128,7 +128,7 @@ class WorkerDaemon:
         growing delay, and in-flight plugins keep running meanwhile."""
         beat_every, recover_every = max(lease_ttl / 4, 1.0), min(5.0, lease_ttl / 2)
         start = time.monotonic()
-        next_beat, next_recover = start + beat_every, start + recover_every
+        next_beat, next_recover, next_checkpoint = start + beat_every, start + recover_every, start
         while any(t.is_alive() for t in pool):
             for thread in pool:
                 thread.join(timeout=0.25 / len(pool))
@@ -149,6 +149,9 @@ class WorkerDaemon:
             # pass would recover our own running jobs from under us once the database is back.
             if now >= next_recover and not self._beat_down.failures:
                 next_recover = now + self._attempt(self._recovery_down, self._recover, recover_every)
+            # Off the workers' commits, where a checkpoint held the write gate (gateway/storage/checkpoints.py).
+            if now >= next_checkpoint:
+                next_checkpoint = now + self._attempt(self._checkpoint_down, self._checkpoint, 0.0)
 
     def _attempt(self, outage: Outage, step: Callable[[], object], every: float) -> float:
         """Run one housekeeping step; the seconds until its next run."""
@@ -165,6 +168,9 @@ class WorkerDaemon:
             in_flight = list(self._in_flight)
         Job.objects.heartbeat(self.worker_id, in_flight, lease_ttl)
         instance.beat(timezone.now())
+
+    def _checkpoint(self) -> None:
+        self._checkpoints.after(self.claimed)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -232,7 +238,11 @@ class WorkerDaemon:
                     self._in_flight.add(following.id)
                 self._busy -= 1
                 self._in_flight.discard(job.id)
-            self.wake()  # a finished job may have routed children or freed a cap
+            # A finished job may have freed a slot of its plugin's cap, which an idle thread can
+            # take; not when this thread took it again for the next job of the same plugin. (The
+            # children it routed wake the idle threads through their enqueue, ledger.wakeups.)
+            if following is None or following.plugin != job.plugin:
+                self.wake()
         return following
 
     def _pass_done(self) -> bool:

@@ -52,7 +52,6 @@ class Bell:
             if not self._waiters:
                 self._listener = WakeListener(self.ring, self.channel)
                 self._listener.start()
-                wakeups.add_listener(self.ring, self.channel)
             self._waiters.add(waiter)
         return waiter
 
@@ -62,7 +61,6 @@ class Bell:
             if self._waiters or self._listener is None:
                 return
             listener, self._listener = self._listener, None
-            wakeups.remove_listener(self.ring, self.channel)
         # Outside the lock: stopping joins the listener's thread, which may be waiting in ring().
         listener.stop()
 

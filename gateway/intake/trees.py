@@ -83,15 +83,12 @@ class TreeWaiter:
         self._listener = WakeListener(self._changed.set, wakeups.FINISHED)
 
     def __enter__(self) -> TreeWaiter:
-        self._listener.start()
-        # Jobs finished by this very process (in-process workers) call back directly.
-        wakeups.add_listener(self._changed.set, wakeups.FINISHED)
+        self._listener.start()  # jobs finished by this very process call back directly
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        wakeups.remove_listener(self._changed.set, wakeups.FINISHED)
         self._listener.stop()
 
     def wait(self, root_ids: Sequence[str], timeout: float) -> TreeOutcome:

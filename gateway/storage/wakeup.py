@@ -56,6 +56,13 @@ def poke_local_waiters() -> None:
     _poke_local(SUFFIX[wakeups.FINISHED])
 
 
+# The sockets of this process's own listeners, with the pid that bound them. Their callbacks are
+# called in-process (`WakeListener.start`), so a poke would only wake the listener's thread to call
+# them again: in `runworkers` that was a third thread, and a second wake of every worker thread,
+# contending for the GIL with the thread about to spawn the next pipeline step.
+_own: dict[str, int] = {}
+
+
 def _poke_local(suffix: str) -> None:
     directory = wake_directory()
     if directory is None:
@@ -65,8 +72,9 @@ def _poke_local(suffix: str) -> None:
     except FileNotFoundError:
         return
     sock = _poke_socket()
+    pid = os.getpid()
     for entry in entries:
-        if not entry.name.endswith(suffix):
+        if not entry.name.endswith(suffix) or _own.get(entry.path) == pid:
             continue
         try:
             sock.sendto(b"!", entry.path)
@@ -92,7 +100,8 @@ def _poke_socket() -> socket.socket:
 
 class WakeListener:
     """Receives one channel's wake-ups (enqueued: a worker process; finished: a tree waiter) and
-    calls `on_wake` for each."""
+    calls `on_wake` for each: those of other processes through its socket, those of this process
+    directly (a listener of `ledger.wakeups`, called after the commit)."""
 
     def __init__(self, on_wake: Callable[[], None], channel: str = wakeups.ENQUEUED):
         self.on_wake = on_wake
@@ -103,6 +112,7 @@ class WakeListener:
         self._path: str | None = None
 
     def start(self) -> None:
+        wakeups.add_listener(self.on_wake, self.channel)
         try:
             self._start()
         except OSError as exc:  # wake-ups are advice: without them the bounded re-check still works
@@ -115,12 +125,14 @@ class WakeListener:
             self._path = str(directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}{SUFFIX[self.channel]}")
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sock.bind(self._path)
+            _own[self._path] = os.getpid()
             self._sock.settimeout(0.5)
             self._spawn(self._socket_loop)
         elif settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
             self._spawn(self._listen_loop)
 
     def stop(self) -> None:
+        wakeups.remove_listener(self.on_wake, self.channel)
         self._stop.set()
         if self._sock is not None and self._path:
             # Why the self-poke: the loop sits in recv() for up to its timeout; without this every
@@ -137,6 +149,7 @@ class WakeListener:
         if self._sock is not None:
             self._sock.close()
         if self._path:
+            _own.pop(self._path, None)
             _unlink(self._path)
             try:
                 os.rmdir(os.path.dirname(self._path))  # the last listener out removes the directory

@@ -5,12 +5,15 @@
 Runs the real `runworkers` in this process with two wrappers installed after Django is set up,
 and appends one JSON line per completed job to $BENCH_TRACE_FILE:
 
-- `job`, `enter_ns`: time.time_ns() when Job.record_outcome is called (just before its own
-  `now`, which becomes the job's completed_at and its children's created_at);
-- `commit_ns`: when the first on_commit callback of that transaction starts (ledger.wakeups'
-  `_call_listeners`, looked up by name when the callback runs): COMMIT has returned;
-- `return_ns`: when record_outcome returns: every on_commit callback has run (the UNIX-datagram
-  poke to worker sockets, the in-process worker wake-up, the poke to tree-waiter sockets).
+- `job`, `enter_ns`: time.time_ns() when Executor._record is called (it opens the completion's
+  write transaction; Job.record_outcome's `now` inside it becomes the job's completed_at and its
+  children's created_at), then the worker's next job is claimed in the same transaction;
+- `commit_ns`: when the first wake-up callback of that transaction starts (ledger.wakeups'
+  `_call_listeners`, looked up by name when it runs): COMMIT has returned and the write gate is
+  released;
+- `return_ns`: when _record returns: every wake-up has run (the poke to other processes'
+  sockets, the in-process worker wake-up, the poke to tree-waiter sockets) and the job's log lines
+  are written.
 
 The wrappers cost a few microseconds per job (two clock readings and one short file write). The
 product code is not changed; nothing here is imported by it.
@@ -36,21 +39,21 @@ django.setup()
 from django.core.management import execute_from_command_line  # noqa: E402
 
 from gateway.cli.main import strip_config_dir  # noqa: E402
+from gateway.execution.dispatch import Executor  # noqa: E402
 from ledger import wakeups  # noqa: E402
-from ledger.models import Job  # noqa: E402
 
 _out = open(os.environ["BENCH_TRACE_FILE"], "a", buffering=1)  # noqa: SIM115 - lives as long as the process
 _out_lock = threading.Lock()
 _local = threading.local()
-_record_outcome = Job.record_outcome
+_record = Executor._record
 _call_listeners = wakeups._call_listeners
 
 
-def record_outcome(self, outcome, **kwargs):  # type: ignore[no-untyped-def]
-    row = {"job": self.id, "enter_ns": time.time_ns()}
+def record(self, job, outcome, runtime):  # type: ignore[no-untyped-def]
+    row = {"job": job.id, "enter_ns": time.time_ns()}
     _local.row = row
     try:
-        return _record_outcome(self, outcome, **kwargs)
+        return _record(self, job, outcome, runtime)
     finally:
         row["return_ns"] = time.time_ns()
         _local.row = None
@@ -65,7 +68,7 @@ def call_listeners(channel):  # type: ignore[no-untyped-def]
     return _call_listeners(channel)
 
 
-Job.record_outcome = record_outcome  # type: ignore[method-assign]
+Executor._record = record  # type: ignore[method-assign]
 wakeups._call_listeners = call_listeners
 
 execute_from_command_line(strip_config_dir(argv))

@@ -60,14 +60,14 @@ installs a subclass of the product's TreeWaiter that only adds two clock reading
                   wake-up and its final tree read.
 - caller.waiter_exit = waiter.wait() returns -> run_synchronously returns: TreeWaiter.__exit__.
 
---trace (diagnostic) runs the daemon under _trace_daemon.py, which wraps Job.record_outcome and
-the on_commit wake-up dispatch to read the clock at COMMIT and at the end of the callbacks:
+--trace (diagnostic) runs the daemon under _trace_daemon.py, which wraps Executor._record and
+the wake-up dispatch to read the clock at COMMIT and when the job's recording is done:
 
-- record_to_commit      = completed_at -> COMMIT returned (child enqueue, status, log, stopwatch,
-                          event_log, COMMIT).
-- on_commit_callbacks   = the wake-up callbacks (datagram pokes, in-process worker wake-up, the
-                          finish poke). They overlap the next hop: the woken second worker
-                          thread may claim the child while this thread still runs them.
+- record_to_commit      = completed_at -> COMMIT returned and the gate released (child enqueue,
+                          status, log, stopwatch, event_log, the claim of the worker's next job
+                          (the child itself on a sequential pipeline), COMMIT).
+- on_commit_callbacks   = the wake-up callbacks (datagram pokes to other processes, in-process
+                          worker wake-up, the finish poke) and the job's log lines.
 - parent_commit_to_claim (hops b, c) = parent's COMMIT returned -> child's started_at.
 So hop b's queue wait = a.record_to_commit + b.parent_commit_to_claim.
 

@@ -1,0 +1,90 @@
+"""Wake-ups on one SQLite ledger across processes (gateway/storage/wakeup.py): a listener is called
+once per enqueue, at once after the commit when the enqueue is its own process's, and through its
+socket when another process enqueued. Its own process never pokes it through the socket too: that
+was a second wake-up of every idle worker thread per pipeline hop (docs/performance.md, "Pipeline")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.support import REPO
+
+LISTENER = """
+import json, sys, threading, time
+import django
+from gateway.bootstrap import prepare_process
+prepare_process(None)
+django.setup()
+from gateway.storage.database import ensure_schema
+ensure_schema()
+from gateway.storage.wakeup import WakeListener
+from ledger.models import Job, JobSpec
+from ledger.submitters import Submitter
+
+calls = []
+listener = WakeListener(lambda: calls.append(threading.current_thread().name))
+listener.start()
+Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0)
+at_return = list(calls)
+time.sleep(0.5)  # a poke through the socket would have arrived by now
+after_wait = list(calls)
+print("ready", flush=True)
+sys.stdin.readline()  # the other process enqueues now
+deadline = time.monotonic() + 10
+while len(calls) < 2 and time.monotonic() < deadline:
+    time.sleep(0.01)
+final = list(calls)
+listener.stop()
+print(json.dumps({"at_return": at_return, "after_wait": after_wait, "final": final}), flush=True)
+"""
+
+ENQUEUER = """
+import django
+from gateway.bootstrap import prepare_process
+prepare_process(None)
+django.setup()
+from ledger.models import Job, JobSpec
+from ledger.submitters import Submitter
+Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0)
+"""
+
+
+def test_a_listener_hears_its_own_process_directly_and_others_through_its_socket(config_dir, tmp_path):
+    config_dir.write()
+    env = {k: v for k, v in os.environ.items() if k != "DUCTILE_DB_PATH"}
+    env.update(
+        PYTHONPATH=str(REPO),
+        DUCTILE_CONFIG_DIR=str(config_dir.path),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'ledger.db'}",
+    )
+    listener = subprocess.Popen(
+        [sys.executable, "-c", LISTENER],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert listener.stdout is not None and listener.stdin is not None
+        first = listener.stdout.readline().strip()
+        assert first == "ready", first  # a warning instead: no socket, nothing to test
+        enqueued = subprocess.run(
+            [sys.executable, "-c", ENQUEUER], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert enqueued.returncode == 0, enqueued.stderr
+        listener.stdin.write("go\n")
+        listener.stdin.flush()
+        seen = json.loads(listener.stdout.readline())
+    finally:
+        listener.kill()
+        listener.wait()
+    # Its own enqueue: called on the enqueuing thread before enqueue returned, and only then.
+    assert seen["at_return"] == ["MainThread"]
+    assert seen["after_wait"] == ["MainThread"], "its own enqueue also reached it through its socket"
+    # The other process's enqueue: through the socket, on the listener's thread.
+    assert seen["final"] == ["MainThread", "ductile-wake"]
