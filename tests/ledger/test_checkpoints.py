@@ -5,14 +5,11 @@ automatic checkpoint is only a backstop at WAL_AUTOCHECKPOINT_PAGES."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
-from tests.support import REPO
+from tests.support import script_env, start_script
 
 SCRIPT = """
 import json, sys
@@ -55,19 +52,8 @@ def jobs_in_the_file_alone(database: str, tmp_path) -> int:
 
 
 def test_the_checkpoint_copies_the_wal_into_the_file_after_enough_jobs(config_dir, tmp_path):
-    config_dir.write()
     database = str(tmp_path / "ledger.db")
-    env = {k: v for k, v in os.environ.items() if k != "DUCTILE_DB_PATH"}
-    env.update(PYTHONPATH=str(REPO), DUCTILE_CONFIG_DIR=str(config_dir.path), DATABASE_URL=f"sqlite:///{database}")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT],
-        env=env,
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_script(SCRIPT, script_env(config_dir, Path(database)))
     try:
         assert proc.stdout is not None and proc.stdin is not None
         first = json.loads(proc.stdout.readline() or "null")

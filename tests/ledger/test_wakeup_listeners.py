@@ -6,11 +6,10 @@ was a second wake-up of every idle worker thread per pipeline hop (docs/performa
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
-from tests.support import REPO
+from tests.support import REPO, script_env, start_script
 
 LISTENER = """
 import json, sys, threading, time
@@ -53,22 +52,8 @@ Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0
 
 
 def test_a_listener_hears_its_own_process_directly_and_others_through_its_socket(config_dir, tmp_path):
-    config_dir.write()
-    env = {k: v for k, v in os.environ.items() if k != "DUCTILE_DB_PATH"}
-    env.update(
-        PYTHONPATH=str(REPO),
-        DUCTILE_CONFIG_DIR=str(config_dir.path),
-        DATABASE_URL=f"sqlite:///{tmp_path / 'ledger.db'}",
-    )
-    listener = subprocess.Popen(
-        [sys.executable, "-c", LISTENER],
-        env=env,
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    env = script_env(config_dir, tmp_path / "ledger.db")
+    listener = start_script(LISTENER, env)
     try:
         assert listener.stdout is not None and listener.stdin is not None
         first = listener.stdout.readline().strip()

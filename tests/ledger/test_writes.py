@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
 from ledger.writes import UngatedTransaction, writing
-from tests.support import REPO
+from tests.support import REPO, script_env
 
 # Enters the gate on the database of $DATABASE_URL and says when (time.time_ns); with argv[1]
 # "hold", stays in until a line arrives on stdin and says when it leaves.
@@ -128,12 +128,6 @@ print("done", flush=True)
 
 
 def test_wake_ups_run_after_the_gate_is_released_not_inside_it(config_dir, tmp_path):
-    config_dir.write()
-    env = {k: v for k, v in os.environ.items() if k != "DUCTILE_DB_PATH"}
-    env.update(
-        PYTHONPATH=str(REPO),
-        DUCTILE_CONFIG_DIR=str(config_dir.path),
-        DATABASE_URL=f"sqlite:///{tmp_path / 'ledger.db'}",
-    )
+    env = script_env(config_dir, tmp_path / "ledger.db")
     proc = subprocess.run([sys.executable, "-c", POKER], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.stdout.split() == ["committing", "free", "done"], proc.stderr

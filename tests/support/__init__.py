@@ -163,6 +163,28 @@ def start_workers(config: ConfigDir, *args: str, **env: str) -> subprocess.Popen
     )
 
 
+def script_env(config: ConfigDir, database: Path) -> dict[str, str]:
+    """The environment of a `python -c` script on `config` with its ledger in the SQLite file
+    `database` (a file of the test's own, so a script can show what other processes see)."""
+    config.write()
+    env = {k: v for k, v in os.environ.items() if k != "DUCTILE_DB_PATH"}
+    env.update(PYTHONPATH=str(REPO), DUCTILE_CONFIG_DIR=str(config.path), DATABASE_URL=f"sqlite:///{database}")
+    return env
+
+
+def start_script(script: str, env: Mapping[str, str]) -> subprocess.Popen[str]:
+    """A `python -c` script a test talks to over its stdin and stdout, line by line."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=dict(env),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def start_system(config: ConfigDir, *args: str) -> subprocess.Popen[str]:
     """`system start` on `config`, its output (stderr merged) on the returned process's stdout."""
     return subprocess.Popen(
