@@ -56,13 +56,6 @@ def poke_local_waiters() -> None:
     _poke_local(SUFFIX[wakeups.FINISHED])
 
 
-# The sockets of this process's own listeners, with the pid that bound them. Their callbacks are
-# called in-process (`WakeListener.start`), so a poke would only wake the listener's thread to call
-# them again: in `runworkers` that was a third thread, and a second wake of every worker thread,
-# contending for the GIL with the thread about to spawn the next pipeline step.
-_own: dict[str, int] = {}
-
-
 def _poke_local(suffix: str) -> None:
     directory = wake_directory()
     if directory is None:
@@ -72,9 +65,13 @@ def _poke_local(suffix: str) -> None:
     except FileNotFoundError:
         return
     sock = _poke_socket()
-    pid = os.getpid()
+    # This process's own listeners (a listener's socket is named after the pid that bound it) are
+    # called in-process (`WakeListener.start`): a poke would only wake the listener's thread to call
+    # them again. In `runworkers` that was a third thread, and a second wake of every worker thread,
+    # contending for the GIL with the thread about to spawn the next pipeline step.
+    own = f"{os.getpid()}-"
     for entry in entries:
-        if not entry.name.endswith(suffix) or _own.get(entry.path) == pid:
+        if not entry.name.endswith(suffix) or entry.name.startswith(own):
             continue
         try:
             sock.sendto(b"!", entry.path)
@@ -125,7 +122,6 @@ class WakeListener:
             self._path = str(directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}{SUFFIX[self.channel]}")
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sock.bind(self._path)
-            _own[self._path] = os.getpid()
             self._sock.settimeout(0.5)
             self._spawn(self._socket_loop)
         elif settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
@@ -149,7 +145,6 @@ class WakeListener:
         if self._sock is not None:
             self._sock.close()
         if self._path:
-            _own.pop(self._path, None)
             _unlink(self._path)
             try:
                 os.rmdir(os.path.dirname(self._path))  # the last listener out removes the directory

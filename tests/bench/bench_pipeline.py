@@ -68,7 +68,9 @@ the wake-up dispatch to read the clock at COMMIT and when the job's recording is
                           (the child itself on a sequential pipeline), COMMIT).
 - on_commit_callbacks   = the wake-up callbacks (datagram pokes to other processes, in-process
                           worker wake-up, the finish poke) and the job's log lines.
-- parent_commit_to_claim (hops b, c) = parent's COMMIT returned -> child's started_at.
+- parent_commit_to_claim (hops b, c) = parent's COMMIT returned -> child's started_at. Negative
+                          when the finishing thread claims the child inside the parent's own
+                          transaction (the usual case): the claim then comes before that COMMIT.
 So hop b's queue wait = a.record_to_commit + b.parent_commit_to_claim.
 
 --cli-runs N more trees are started as an agent would, `manage.py pipeline run bench-chain

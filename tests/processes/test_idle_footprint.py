@@ -23,7 +23,8 @@ def mapped(pid: int, fragment: str) -> bool:
 def test_the_idle_tree_keeps_only_what_each_process_uses(process_db):
     cfg = process_db
     with live_api(cfg, [{"name": "t", "token": "tok-footprint", "scopes": ["*"]}], workers=True) as live:
-        commands = {pid: descendants(live.proc.pid)[pid] for pid in children(live.proc.pid)}
+        tree = descendants(live.proc.pid)
+        commands = {pid: tree[pid] for pid in children(live.proc.pid)}
         assert not [c for c in commands.values() if "runscheduler" in c], commands  # a thread, not a process
         assert [c for c in commands.values() if "runworkers" in c], commands
         (master,) = [pid for pid, c in commands.items() if "gunicorn" in c]
