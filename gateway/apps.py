@@ -13,5 +13,9 @@ class GatewayConfig(AppConfig):
 
         # Every process that enqueues (CLI, API, scheduler, workers) pokes same-host workers, and
         # every process that finishes a job pokes same-host tree waiters (synchronous pipelines).
-        wakeups.add_listener(poke_local_workers, wakeups.ENQUEUED)
+        # Workers are poked before the commit: waking another process's idle thread takes
+        # ~0.2 ms on a VM, about what the enqueue's commit takes, and the woken thread then waits
+        # for the write gate, which the enqueuer releases after its commit (docs/performance.md,
+        # "Pipelines": the root hop).
+        wakeups.add_listener(poke_local_workers, wakeups.ENQUEUED, at_once=True)
         wakeups.add_listener(poke_local_waiters, wakeups.FINISHED)

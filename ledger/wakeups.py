@@ -16,20 +16,27 @@ from ledger.writes import after_release
 ENQUEUED = "ductile_jobs"
 FINISHED = "ductile_done"
 _listeners: dict[str, list[Callable[[], None]]] = {ENQUEUED: [], FINISHED: []}
+# Called at the notify, inside the transaction, rather than after it (see `add_listener`).
+_at_once: dict[str, list[Callable[[], None]]] = {ENQUEUED: [], FINISHED: []}
 
 
-def add_listener(listener: Callable[[], None], channel: str = ENQUEUED) -> None:
-    if listener not in _listeners[channel]:
-        _listeners[channel].append(listener)
+def add_listener(listener: Callable[[], None], channel: str = ENQUEUED, *, at_once: bool = False) -> None:
+    """`at_once`: called when the transaction notifies, before its commit, for a listener whose
+    wake-up takes longer than the commit and whose waiter then waits for the write gate anyway
+    (another process's idle workers: they wake while the commit is under way)."""
+    table = _at_once if at_once else _listeners
+    if listener not in table[channel]:
+        table[channel].append(listener)
 
 
 def remove_listener(listener: Callable[[], None], channel: str = ENQUEUED) -> None:
-    if listener in _listeners[channel]:
-        _listeners[channel].remove(listener)
+    for table in (_listeners, _at_once):
+        if listener in table[channel]:
+            table[channel].remove(listener)
 
 
-def _call_listeners(channel: str) -> None:
-    for listener in list(_listeners[channel]):
+def _call_listeners(channel: str, table: dict[str, list[Callable[[], None]]] = _listeners) -> None:
+    for listener in list(table[channel]):
         try:
             listener()
         except Exception:  # a wake-up is advice; the bounded re-check still sees the change
@@ -41,6 +48,7 @@ def _notify(channel: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(f"NOTIFY {channel}")
+    _call_listeners(channel, _at_once)
     after_release(lambda: _call_listeners(channel))
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.utils import timezone
 
 from gateway import intake
@@ -290,16 +290,12 @@ class Executor:
         if job.submitter is Submitter.SCHEDULER and instance is not None:
             outcome.breaker_threshold = instance.config.circuit_breaker.threshold
         try:
-            with writing():
-                job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
-                following, refused = self._claim_following()
+            following = self._commit(job, outcome, runtime)
         except LostJob as exc:
             # Why: our lease ran out and another process recovered the job; its next attempt is
             # the one that counts (at-least-once), so this result is dropped, not double-written.
             log.warning("result discarded: %s", exc, extra={"plugin": job.plugin, "job_id": job.id})
             return None
-        if refused is not None:
-            log.warning("claiming the next job with this outcome failed: %s", refused, extra={"worker": self.worker_id})
         level = "info" if job.status == JobStatus.SUCCEEDED else "warning"
         getattr(log, level)(
             "job %s: %s%s",
@@ -318,18 +314,33 @@ class Executor:
             )
         return following
 
-    def _claim_following(self) -> tuple[Job | None, DatabaseError | None]:
-        """The worker's next job, claimed inside the transaction that records this one's outcome:
-        one write transaction per job instead of two (docs/performance.md, "Throughput"). In a
-        savepoint of its own, so a claim the database refuses leaves the outcome to commit; the
-        worker then claims by itself, as after any empty claim."""
+    def _commit(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> Job | None:
+        """Record the outcome and, with `claim_next`, claim the worker's next job in the same
+        transaction: one write transaction per job instead of two (docs/performance.md,
+        "Throughput"). Returns that job, or None.
+
+        A claim the database refuses must not cost the outcome. Rather than a savepoint around the
+        claim (two more statements on every job), the whole transaction is rolled back and the
+        outcome recorded again alone; the worker then claims by itself, as after any empty claim."""
+        dedupe_ttl = runtime.config.service.dedupe_ttl
         if self.claim_next is None:
-            return None, None
+            with writing():
+                job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=dedupe_ttl)
+            return None
         try:
-            with transaction.atomic():
-                return self.claim_next(), None
+            with writing():
+                job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=dedupe_ttl)
+                return self.claim_next()
         except DatabaseError as exc:
-            return None, exc
+            log.warning(
+                "recording the outcome with the next job's claim failed (%s); recording it alone",
+                exc,
+                extra={"plugin": job.plugin, "job_id": job.id, "worker": self.worker_id},
+            )
+        job.refresh_from_db()  # the rolled-back attempt had moved the in-memory status
+        with writing():
+            job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=dedupe_ttl)
+        return None
 
 
 def preflight_event(job: Job, decision: str, reason: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ open until the timeout (issue 12, defects 5 and 6; `gateway.execution.reaper` fo
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import select
@@ -106,14 +107,20 @@ def run_plugin(
     return result
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
 def _lower_priority(pid: int) -> None:
-    """Set right after the spawn rather than between fork and exec: that needs a `preexec_fn`,
-    which disables vfork (gateway/execution/reaper.py). The plugin runs its first microseconds at
-    the gateway's priority; a process it forks after this inherits the lower one."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + PLUGIN_NICENESS, 19))
-    except OSError:
-        pass  # it has already exited
+    """Set after the spawn rather than between fork and exec: that needs a `preexec_fn`, which
+    disables vfork (gateway/execution/reaper.py). The plugin runs its first microseconds at the
+    gateway's priority; a process it forks after this inherits the lower one.
+
+    Why through ctypes: while the plugin's exec is under way the kernel makes `setpriority` wait
+    for it, 0.3-0.6 ms on a 2-core VM, and `os.setpriority` waits holding the GIL, so every other
+    thread of the daemon stopped with it (docs/performance.md). A ctypes call lets the GIL go; this
+    thread waits no longer than the exec it would wait for anyway before the plugin reads."""
+    # A failure (-1) is a plugin that already exited: nothing left to lower.
+    _libc.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + PLUGIN_NICENESS, 19))
 
 
 class _Exchange:

@@ -214,6 +214,10 @@ class WorkerDaemon:
                 with self._wake:
                     if self._wake_seq == seen and not self.stopping.is_set():
                         self._wake.wait(timeout=self.recheck)
+                    # Woken by an enqueue or a freed slot, there is work to claim: the read-only
+                    # look is for the periodic re-check, which usually finds none. After a wake-up
+                    # it was one more read transaction between an enqueue and its plugin.
+                    idle = self._wake_seq == seen
         finally:
             self.wake()
             connections.close_all()

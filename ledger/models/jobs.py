@@ -208,6 +208,8 @@ class JobQuerySet(PrunableQuerySet["Job"]):
                         extra={"plugin": spec.plugin, "dedupe_key": spec.dedupe_key, "existing_job_id": existing},
                     )
                     return EnqueueResult(existing, deduplicated=True)
+            if not spec.refusal:
+                notify_enqueued()  # first: other processes' workers wake while this commits
             context_id = spec.event_context_id
             if spec.step is not None:
                 context_id = EventContext.record(
@@ -222,8 +224,6 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             JobTransition.record(job, None, JobStatus.QUEUED, _enqueue_reason(spec), now=now)
             if spec.refusal:
                 job.move(JobStatus.DEAD, spec.refusal, now=now, completed_at=now, last_error=spec.refusal)
-            else:
-                notify_enqueued()
         return EnqueueResult(job.id)
 
     def enqueue_many(self, specs: Sequence[JobSpec], *, now: datetime) -> list[str]:
@@ -281,8 +281,8 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         postgres = conn.vendor == "postgresql"
         with writing(savepoint=False):
             if postgres:
-                sql.execute(sql.CLAIM_LOCK, []).close()  # why: at sql.CLAIM_LOCK
-            cursor = sql.execute(sql.RUNNING_COUNTS, [])
+                sql.execute(sql.CLAIM_LOCK, [], conn).close()  # why: at sql.CLAIM_LOCK
+            cursor = sql.execute(sql.RUNNING_COUNTS, [], conn)
             running = dict(cursor.fetchall())
             cursor.close()
             open_plugins = [p for p, cap in caps.items() if running.get(p, 0) < cap]
@@ -298,7 +298,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             if only is not None:
                 params.append(only)
             text = sql.claim(len(open_plugins), only is not None, conn.vendor, sql.select_columns(Job))
-            cursor = sql.execute(text, params)
+            cursor = sql.execute(text, params, conn)
             row = cursor.fetchone()
             cursor.close()
             if row is None:

@@ -73,3 +73,52 @@ def test_a_listener_hears_its_own_process_directly_and_others_through_its_socket
     assert seen["after_wait"] == ["MainThread"], "its own enqueue also reached it through its socket"
     # The other process's enqueue: through the socket, on the listener's thread.
     assert seen["final"] == ["MainThread", "ductile-wake"]
+
+
+POKED_BEFORE_COMMIT = """
+import json, os, socket
+import django
+from gateway.bootstrap import prepare_process
+prepare_process(None)
+django.setup()
+from gateway.storage.database import ensure_schema
+ensure_schema()
+from gateway.storage.wakeup import wake_directory
+from ledger.models import Job, JobSpec
+from ledger.submitters import Submitter
+from ledger.writes import writing
+
+directory = wake_directory()
+directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+# Another process's worker socket: named after a pid that is not this one.
+path = str(directory / f"{os.getpid() + 1}-test.sock")
+worker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+worker.bind(path)
+worker.setblocking(False)
+def poked():
+    try:
+        return worker.recv(16) != b""
+    except BlockingIOError:
+        return False
+with writing():
+    Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0)
+    inside = poked()  # the enqueue's transaction is still open: the gate is held, nothing committed
+refused = Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI, refusal="no"), default_dedupe_ttl=0)
+refused_poke = poked()
+worker.close()
+os.unlink(path)
+print(json.dumps({"inside": inside, "refused": refused_poke}))
+"""
+
+
+def test_another_process_s_workers_are_poked_before_the_enqueue_commits(config_dir, tmp_path):
+    """Waking another process's idle thread takes about as long as the enqueue's commit: the poke
+    goes first, and the woken thread waits for the write gate (docs/architecture.md, "Wake-ups").
+    A job recorded dead at once (a refused hop) wakes nobody."""
+    env = script_env(config_dir, tmp_path / "ledger.db")
+    run = subprocess.run(
+        [sys.executable, "-c", POKED_BEFORE_COMMIT], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen == {"inside": True, "refused": False}

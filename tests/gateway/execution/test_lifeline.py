@@ -1,0 +1,39 @@
+"""The lifeline helper (gateway/execution/lifeline_helper.py) SIGKILLs the plugin groups still
+listed when its pipe closes, however the lines reached it: it reads the pipe a few times a second,
+so lines arrive in batches and one may be cut between two reads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gateway.execution.lifeline_helper as helper_module
+from tests.support import wait_for
+
+HELPER = Path(helper_module.__file__)
+
+
+def test_the_groups_still_listed_when_the_pipe_closes_are_killed_and_no_others() -> None:
+    listed, released = (
+        subprocess.Popen(["sleep", "60"], start_new_session=True),
+        subprocess.Popen(["sleep", "60"], start_new_session=True),
+    )
+    read_end, write_end = os.pipe()
+    helper = subprocess.Popen([sys.executable, "-I", "-S", str(HELPER)], stdin=read_end)
+    os.close(read_end)
+    try:
+        os.write(write_end, b"+%d\n+%d\n-%d\n+" % (listed.pid, released.pid, released.pid))
+        time.sleep(helper_module.PAUSE * 1.5)  # the helper reads the batch, holding a cut line
+        os.write(write_end, b"%d\n" % listed.pid)  # the cut line's end: the same group again
+        os.close(write_end)  # as when the spawning process dies
+        assert helper.wait(timeout=10) == 0
+        wait_for(lambda: listed.poll() is not None, timeout=5, what="the listed group to be killed")
+        assert listed.returncode == -9
+        assert released.poll() is None, "a group released before the pipe closed was killed too"
+    finally:
+        for proc in (listed, released, helper):
+            proc.kill()
+            proc.wait()
