@@ -102,7 +102,7 @@ class Executor:
             job_id=job.id,
             command=job.command,
             config=thaw(instance.config.config),
-            state=PluginState.current(instance.name),
+            state=job.claim_reads.state if job.claim_reads else PluginState.current(instance.name),
             context=self._context(job, instance, position),
             event=event,
             deadline_at=iso(now + timedelta(seconds=timeout)),
@@ -163,7 +163,10 @@ class Executor:
 
     def _position(self, job: Job) -> Position:
         """The job's pipeline step, depth and baggage, from its event_context row."""
-        hop = EventContext.hop(job.event_context_id) if job.event_context_id else None
+        if job.claim_reads is not None:  # read by the claim (ledger.models.jobs.ClaimReads)
+            hop = job.claim_reads.hop
+        else:
+            hop = EventContext.hop(job.event_context_id) if job.event_context_id else None
         if hop is None:
             return Position(depth=job.route_depth)
         pipeline, step, baggage = hop

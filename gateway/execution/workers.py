@@ -59,6 +59,7 @@ class WorkerDaemon:
         self._signals = 0
         self._wake = threading.Condition()
         self._wake_seq = 0
+        self._direct = 0  # pokes from other processes not yet taken by a woken thread (`poked`)
         self._count_lock = threading.Lock()
         self.claimed = 0
         self._busy = 0
@@ -93,8 +94,9 @@ class WorkerDaemon:
         # workers, ductile_site/gunicorn.py).
         gc.collect()
         gc.freeze()
-        listener = WakeListener(self.wake)
-        listener.start()  # enqueues of this process call self.wake directly, others' through its socket
+        # Enqueues of this process call self.wake directly, others' come through its socket.
+        listener = WakeListener(self.wake, on_poke=self.poked)
+        listener.start()
         log.info(
             "runworkers started: %d threads, plugins %s, database %s",
             self.threads,
@@ -181,6 +183,16 @@ class WorkerDaemon:
             self._wake_seq += 1
             self._wake.notify_all()
 
+    def poked(self) -> None:
+        """Another process enqueued: one woken thread claims at once, without the read-only look
+        (the job is there, or about to be: the poke comes before the enqueue's commit, which the
+        claim waits for at the write gate). The others look first, as after any wake-up: claiming
+        too, each took the gate for nothing, once ahead of the thread with the job."""
+        with self._wake:
+            self._direct = min(self._direct + 1, self.threads)
+            self._wake_seq += 1
+            self._wake.notify_all()
+
     # -- workers -------------------------------------------------------------------------
 
     def work(self) -> None:
@@ -214,10 +226,9 @@ class WorkerDaemon:
                 with self._wake:
                     if self._wake_seq == seen and not self.stopping.is_set():
                         self._wake.wait(timeout=self.recheck)
-                    # Woken by an enqueue or a freed slot, there is work to claim: the read-only
-                    # look is for the periodic re-check, which usually finds none. After a wake-up
-                    # it was one more read transaction between an enqueue and its plugin.
-                    idle = self._wake_seq == seen
+                    if self._direct:  # `poked`: the first thread awake claims at once
+                        self._direct -= 1
+                        idle = False
         finally:
             self.wake()
             connections.close_all()

@@ -100,8 +100,12 @@ class WakeListener:
     calls `on_wake` for each: those of other processes through its socket, those of this process
     directly (a listener of `ledger.wakeups`, called after the commit)."""
 
-    def __init__(self, on_wake: Callable[[], None], channel: str = wakeups.ENQUEUED):
+    def __init__(
+        self, on_wake: Callable[[], None], channel: str = wakeups.ENQUEUED, *, on_poke: Callable[[], None] | None = None
+    ):
         self.on_wake = on_wake
+        # Another process's wake-up (its poke, or a NOTIFY), when the listener tells it apart.
+        self.on_poke = on_poke or on_wake
         self.channel = channel
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -165,7 +169,7 @@ class WakeListener:
                 continue
             except OSError:
                 return
-            self.on_wake()
+            self.on_poke()
 
     def _listen_loop(self) -> None:
         import psycopg
@@ -176,7 +180,7 @@ class WakeListener:
                     conn.execute(f"LISTEN {self.channel}")
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=0.5, stop_after=1):
-                            self.on_wake()
+                            self.on_poke()
             except Exception as exc:  # the bounded re-check covers us while we reconnect
                 log.warning("LISTEN connection lost (%s); reconnecting", exc)
                 self._stop.wait(1.0)

@@ -81,6 +81,22 @@ class JobSpec:
 
 
 @dataclass(frozen=True)
+class ClaimReads:
+    """What a worker needs of other tables to start a job it claimed, read by the claim itself
+    (ledger.sql.CLAIM_READS): the plugin's state for the request and the job's pipeline hop."""
+
+    state: dict[str, Any]
+    hop: tuple[str | None, str | None, dict[str, Any]] | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> ClaimReads:
+        state, context_id, pipeline, step, baggage = row
+        state = sql.json_value(state)
+        hop = None if context_id is None else (pipeline, step, sql.json_value(baggage) or {})
+        return cls(state if isinstance(state, dict) else {}, hop)
+
+
+@dataclass(frozen=True)
 class EnqueueResult:
     job_id: str
     deduplicated: bool = False
@@ -297,13 +313,16 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             ]
             if only is not None:
                 params.append(only)
-            text = sql.claim(len(open_plugins), only is not None, conn.vendor, sql.select_columns(Job))
+            columns = sql.select_columns(Job)
+            text = sql.claim(len(open_plugins), only is not None, conn.vendor, f"{columns}, {sql.CLAIM_READS}")
             cursor = sql.execute(text, params, conn)
             row = cursor.fetchone()
             cursor.close()
             if row is None:
                 return None
-            job: Job = sql.from_row(Job, row)
+            fields = len(sql.plan(Job).columns)
+            job: Job = sql.from_row(Job, row[:fields])
+            job.claim_reads = ClaimReads.from_row(row[fields:])
             JobTransition.record(
                 job, JobStatus.QUEUED, JobStatus.RUNNING, f"claimed by {worker_id}", now=now, worker=worker_id
             )
@@ -403,6 +422,8 @@ class Job(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
+    # Not a column: set on a job `claim_next` returned (ClaimReads), None on any other instance.
+    claim_reads: ClaimReads | None = None
 
     class Meta:
         db_table = "job_queue"

@@ -204,3 +204,31 @@ def test_context_hop_reads_a_steps_pipeline_and_baggage() -> None:
     )
     assert EventContext.hop(context_id) == ("nightly", "crunch", {"n": 1, "s": "é"})
     assert EventContext.hop("absent") is None
+
+
+def test_a_claim_returns_the_plugins_state_and_the_jobs_pipeline_hop() -> None:
+    """ledger.sql.CLAIM_READS: what the executor needs before the spawn, read by the claim itself,
+    the same as the separate reads (PLUGIN_STATE, CONTEXT_HOP) it replaces."""
+    from ledger.models import EventContext
+
+    PluginState.objects.create(plugin_name="echo", state={"cursor": 7, "text": "é"})
+    context_id = EventContext.record(
+        parent_id=None, pipeline="nightly", step="crunch", accumulated={"n": 1}, now=timezone.now()
+    )
+    hop_job, plain_job, orphan_job = (
+        enqueue(event_context_id=context_id),
+        enqueue(plugin="stress"),
+        enqueue(event_context_id="absent"),
+    )
+    caps = {"echo": 5, "stress": 5}
+    claimed = {}
+    for _ in range(3):
+        job = Job.objects.claim_next(worker_id="w1", caps=caps, lease_ttl=60)
+        assert job is not None and job.claim_reads is not None
+        claimed[job.id] = job.claim_reads
+
+    assert claimed[hop_job].state == {"cursor": 7, "text": "é"}
+    assert claimed[hop_job].hop == EventContext.hop(context_id) == ("nightly", "crunch", {"n": 1})
+    assert claimed[plain_job].state == {} and claimed[plain_job].hop is None  # no state row, no context
+    assert claimed[orphan_job].hop is None  # a context id whose row is gone, as EventContext.hop says
+    assert Job.objects.get(pk=hop_job).claim_reads is None  # not a column: only what a claim returned
