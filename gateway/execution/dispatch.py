@@ -325,24 +325,24 @@ class Executor:
         A claim the database refuses must not cost the outcome. Rather than a savepoint around the
         claim (two more statements on every job), the whole transaction is rolled back and the
         outcome recorded again alone; the worker then claims by itself, as after any empty claim."""
-        dedupe_ttl = runtime.config.service.dedupe_ttl
-        if self.claim_next is None:
-            with writing():
-                job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=dedupe_ttl)
-            return None
-        try:
-            with writing():
-                job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=dedupe_ttl)
-                return self.claim_next()
-        except DatabaseError as exc:
-            log.warning(
-                "recording the outcome with the next job's claim failed (%s); recording it alone",
-                exc,
-                extra={"plugin": job.plugin, "job_id": job.id, "worker": self.worker_id},
-            )
-        job.refresh_from_db()  # the rolled-back attempt had moved the in-memory status
+
+        def record() -> None:
+            job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
+
+        if self.claim_next is not None:
+            try:
+                with writing():
+                    record()
+                    return self.claim_next()
+            except DatabaseError as exc:
+                log.warning(
+                    "recording the outcome with the next job's claim failed (%s); recording it alone",
+                    exc,
+                    extra={"plugin": job.plugin, "job_id": job.id, "worker": self.worker_id},
+                )
+                job.refresh_from_db()  # the rolled-back attempt had moved the in-memory status
         with writing():
-            job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=dedupe_ttl)
+            record()
         return None
 
 
