@@ -35,12 +35,17 @@ def remove_listener(listener: Callable[[], None], channel: str = ENQUEUED) -> No
             table[channel].remove(listener)
 
 
-def _call_listeners(channel: str, table: dict[str, list[Callable[[], None]]] = _listeners) -> None:
-    for listener in list(table[channel]):
+def _call(listeners: list[Callable[[], None]]) -> None:
+    for listener in list(listeners):
         try:
             listener()
         except Exception:  # a wake-up is advice; the bounded re-check still sees the change
             pass
+
+
+def _call_listeners(channel: str) -> None:
+    """The listeners called after the commit and the gate's release."""
+    _call(_listeners[channel])
 
 
 def _notify(channel: str) -> None:
@@ -48,7 +53,7 @@ def _notify(channel: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(f"NOTIFY {channel}")
-    _call_listeners(channel, _at_once)
+    _call(_at_once[channel])
     after_release(lambda: _call_listeners(channel))
 
 

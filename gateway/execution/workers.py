@@ -188,10 +188,9 @@ class WorkerDaemon:
         (the job is there, or about to be: the poke comes before the enqueue's commit, which the
         claim waits for at the write gate). The others look first, as after any wake-up: claiming
         too, each took the gate for nothing, once ahead of the thread with the job."""
-        with self._wake:
+        with self._wake:  # re-entrant: `wake` takes it again
             self._direct = min(self._direct + 1, self.threads)
-            self._wake_seq += 1
-            self._wake.notify_all()
+            self.wake()
 
     # -- workers -------------------------------------------------------------------------
 

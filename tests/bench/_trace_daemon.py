@@ -11,9 +11,9 @@ and appends one JSON line per completed job to $BENCH_TRACE_FILE:
 - `commit_ns`: when the first wake-up callback of that transaction starts (ledger.wakeups'
   `_call_listeners`, looked up by name when it runs): COMMIT has returned and the write gate is
   released;
-- `return_ns`: when _record returns: every wake-up has run (the poke to other processes'
-  sockets, the in-process worker wake-up, the poke to tree-waiter sockets) and the job's log lines
-  are written.
+- `return_ns`: when _record returns: every wake-up after the commit has run (the in-process
+  worker wake-up, the poke to tree-waiter sockets; other processes' workers were poked before the
+  commit) and the job's log lines are written.
 
 The wrappers cost a few microseconds per job (two clock readings and one short file write). The
 product code is not changed; nothing here is imported by it.
