@@ -69,6 +69,15 @@ def fresh_live_state(monkeypatch):
     monkeypatch.setattr(runs, "RECENT_RUNS", runs.RecentRuns())
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report kept on the test, so a fixture's teardown can tell a failed test (the
+    `browser` fixture then saves the page it failed on)."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """Screenshots are for looking at: say where they are."""
     if SCREENSHOTS.exists():

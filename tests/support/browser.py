@@ -21,6 +21,23 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 SCREENSHOTS = Path(os.environ["DUCTILE_TEST_TMP"]) / "screenshots"
 
 
+def _is_stale(element) -> bool:
+    """Whether a page's element has gone with its page. Selenium's own `staleness_of` knows only
+    the stale-reference error; Chromium answers a look caught mid-navigation with "Node with given
+    id does not belong to the document" instead (CI saw it), which means the same thing."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as error:
+        if "does not belong to the document" in (error.msg or ""):
+            return True
+        raise
+    return False
+
+
 def browser_available() -> bool:
     return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
 
@@ -58,12 +75,11 @@ class Page:
     def follow(self, element, timeout: float = 30) -> None:
         """Click something that loads a page, and wait for the new page: until then `find` would
         still see the old one (and a request started meanwhile may race the click's own)."""
-        from selenium.webdriver.support import expected_conditions
         from selenium.webdriver.support.ui import WebDriverWait
 
         old = self.find("html")
         element.click()
-        WebDriverWait(self.driver, timeout).until(expected_conditions.staleness_of(old))
+        WebDriverWait(self.driver, timeout).until(lambda _: _is_stale(old))
 
     def screenshot(self, name: str, *, full: bool = False) -> Path:
         """The window as it is; with `full`, the whole page (the window grown to its height for the
@@ -92,8 +108,9 @@ class Page:
 
 
 @pytest.fixture
-def browser(tmp_path) -> Iterator[Page]:
-    """A headless Chromium window; `page.base` is set by the test (`browser.base = ...`)."""
+def browser(request, tmp_path) -> Iterator[Page]:
+    """A headless Chromium window; `page.base` is set by the test (`browser.base = ...`). When the
+    test fails, the page it failed on is saved as `failed-<test>.png` for the person reading why."""
     if not browser_available():
         if os.environ.get("CI") == "true":
             pytest.fail("CI must run the browser tests: install chromium and chromium-driver")
@@ -119,7 +136,20 @@ def browser(tmp_path) -> Iterator[Page]:
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.set_page_load_timeout(60)
+    page = Page(driver, "")
     try:
-        yield Page(driver, "")
+        yield page
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed:
+            _save_failed_page(page, request.node.name)
     finally:
         driver.quit()
+
+
+def _save_failed_page(page: Page, test: str) -> None:
+    from selenium.common.exceptions import WebDriverException
+
+    try:
+        page.screenshot(f"failed-{test}", full=True)
+    except WebDriverException:
+        pass  # a browser that cannot draw the page any more is part of the failure already shown
