@@ -89,8 +89,17 @@ def writing(*, savepoint: bool = True) -> Iterator[None]:
     if getattr(_held, "depth", 0):
         _held.depth += 1
         try:
-            with transaction.atomic(savepoint=savepoint):
-                yield
+            if savepoint:
+                with transaction.atomic():
+                    yield
+            else:
+                # What `atomic(savepoint=False)` inside another block comes to, without its
+                # bookkeeping (two of them per job): on an error, the whole transaction must roll back.
+                try:
+                    yield
+                except BaseException:
+                    connection.needs_rollback = True
+                    raise
         finally:
             _held.depth -= 1
         return

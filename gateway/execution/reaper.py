@@ -135,7 +135,7 @@ def sweep_adopted(finished_pgid: int, live: set[int]) -> list[str]:
     own_group = os.getpgrp()
     for child in map(int, children):
         if child == LIFELINE.pid or child == finished_pgid or child in live:
-            continue  # the helper, or a plugin itself (reaped by its Popen, never here)
+            continue  # the helper, or a plugin itself (reaped by its runner, never here)
         try:
             stat = _read(f"/proc/{child}/stat")
         except OSError:

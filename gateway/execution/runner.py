@@ -11,12 +11,11 @@ open until the timeout (issue 12, defects 5 and 6; `gateway.execution.reaper` fo
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import fcntl
 import os
 import select
 import signal
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -73,54 +72,132 @@ def run_plugin(
     *,
     timeout: float,
     env: Mapping[str, str],
-    cwd: Path | None = None,
     grace: float = KILL_GRACE,
 ) -> RunResult:
     result = RunResult(enter_wall_ns=time.time_ns())
     started = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            [str(entrypoint)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env),
-            cwd=cwd,
-            start_new_session=True,
-            close_fds=True,
-        )
+        child = _spawn(entrypoint, env)
     except OSError as exc:
         result.spawn_error = f"cannot start {entrypoint}: {exc.strerror or exc}"
         result.spawn_errno = exc.errno
         result.exit_wall_ns = time.time_ns()
         return result
-    LIVE_GROUPS.add(proc.pid)
-    LIFELINE.hold(proc.pid, LIVE_GROUPS)
-    _lower_priority(proc.pid)
+    LIVE_GROUPS.add(child.pid)
+    LIFELINE.hold(child.pid, LIVE_GROUPS)
+    _lower_priority(child.pid)
     try:
-        _Exchange(proc, request, result, deadline=started + timeout, grace=grace).run()
+        _Exchange(child, request, result, deadline=started + timeout, grace=grace).run()
     finally:
-        LIVE_GROUPS.discard(proc.pid)
-        LIFELINE.release(proc.pid, LIVE_GROUPS)
+        LIVE_GROUPS.discard(child.pid)
+        LIFELINE.release(child.pid, LIVE_GROUPS)
     result.dur_ns = int((time.monotonic() - started) * 1e9)
     result.exit_wall_ns = time.time_ns()
     return result
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
+@dataclass
+class _Child:
+    """A spawned plugin: its pid (also its process group's id) and this side of its three pipes."""
+
+    pid: int
+    stdin: int
+    stdout: int
+    stderr: int
+
+
+# What `subprocess` puts back to the default in a child (`restore_signals`): Python ignores
+# SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec.
+_DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name))
+
+
+def _spawn(entrypoint: Path, env: Mapping[str, str]) -> _Child:
+    """Start the plugin in a new session (so its own process group) with pipes for stdin, stdout
+    and stderr, in the spawner's working directory (spec 000 §9: "Plugin subprocesses inherit the
+    dispatcher's working directory").
+
+    Why `posix_spawn` and not `subprocess.Popen`: per job, Popen's Python set-up (file objects,
+    an error pipe, the argument conversions) cost about as much CPU as the rest of the spawn
+    (docs/performance.md, "Throughput"). glibc's posix_spawn is a vfork and an exec that reports
+    a failed exec as an error. It closes no descriptors, so this process's own must all be
+    close-on-exec: Python makes every descriptor it opens so, SQLite and libpq open theirs so, and
+    what the process inherited at its start is made so before its first spawn
+    (`_keep_inherited_descriptors`)."""
+    _keep_inherited_descriptors()
+    ends: list[int] = []
+    try:
+        for _ in range(3):
+            ends += _pipe()
+        stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w = ends
+        pid = os.posix_spawn(
+            str(entrypoint),
+            [str(entrypoint)],
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, stdin_r, 0),
+                (os.POSIX_SPAWN_DUP2, stdout_w, 1),
+                (os.POSIX_SPAWN_DUP2, stderr_w, 2),
+            ],
+            setsid=True,
+            setsigdef=_DEFAULT_SIGNALS,
+        )
+    except BaseException:
+        for fd in ends:
+            os.close(fd)
+        raise
+    for fd in (stdin_r, stdout_w, stderr_w):
+        os.close(fd)
+    return _Child(pid, stdin_w, stdout_r, stderr_r)
+
+
+def _pipe() -> tuple[int, int]:
+    """A close-on-exec pipe whose ends are above stderr: an end that were 0, 1 or 2 (a daemon
+    started with one of them closed) could be overwritten by the spawn's own dup2s."""
+    ends = []
+    for fd in os.pipe():
+        if fd < 3:
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(fd)
+            fd = moved
+        ends.append(fd)
+    return ends[0], ends[1]
+
+
+_sealed_for = 0  # the pid whose inherited descriptors were made close-on-exec
+
+
+def _keep_inherited_descriptors() -> None:
+    """Once per process: every descriptor above stderr that this process inherited (a shell's
+    `3>file`, a supervisor's socket) becomes close-on-exec, so no plugin receives it. Popen's
+    `close_fds` did this in every child; here it is done once, in the spawner."""
+    global _sealed_for
+    if _sealed_for == os.getpid():
+        return
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+        except OSError:
+            pass  # the listing's own descriptor, closed by now
+    _sealed_for = os.getpid()
 
 
 def _lower_priority(pid: int) -> None:
-    """Set after the spawn rather than between fork and exec: that needs a `preexec_fn`, which
-    disables vfork (gateway/execution/reaper.py). The plugin runs its first microseconds at the
+    """Set after the spawn: posix_spawn runs no code of ours between fork and exec (a Python
+    `preexec_fn` would also disable vfork). The plugin runs its first microseconds at the
     gateway's priority; a process it forks after this inherits the lower one.
 
-    Why through ctypes: while the plugin's exec is under way the kernel makes `setpriority` wait
-    for it, 0.3-0.6 ms on a 2-core VM, and `os.setpriority` waits holding the GIL, so every other
-    thread of the daemon stopped with it (docs/performance.md). A ctypes call lets the GIL go; this
-    thread waits no longer than the exec it would wait for anyway before the plugin reads."""
-    # A failure (-1) is a plugin that already exited: nothing left to lower.
-    _libc.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + PLUGIN_NICENESS, 19))
+    SCHED_BATCH first, then the niceness. Why the batch policy: it is the one for work that need
+    not answer at once; a batch task never preempts another when it wakes. Why first: lowering
+    the niceness of a plugin still in its exec under the normal policy handed this CPU to the
+    plugin until it blocked, 0.5-0.6 ms per spawn on a 2-core VM in which this worker did nothing
+    (throughput -10 %, docs/performance.md); once the plugin is a batch task, neither call waits."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_BATCH, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + PLUGIN_NICENESS, 19))
+    except OSError:
+        pass  # the plugin has already exited: nothing left to lower
 
 
 class _Exchange:
@@ -129,13 +206,11 @@ class _Exchange:
     than `selectors`: this runs once per job, and the selector's bookkeeping (epoll_ctl per fd, a
     key lookup per event) cost more CPU than the exchange itself."""
 
-    def __init__(
-        self, proc: subprocess.Popen[bytes], request: bytes, result: RunResult, *, deadline: float, grace: float
-    ):
-        assert proc.stdin and proc.stdout and proc.stderr
-        self.proc, self.result, self.deadline, self.grace = proc, result, deadline, grace
+    def __init__(self, child: _Child, request: bytes, result: RunResult, *, deadline: float, grace: float):
+        self.pid, self.result, self.deadline, self.grace = child.pid, result, deadline, grace
         self.request = memoryview(request)
-        self.stdin_fd, self.out_fd, self.err_fd = proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno()
+        self.stdin_fd: int | None = child.stdin
+        self.out_fd, self.err_fd = child.stdout, child.stderr
         self.feeding = False  # stdin is registered for POLLOUT
         self.reading = {self.out_fd, self.err_fd}
         self.out = bytearray()
@@ -143,19 +218,18 @@ class _Exchange:
         self.killed_at: float | None = None
         self.exited_at: float | None = None
         try:
-            self.pidfd: int | None = os.pidfd_open(proc.pid)
+            self.pidfd: int | None = os.pidfd_open(child.pid)
         except (AttributeError, OSError):
             self.pidfd = None
 
     def run(self) -> None:
-        proc = self.proc
         try:
             poller = select.poll()
             for fd in self.reading:
                 poller.register(fd, select.POLLIN)
             if self.pidfd is not None:
                 poller.register(self.pidfd, select.POLLIN)
-            if self.request:
+            if self.request and self.stdin_fd is not None:
                 os.set_blocking(self.stdin_fd, False)
                 self._feed(poller)  # at once: a request that fits the pipe's buffer needs no wait
             else:
@@ -164,20 +238,19 @@ class _Exchange:
         finally:
             if self.exited_at is None:
                 self._signal(signal.SIGKILL)  # an error above: nothing of the plugin may run on
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                try:
-                    pipe.close()  # type: ignore[union-attr]
-                except OSError:
-                    pass
+            self._close_stdin()
+            for fd in (self.out_fd, self.err_fd):
+                os.close(fd)
             if self.pidfd is not None:
                 os.close(self.pidfd)
-            self.result.exit_code = proc.wait()
+            _, status = os.waitpid(self.pid, 0)
+            self.result.exit_code = os.waitstatus_to_exitcode(status)
         self.result.stdout = bytes(self.out)
         self.result.stderr = bytes(self.err)
 
     def _loop(self, poller: select.poll) -> None:
         while True:
-            if self.exited_at is None and self.pidfd is None and _exited(self.proc.pid):
+            if self.exited_at is None and self.pidfd is None and _exited(self.pid):
                 self._on_exit()
             if self.exited_at is not None and not self.reading:
                 return
@@ -198,7 +271,7 @@ class _Exchange:
         whatever it wrote, and nothing it started may outlive it."""
         self.exited_at = time.monotonic()
         self._signal(signal.SIGKILL)
-        self.result.warnings += sweep_adopted(self.proc.pid, LIVE_GROUPS)
+        self.result.warnings += sweep_adopted(self.pid, LIVE_GROUPS)
 
     def _next_wait(self) -> float | None:
         """Seconds to wait for I/O, escalating TERM -> KILL as the deadline and grace pass."""
@@ -224,6 +297,7 @@ class _Exchange:
         return _EXIT_POLL
 
     def _feed(self, poller: select.poll) -> None:
+        assert self.stdin_fd is not None
         try:
             sent = os.write(self.stdin_fd, self.request[:_READ_CHUNK])
         except BlockingIOError:
@@ -242,10 +316,9 @@ class _Exchange:
         self._close_stdin()
 
     def _close_stdin(self) -> None:
-        try:
-            self.proc.stdin.close()  # type: ignore[union-attr]
-        except OSError:
-            pass  # the plugin closed its end first
+        if self.stdin_fd is not None:
+            os.close(self.stdin_fd)  # the plugin sees the end of its request
+            self.stdin_fd = None
 
     def _drain(self, poller: select.poll, fd: int) -> None:
         try:
@@ -273,7 +346,7 @@ class _Exchange:
 
     def _signal(self, sig: int) -> None:
         try:
-            os.killpg(self.proc.pid, sig)
+            os.killpg(self.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 

@@ -54,7 +54,7 @@ SECTIONS = [  # (owner, attribute, section): every call a worker makes per job
     (dispatch.Executor, "_execute", "executor: rest (position, refusal, context, outcome)"),
     (dispatch.Executor, "_record", "executor: _record (hooks, result log line)"),
     (dispatch, "run_plugin", "plugin: run_plugin rest (env dict, lifeline, pidfd)"),
-    (runner.subprocess, "Popen", "plugin: spawn (Popen: fork/exec)"),
+    (runner.os, "posix_spawn", "plugin: spawn (posix_spawn: vfork/exec)"),
     (runner._Exchange, "run", "plugin: exchange (pipes, pidfd, wait, reap)"),
     (runner, "sweep_adopted", "plugin: sweep_adopted (/proc children)"),
 ]

@@ -7,7 +7,7 @@ would not write, so they are the ones most likely to differ between the two.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
@@ -232,3 +232,23 @@ def test_a_claim_returns_the_plugins_state_and_the_jobs_pipeline_hop() -> None:
     assert claimed[plain_job].state == {} and claimed[plain_job].hop is None  # no state row, no context
     assert claimed[orphan_job].hop is None  # a context id whose row is gone, as EventContext.hop says
     assert Job.objects.get(pk=hop_job).claim_reads is None  # not a column: only what a claim returned
+
+
+def test_an_instant_is_bound_exactly_as_django_would_bind_it():
+    # The fast path for aware UTC instants (ledger.sql._datetime_adapter) and Django's own
+    # adaptation must agree to the character: the stored text is what every ORM filter compares.
+    import zoneinfo
+    from datetime import datetime
+    from datetime import timezone as dt_timezone
+
+    adapt = sql.plan(Job).adapters["created_at"]
+    instants = [
+        timezone.now(),
+        datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC),  # no microseconds: str() drops them
+        datetime(2026, 11, 25, 12, 0, 0, 7, tzinfo=UTC),
+        datetime(2026, 3, 29, 1, 30, 0, 250000, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin")),
+        datetime(2026, 11, 25, 12, 0, 0, tzinfo=dt_timezone(timedelta(hours=-5))),
+        None,
+    ]
+    for instant in instants:
+        assert adapt(instant) == connection.ops.adapt_datetimefield_value(instant), instant
