@@ -14,6 +14,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from functools import cache
@@ -60,9 +61,8 @@ def _poke_local(suffix: str) -> None:
     directory = wake_directory()
     if directory is None:
         return
-    try:
-        entries = list(os.scandir(directory))
-    except FileNotFoundError:
+    entries = _listing(str(directory))
+    if entries is None:
         return
     sock = _poke_socket()
     # This process's own listeners (a listener's socket is named after the pid that bound it) are
@@ -70,15 +70,43 @@ def _poke_local(suffix: str) -> None:
     # them again. In `runworkers` that was a third thread, and a second wake of every worker thread,
     # contending for the GIL with the thread about to spawn the next pipeline step.
     own = f"{os.getpid()}-"
-    for entry in entries:
-        if not entry.name.endswith(suffix) or entry.name.startswith(own):
+    for name, path in entries:
+        if not name.endswith(suffix) or name.startswith(own):
             continue
         try:
-            sock.sendto(b"!", entry.path)
+            sock.sendto(b"!", path)
         except (ConnectionRefusedError, FileNotFoundError):
-            _unlink(entry.path)  # a listener that died without cleaning up
+            _unlink(path)  # a listener that died without cleaning up
         except (BlockingIOError, OSError):
             pass  # its buffer is full of pokes already: it is awake
+
+
+# Per directory: its (inode, mtime), when it was listed, and its entries (name, path). Every finished job
+# pokes, and listing the directory cost more than the pokes (~25 µs of the daemon's CPU per job).
+_listings: dict[str, tuple[tuple[int, int], int, list[tuple[str, str]]]] = {}
+# A listing is reused while the directory's mtime is the one it was taken under, and only if it was
+# taken this long after that mtime: the kernel stamps a directory from a coarse clock, so a socket
+# bound within the same tick as the change before it leaves the mtime as it was, and a listing
+# taken in that tick would miss it for good (git's "racy clean" problem, again).
+_RACY_NS = 50_000_000
+
+
+def _listing(directory: str) -> list[tuple[str, str]] | None:
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        return None
+    stamp = (st.st_ino, st.st_mtime_ns)  # the inode too: the last listener out removes the directory
+    kept = _listings.get(directory)
+    if kept is not None and kept[0] == stamp and kept[1] - st.st_mtime_ns > _RACY_NS:
+        return kept[2]
+    taken = time.time_ns()
+    try:
+        entries = [(entry.name, entry.path) for entry in os.scandir(directory)]
+    except FileNotFoundError:
+        return None
+    _listings[directory] = (stamp, taken, entries)
+    return entries
 
 
 _sender: tuple[int, socket.socket] | None = None

@@ -122,3 +122,56 @@ def test_another_process_s_workers_are_poked_before_the_enqueue_commits(config_d
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen == {"inside": True, "refused": False}
+
+
+# Binds a waiter's socket (named for another process) right after a poke listed the directory, and
+# again after the listing has aged; each must hear the next poke.
+LATE_WAITER = """
+import os, socket, time
+import django
+from gateway.bootstrap import prepare_process
+prepare_process(None)
+django.setup()
+from gateway.storage.wakeup import poke_local_waiters, wake_directory
+
+directory = wake_directory()
+directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+def waiter(name):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(directory / f"1-{name}.wait"))
+    sock.settimeout(2)
+    return sock
+
+def heard(sock):
+    try:
+        return sock.recv(8) == b"!"
+    except TimeoutError:
+        return False
+
+first = waiter("first")
+poke_local_waiters()  # lists the directory just after the bind
+print("first", heard(first))
+# A bind in the same coarse clock tick as the listing leaves the directory's mtime as it was:
+# made certain here by putting the mtime back.
+before = os.stat(directory)
+quick = waiter("quick")
+os.utime(directory, ns=(before.st_atime_ns, before.st_mtime_ns))
+poke_local_waiters()
+print("quick", heard(quick))
+time.sleep(0.2)
+poke_local_waiters()  # a listing taken well after the last change: kept while the mtime stands
+late = waiter("late")
+poke_local_waiters()
+print("late", heard(late))
+"""
+
+
+def test_a_waiter_that_binds_just_after_a_poke_hears_the_next_one(config_dir, tmp_path):
+    # gateway.storage.wakeup keeps the directory's listing while its mtime stands; a socket bound
+    # in the same clock tick as the listing must not be missed for it.
+    env = script_env(config_dir, tmp_path / "ledger.db")
+    proc = subprocess.run(
+        [sys.executable, "-c", LATE_WAITER], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.split() == ["first", "True", "quick", "True", "late", "True"], proc.stderr

@@ -131,3 +131,60 @@ def test_wake_ups_run_after_the_gate_is_released_not_inside_it(config_dir, tmp_p
     env = script_env(config_dir, tmp_path / "ledger.db")
     proc = subprocess.run([sys.executable, "-c", POKER], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.stdout.split() == ["committing", "free", "done"], proc.stderr
+
+
+# Two threads write in turns; each says which SQLite connection its transactions ran on and which
+# it holds outside them. Then a transaction fails on the database, and the next one still commits.
+LENDER = """
+import threading
+import django
+from gateway.bootstrap import prepare_process
+prepare_process(None)
+django.setup()
+from django.db import DatabaseError, connection
+from gateway.storage.database import ensure_schema
+from ledger.models import Job, JobSpec
+from ledger.submitters import Submitter
+from ledger.writes import writing
+
+ensure_schema()
+seen = {}
+
+def work(name):
+    connection.ensure_connection()
+    own, inside = connection.connection, []
+    for _ in range(3):
+        with writing():
+            inside.append(connection.connection)
+            Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0)
+    seen[name] = (own, inside, connection.connection)
+    connection.close()
+
+threads = [threading.Thread(target=work, args=(n,)) for n in ("a", "b")]
+for t in threads: t.start()
+for t in threads: t.join()
+(own_a, in_a, after_a), (own_b, in_b, after_b) = seen["a"], seen["b"]
+lent = in_a[0]
+print("one-lent", all(c is lent for c in in_a + in_b))
+print("own-kept", own_a is after_a and own_b is after_b and lent is not own_a and lent is not own_b)
+try:
+    with writing():
+        connection.cursor().execute("INSERT INTO no_such_table VALUES (1)")
+except DatabaseError:
+    print("failed")
+with writing():
+    fresh = connection.connection
+    Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0)
+print("fresh", fresh is not lent)
+print("jobs", Job.objects.count())
+"""
+
+
+def test_a_process_writes_through_one_connection_lent_to_each_thread_in_turn(config_dir, tmp_path):
+    # Why one (ledger.writes._write_connection): a connection that begins a transaction after
+    # another connection wrote drops its whole page cache and reads every page again.
+    env = script_env(config_dir, tmp_path / "ledger.db")
+    proc = subprocess.run([sys.executable, "-c", LENDER], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["one-lent", "True", "own-kept", "True", "failed", "fresh", "True", "jobs", "7"], (
+        proc.stderr
+    )
