@@ -82,8 +82,8 @@ class _Plan:
     columns: tuple[str, ...]
     quoted: Mapping[str, str]
     adapters: Mapping[str, Adapter]
-    converters: tuple[tuple[Callable[..., Any], ...], ...]
-    expressions: tuple[Any, ...]
+    # Per column that has any: (its position in the row, its converters, its expression).
+    converters: tuple[tuple[int, tuple[Callable[..., Any], ...], Any], ...]
     attnames: tuple[str, ...]
 
 
@@ -100,19 +100,45 @@ def _plan(model: type[models.Model], vendor: str) -> _Plan:
             adapters[str(field.column)] = _datetime_adapter(conn)
         else:
             adapters[str(field.column)] = _field_adapter(field)
-    expressions = tuple(f.get_col(model._meta.db_table) for f in fields)
+    converters = []
+    for position, field in enumerate(fields):
+        expression = field.get_col(model._meta.db_table)
+        django_chain = (*conn.ops.get_db_converters(expression), *field.get_db_converters(conn))
+        chain = tuple(_converter(c, conn) for c in django_chain)
+        if chain:
+            converters.append((position, chain, expression))
     return _Plan(
         table=conn.ops.quote_name(model._meta.db_table),
         columns=tuple(str(f.column) for f in fields),
         quoted={str(f.column): conn.ops.quote_name(str(f.column)) for f in fields},
         adapters=adapters,
-        converters=tuple(
-            (*conn.ops.get_db_converters(expr), *field.get_db_converters(conn))
-            for field, expr in zip(fields, expressions, strict=True)
-        ),
-        expressions=expressions,
+        converters=tuple(converters),
         attnames=tuple(f.attname for f in fields),
     )
+
+
+def _converter(converter: Callable[..., Any], conn: BaseDatabaseWrapper) -> Callable[..., Any]:
+    """The backend's conversion of a value read, as `_datetime_adapter` is of a value written: on
+    a SQLite connection in UTC, a datetime column's text becomes the aware instant Django makes of
+    it (`fromisoformat`, which its `parse_datetime` tries first, then UTC) without its settings
+    and time-zone look-ups; anything else goes through Django's."""
+    if getattr(converter, "__func__", None) is not type(conn.ops).convert_datetimefield_value:  # type: ignore[attr-defined]
+        return converter
+    if conn.vendor != "sqlite" or conn.timezone is not UTC:
+        return converter
+
+    def convert(value: Any, expression: Any, connection: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            try:
+                instant = datetime.fromisoformat(value)
+            except ValueError:
+                return converter(value, expression, connection)
+            return instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
+        return converter(value, expression, connection)
+
+    return convert
 
 
 def _identity(value: Any) -> Any:
@@ -222,11 +248,12 @@ def from_row(model: type[models.Model], row: Sequence[Any]) -> Any:
     """A model instance from a row of `select_columns(model)`, through the fields' converters."""
     conn = current()
     p = _plan(model, conn.vendor)
-    values = []
-    for value, converters, expression in zip(row, p.converters, p.expressions, strict=True):
+    values = list(row)
+    for position, converters, expression in p.converters:
+        value = values[position]
         for converter in converters:
             value = converter(value, expression, conn)
-        values.append(value)
+        values[position] = value
     return model.from_db(conn.alias, p.attnames, values)
 
 

@@ -252,3 +252,20 @@ def test_an_instant_is_bound_exactly_as_django_would_bind_it():
     ]
     for instant in instants:
         assert adapt(instant) == connection.ops.adapt_datetimefield_value(instant), instant
+
+
+def test_a_row_read_by_hand_becomes_the_job_the_orm_reads():
+    # ledger.sql.from_row converts a row as the ORM does (datetimes through the fast path on
+    # SQLite, JSON through the field): the executor's job must equal the one the console shows.
+    from datetime import datetime
+
+    job_id = enqueue(payload={"n": 1, "s": "é"})
+    whole_second = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)  # stored without microseconds
+    Job.objects.filter(pk=job_id).update(started_at=whole_second, lease_until=timezone.now())
+    row = sql.fetch_row(f"SELECT {sql.select_columns(Job)} FROM job_queue WHERE id = %s", [job_id])
+    assert row is not None
+    by_hand, by_orm = sql.from_row(Job, row), Job.objects.get(pk=job_id)
+    for field in Job._meta.concrete_fields:
+        assert getattr(by_hand, field.attname) == getattr(by_orm, field.attname), field.attname
+    assert by_hand.started_at == whole_second and by_hand.started_at.tzinfo is not None
+    assert by_hand.completed_at is None and by_hand.payload == {"n": 1, "s": "é"}

@@ -9,6 +9,7 @@ from django.core.management.base import CommandParser
 from gateway.cli.base import EXIT_USAGE, DuctileCommand, Exit
 from gateway.execution.reaper import adopt_orphans
 from gateway.execution.workers import WorkerDaemon
+from gateway.logs import lean_records
 from gateway.runtime import RUNTIME
 
 
@@ -36,6 +37,7 @@ class Command(DuctileCommand):
             raise Exit(EXIT_USAGE, "--threads must be at least 1")
         plugins = [p for p in (options["plugins"] or "").split(",") if p] or None
         adopt_orphans()  # a plugin's setsid escapes come back to us, to be killed and reported
+        lean_records()  # this process's log lines are JSON lines only
         daemon = WorkerDaemon(
             RUNTIME,
             threads=options["threads"],
