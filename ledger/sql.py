@@ -122,9 +122,9 @@ def _converter(converter: Callable[..., Any], conn: BaseDatabaseWrapper) -> Call
     a SQLite connection in UTC, a datetime column's text becomes the aware instant Django makes of
     it (`fromisoformat`, which its `parse_datetime` tries first, then UTC) without its settings
     and time-zone look-ups; anything else goes through Django's."""
-    if getattr(converter, "__func__", None) is not type(conn.ops).convert_datetimefield_value:  # type: ignore[attr-defined]
-        return converter
     if conn.vendor != "sqlite" or conn.timezone is not UTC:
+        return converter
+    if getattr(converter, "__func__", None) is not getattr(type(conn.ops), "convert_datetimefield_value", None):
         return converter
 
     def convert(value: Any, expression: Any, connection: Any) -> Any:
