@@ -190,9 +190,10 @@ def _lower_priority(pid: int) -> None:
 
     SCHED_BATCH first, then the niceness. Why the batch policy: it is the one for work that need
     not answer at once; a batch task never preempts another when it wakes. Why first: lowering
-    the niceness of a plugin still in its exec under the normal policy handed this CPU to the
-    plugin until it blocked, 0.5-0.6 ms per spawn on a 2-core VM in which this worker did nothing
-    (throughput -10 %, docs/performance.md); once the plugin is a batch task, neither call waits."""
+    the niceness of a just-spawned plugin under the normal policy took this thread off its CPU
+    for 0.5-0.6 ms per spawn on a 2-core VM (as if the CPU went to the plugin until it blocked;
+    throughput -10 %, docs/performance.md item 22); once the plugin is a batch task, neither call
+    waits."""
     try:
         os.sched_setscheduler(pid, os.SCHED_BATCH, os.sched_param(0))
         os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + PLUGIN_NICENESS, 19))
