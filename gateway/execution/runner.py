@@ -12,7 +12,6 @@ open until the timeout (issue 12, defects 5 and 6; `gateway.execution.reaper` fo
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import select
 import signal
@@ -126,8 +125,11 @@ def _spawn(entrypoint: Path, env: Mapping[str, str]) -> _Child:
     _keep_inherited_descriptors()
     ends: list[int] = []
     try:
+        # In this order, an end that is 0, 1 or 2 (a daemon started with one of them closed) is
+        # never the source of a later dup2: the first pipe takes the lowest free descriptors.
+        # dup2 onto itself clears close-on-exec (glibc 2.29+), so stdin may already be 0.
         for _ in range(3):
-            ends += _pipe()
+            ends += os.pipe()
         stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w = ends
         pid = os.posix_spawn(
             str(entrypoint),
@@ -148,19 +150,6 @@ def _spawn(entrypoint: Path, env: Mapping[str, str]) -> _Child:
     for fd in (stdin_r, stdout_w, stderr_w):
         os.close(fd)
     return _Child(pid, stdin_w, stdout_r, stderr_r)
-
-
-def _pipe() -> tuple[int, int]:
-    """A close-on-exec pipe whose ends are above stderr: an end that were 0, 1 or 2 (a daemon
-    started with one of them closed) could be overwritten by the spawn's own dup2s."""
-    ends = []
-    for fd in os.pipe():
-        if fd < 3:
-            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
-            os.close(fd)
-            fd = moved
-        ends.append(fd)
-    return ends[0], ends[1]
 
 
 _sealed_for = 0  # the pid whose inherited descriptors were made close-on-exec

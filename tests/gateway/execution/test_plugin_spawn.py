@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from gateway.execution.runner import run_plugin
 from gateway.plugins.environment import plugin_environment
 
@@ -81,3 +83,28 @@ def test_a_plugin_that_cannot_start_says_why(tmp_path: Path) -> None:
     denied = run_plugin(not_executable, b"{}", timeout=10, env=plugin_environment())
     assert denied.spawn_error == f"cannot start {not_executable}: Permission denied"
     assert denied.exit_code is None
+
+
+@pytest.mark.parametrize("closed", [(0,), (0, 1), (0, 1, 2)])
+def test_a_spawner_started_with_standard_descriptors_closed_still_feeds_and_reads_its_plugin(
+    tmp_path: Path, closed: tuple[int, ...]
+) -> None:
+    # A daemon's standard descriptors may be closed; the pipes then get 0, 1 or 2, which the spawn's
+    # own dup2s must not overwrite before they are copied (gateway.execution.runner._spawn).
+    entry = tmp_path / "echo.sh"
+    entry.write_text('#!/bin/sh\nread line\necho "got $line"\n')
+    entry.chmod(0o755)
+    report = tmp_path / "report"
+    spawner = textwrap.dedent(
+        f"""
+        import os
+        from pathlib import Path
+        for fd in {closed!r}:
+            os.close(fd)
+        from gateway.execution.runner import run_plugin
+        result = run_plugin(Path({str(entry)!r}), b"hello\\n", timeout=10, env={{"PATH": "/usr/bin:/bin"}})
+        Path({str(report)!r}).write_text(repr((result.exit_code, result.stdout, result.spawn_error)))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", spawner], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert report.read_text() == "(0, b'got hello\\n', None)", done.stderr
