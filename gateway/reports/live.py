@@ -204,11 +204,13 @@ def next_runs() -> list[dict[str, Any]]:
 
 def latest_failures() -> list[dict[str, Any]]:
     """One short query per failed status (each an index walk from its newest end), merged: a single
-    `status IN (...)` ordered by time would sort every failed row the queue holds."""
+    `status IN (...)` ordered by time would sort every failed row the queue holds. The
+    `completed_at` condition (true of every finished job) lets SQLite use the partial index of
+    finished jobs (ledger `job_queue_finished_idx`)."""
     jobs = [
         job
         for status in FAILED_STATUSES
-        for job in Job.objects.filter(status=status).order_by("-completed_at")[:LIST_LIMIT]
+        for job in Job.objects.filter(status=status, completed_at__isnull=False).order_by("-completed_at")[:LIST_LIMIT]
     ]
     jobs.sort(key=lambda job: (job.completed_at or job.created_at, job.id), reverse=True)
     return [

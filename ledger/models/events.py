@@ -17,7 +17,8 @@ from ledger.models.retention import PrunableQuerySet
 class EventRecordQuerySet(PrunableQuerySet["EventRecord"]):
     def expired(self, before: datetime) -> EventRecordQuerySet:
         """Events recorded before `before` (now minus `job_log_retention`). The SSE cursor is the
-        row id, so a client resuming past pruned rows simply gets the next surviving one."""
+        row id, so a client resuming past pruned rows simply gets the next surviving one. A scan in
+        id order, no index (ledger.models.retention)."""
         return self.filter(created_at__lt=before)
 
 
@@ -36,7 +37,6 @@ class EventRecord(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["job_id"], name="event_log_job_idx"),  # read by job inspect
-            models.Index(fields=["created_at"], name="event_log_created_idx"),  # retention pruning
         ]
 
     def __str__(self) -> str:

@@ -451,8 +451,15 @@ class Job(models.Model):
             models.Index(
                 fields=["parent_job_id"], name="job_queue_parent_idx", condition=Q(parent_job_id__isnull=False)
             ),
-            # Read by retention pruning and `GET /jobs` ordering.
-            models.Index(fields=["status", "completed_at"], name="job_queue_status_done_idx"),
+            # Read by retention pruning (JobQuerySet.expired), the live views' latest failures and
+            # throughput, and `system selfcheck`. Finished jobs only: a claim (completed_at stays
+            # NULL) never touches it, and a completion adds one entry at its newest end. Readers
+            # must say `completed_at IS NOT NULL` or compare completed_at, or SQLite cannot use it.
+            models.Index(
+                fields=["status", "completed_at"],
+                name="job_queue_finished_idx",
+                condition=Q(completed_at__isnull=False),
+            ),
             # Read by the audit console's job list (gateway/console/admin/jobs.py), newest first: unfiltered
             # and by time; by status (and the index page's counts); by plugin and by submitter
             # (also their filters' choices, by loose index scan); by pipeline (the jobs of the
@@ -661,7 +668,8 @@ class JobTransitionQuerySet(PrunableQuerySet["JobTransition"]):
     def expired(self, before: datetime) -> JobTransitionQuerySet:
         """Recorded before `before` (now minus `job_log_retention`: a job's history lives as long
         as its job_log attempts, not as briefly as its job_queue row), and not of a job still
-        queued or running, whose history is kept whole."""
+        queued or running, whose history is kept whole. A scan in id order, no index on
+        `created_at` (ledger.models.retention)."""
         live = Job.objects.filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING)).values("id")
         return self.filter(created_at__lt=before).exclude(job_id__in=live)
 
@@ -684,7 +692,6 @@ class JobTransition(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["job_id", "id"], name="job_transitions_job_idx"),  # read by job inspect
-            models.Index(fields=["created_at"], name="job_transitions_created_idx"),  # JobTransitionQuerySet.expired
         ]
 
     def __str__(self) -> str:

@@ -19,7 +19,8 @@ class StopwatchStatus(models.TextChoices):
 
 class JobStopwatchQuerySet(PrunableQuerySet["JobStopwatch"]):
     def expired(self, before: datetime) -> JobStopwatchQuerySet:
-        """Timings recorded before `before` (now minus `job_log_retention`, as their attempts)."""
+        """Timings recorded before `before` (now minus `job_log_retention`, as their attempts): a scan
+        in id order, no index (ledger.models.retention)."""
         return self.filter(created_at__lt=before)
 
 
@@ -46,7 +47,6 @@ class JobStopwatch(models.Model):
         indexes = [
             models.Index(fields=["job_id"], name="job_stopwatch_job_idx"),  # read by job inspect
             models.Index(fields=["plugin", "created_at"], name="job_stopwatch_plugin_idx"),  # GET /stopwatch/{plugin}
-            models.Index(fields=["created_at"], name="job_stopwatch_created_idx"),  # JobStopwatchQuerySet.expired
         ]
 
     def __str__(self) -> str:

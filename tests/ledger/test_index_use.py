@@ -1,0 +1,51 @@
+"""The readers of the finished-jobs index (`job_queue_finished_idx`, partial: `completed_at IS NOT
+NULL`) really read it on SQLite. SQLite uses a partial index only for a query whose conditions
+imply the index's own, so a reader that loses its `completed_at` condition falls back to reading
+every row of job_queue: the retention pass, the live views' latest failures and throughput, and
+`system selfcheck` would then slow down with the size of the ledger, unseen."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from gateway.reports.live import latest_failures, throughput
+from ledger.models import Job
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif("connection.vendor != 'sqlite'"),
+]
+
+INDEX = "job_queue_finished_idx"
+
+
+def plans_of(run: Callable[[], object]) -> list[str]:
+    """The query plan of every job_queue read `run()` makes, as SQLite describes it."""
+    with CaptureQueriesContext(connection) as captured:
+        run()
+    plans = []
+    with connection.cursor() as cursor:
+        for query in captured.captured_queries:
+            if "job_queue" not in query["sql"]:
+                continue
+            cursor.execute("EXPLAIN QUERY PLAN " + query["sql"])
+            plans.append(" ; ".join(str(row[-1]) for row in cursor.fetchall()))
+    assert plans, "no job_queue query was made"
+    return plans
+
+
+def test_the_retention_pass_reads_expired_jobs_through_the_finished_jobs_index():
+    expired = Job.objects.expired(timezone.now() - timedelta(days=1))
+    for plan in plans_of(lambda: list(expired.order_by().values_list("pk", flat=True)[:500])):
+        assert INDEX in plan, plan
+
+
+def test_the_live_views_read_failures_and_throughput_through_the_finished_jobs_index():
+    for plan in plans_of(latest_failures) + plans_of(lambda: throughput(timezone.now())):
+        assert INDEX in plan, plan
