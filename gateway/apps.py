@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+
 from django.apps import AppConfig
 
 
@@ -8,6 +10,8 @@ class GatewayConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
+        # The CLI starts with the collector off (gateway.cli.main); set-up is over.
+        gc.enable()
         from gateway.storage.wakeup import poke_local_waiters, poke_local_workers
         from ledger import wakeups
 

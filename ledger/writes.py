@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from ledger.sql import current
 
 _lock = threading.Lock()
 _file: tuple[int, int] | None = None  # (pid, fd): a forked child opens its own
@@ -55,11 +58,11 @@ class UngatedTransaction(RuntimeError):
     """A ledger write inside a transaction that was opened without `writing()`."""
 
 
-def _database() -> str | None:
+def _database(conn: BaseDatabaseWrapper) -> str | None:
     """The SQLite file, or None on another backend or an in-memory database (one process only)."""
-    if connection.vendor != "sqlite":
+    if conn.vendor != "sqlite":
         return None
-    name = str(connection.settings_dict["NAME"])
+    name = str(conn.settings_dict["NAME"])
     return None if name == ":memory:" or "mode=memory" in name else name  # as Django tells them apart
 
 
@@ -75,49 +78,85 @@ def _gate_fd(database: str) -> int:
 _writer_raw: tuple[int, Any] | None = None  # (pid, sqlite3 connection): a forked child opens its own
 
 
+# Stands in `connection.atomic_blocks` for `_lent_transaction`'s block, as its Atomic would (never entered).
+_OUTERMOST = transaction.Atomic(DEFAULT_DB_ALIAS, savepoint=False, durable=False)
+_BEGIN: dict[str | None, str] = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
+
+
 @contextmanager
-def _write_connection() -> Iterator[None]:
-    """This process's one SQLite connection for writes, lent to the thread's Django connection
-    for the transaction (call under `_lock`, which makes the loan exclusive).
+def _lent_transaction(conn: BaseDatabaseWrapper) -> Iterator[None]:
+    """A transaction on this process's one SQLite connection for writes, lent to the thread's
+    Django connection for its length (call under `_lock`, which makes the loan exclusive).
 
-    Why one: a SQLite connection drops its whole page cache when it begins a transaction after
-    another connection wrote. With a connection per thread, each thread's transaction found the
-    other's commit, re-read every page it touched (58 reads per job) and paid for the purge:
-    ~60 µs of the daemon's CPU per job, and 3 % of its throughput (docs/performance.md). The
-    thread's own connection is kept for its reads outside the gate.
+    Why one connection: a SQLite connection drops its whole page cache when it begins a
+    transaction after another connection wrote. With a connection per thread, each thread's
+    transaction found the other's commit, re-read every page it touched (58 reads per job) and
+    paid for the purge: ~60 µs of the daemon's CPU per job, and 3 % of its throughput
+    (docs/performance.md, item 25). The thread's own connection is kept for its reads outside the
+    gate. A transaction that failed on the lent connection closes it; the next gets a new one.
 
-    Not inside a test case's transaction: the test's writes must stay on the connection that
-    holds it. A transaction that failed on the lent connection closes it; the next gets a new one."""
+    The transaction is what `transaction.atomic()` makes of an outermost block, without its
+    generality: BEGIN, then COMMIT (ROLLBACK on an error, or when a nested block marked the
+    transaction for rollback), then the commit hooks. Django's connection state is set as Atomic
+    sets it, so nested `atomic()` blocks take savepoints and `on_commit` queues its callbacks as
+    they would. Why: Atomic's enter and exit go through Django's cursor and its autocommit
+    bookkeeping, ~20 µs of CPU per write transaction, one per job (docs/performance.md, item 29).
+    Not inside a test case's transaction (`writing` then uses `atomic()`): the test's writes must
+    stay on the connection that holds it."""
     global _writer_raw
-    conn = connections[DEFAULT_DB_ALIAS]
-    if conn.in_atomic_block:
-        yield
-        return
     conn.ensure_connection()
     if _writer_raw is None or _writer_raw[0] != os.getpid():
-        raw = conn.get_new_connection(conn.get_connection_params())
-        raw.isolation_level = None  # autocommit between transactions, as Django keeps its own
-        _writer_raw = (os.getpid(), raw)
-    own, conn.connection = conn.connection, _writer_raw[1]
+        fresh = conn.get_new_connection(conn.get_connection_params())
+        fresh.isolation_level = None  # autocommit between transactions, as Django keeps its own
+        _writer_raw = (os.getpid(), fresh)
+    raw = _writer_raw[1]
+    own, conn.connection = conn.connection, raw
+    committed = False
     try:
-        yield
-    except DatabaseError:
-        lent, _writer_raw = _writer_raw[1], None
+        with conn.wrap_database_errors:
+            raw.execute(_BEGIN.get(getattr(conn, "transaction_mode", None), "BEGIN"))
+        conn.autocommit = False
+        conn.in_atomic_block = True
+        conn.commit_on_exit = True
+        conn.needs_rollback = False
+        conn.atomic_blocks.append(_OUTERMOST)
         try:
-            lent.close()
+            yield
+        finally:
+            conn.atomic_blocks.pop()
+            conn.in_atomic_block = False
+            conn.autocommit = True
+        if not conn.needs_rollback:
+            with conn.wrap_database_errors:
+                raw.commit()
+            committed = True
+    except DatabaseError:
+        _writer_raw = None
+        try:
+            raw.close()
         except Exception:  # closing a broken connection may fail as well
             pass
         raise
     finally:
         conn.connection = own
+        if not committed:
+            conn.needs_rollback = False
+            conn.run_on_commit = []
+            if _writer_raw is not None and _writer_raw[1] is raw:
+                try:
+                    raw.rollback()
+                except Exception:  # the error that ended the transaction is the one to report
+                    _writer_raw = None
+                    raw.close()
+    if committed:
+        conn.errors_occurred = False
+        conn.run_and_clear_commit_hooks()
 
 
-def _outside_any_transaction() -> bool:
+def _outside_any_transaction(conn: BaseDatabaseWrapper) -> bool:
     """No transaction is open, or only the ones a test case wraps every test in (Django's
     TestCase marks them): those never reach another process's writers."""
-    return not connection.in_atomic_block or all(
-        getattr(block, "_from_testcase", False) for block in connection.atomic_blocks
-    )
+    return not conn.in_atomic_block or all(getattr(block, "_from_testcase", False) for block in conn.atomic_blocks)
 
 
 @contextmanager
@@ -138,17 +177,18 @@ def writing(*, savepoint: bool = True) -> Iterator[None]:
                 try:
                     yield
                 except BaseException:
-                    connection.needs_rollback = True
+                    current().needs_rollback = True
                     raise
         finally:
             _held.depth -= 1
         return
-    if not _outside_any_transaction():
+    conn = current()
+    if not _outside_any_transaction(conn):
         raise UngatedTransaction(
             "a ledger write inside a transaction opened without ledger.writes.writing(): open it with "
             "writing() so the SQLite write gate is taken before the transaction takes the write lock"
         )
-    database = _database()
+    database = _database(conn)
     _held.depth = 1
     try:
         if database is None:
@@ -161,8 +201,12 @@ def writing(*, savepoint: bool = True) -> Iterator[None]:
             fd = _gate_fd(database)
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                with _write_connection(), transaction.atomic():
-                    yield
+                if conn.in_atomic_block:  # a test case's transaction (above): a savepoint in it
+                    with transaction.atomic():
+                        yield
+                else:
+                    with _lent_transaction(conn):
+                        yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         for callback in after:  # filled by the commit's hooks only: empty after a rollback

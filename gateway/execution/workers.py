@@ -54,6 +54,9 @@ class WorkerDaemon:
         self.hostname = socket.gethostname()
         self.worker_id = f"{self.hostname}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.executor = Executor(holder, self.worker_id, claim_next=self._claim_following)
+        # The queue's methods on one QuerySet made once: `Job.objects.claim_next` builds a new
+        # QuerySet (and its Query) at every call, ~10 µs of each job's claim.
+        self._queue = Job.objects.all()
         self.stopping = threading.Event()
         self._reload = threading.Event()
         self._signals = 0
@@ -91,8 +94,8 @@ class WorkerDaemon:
         schedule_inits(runtime)
         # What start-up built lives as long as the daemon: out of the collector's walk, so a full
         # collection under load does not hold the GIL through Django's objects (as in the API's
-        # workers, ductile_site/gunicorn.py).
-        gc.collect()
+        # workers, ductile_site/gunicorn.py). Frozen as it is: a full collection first took ~35 ms
+        # of the start and found a dozen unreachable objects (docs/performance.md, item 30).
         gc.freeze()
         # Enqueues of this process call self.wake directly, others' come through its socket.
         listener = WakeListener(self.wake, on_poke=self.poked)
@@ -273,7 +276,7 @@ class WorkerDaemon:
         # write lock; while work flows the claim itself is the look.
         if precheck:
             close_old_connections()  # drops a connection broken by a database restart
-            if not Job.objects.any_due(list(caps), now):
+            if not self._queue.any_due(list(caps), now):
                 return None
         with self._count_lock:
             if self.max_jobs is not None and self.claimed >= self.max_jobs:
@@ -281,7 +284,7 @@ class WorkerDaemon:
             self._busy += 1
         job = None
         try:
-            job = Job.objects.claim_next(
+            job = self._queue.claim_next(
                 worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
             )
         finally:
@@ -305,7 +308,7 @@ class WorkerDaemon:
         caps = self._caps(runtime)
         if not caps:
             return None
-        return Job.objects.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl)
+        return self._queue.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl)
 
     def _caps(self, runtime: Runtime) -> dict[str, int]:
         caps = runtime.registry.claim_caps()

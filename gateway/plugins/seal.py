@@ -128,7 +128,8 @@ class PluginSeal:
 
     def check(self, instance: PluginInstance) -> SpawnCheck:
         manifest = instance.manifest
-        path = str(manifest.entrypoint)
+        entrypoint = manifest.entrypoint  # what to run, unless it has to be resolved again
+        path = str(entrypoint)
         try:
             st: os.stat_result | None = os.stat(path)
         except OSError:
@@ -137,22 +138,23 @@ class PluginSeal:
         # (the costliest step, a stat per path component); anything else is resolved and judged.
         if st is None or (st.st_dev, st.st_ino) != self.inodes.get(instance.name):
             path, st = os.path.realpath(path), None
+            entrypoint = Path(path)
             root = self.roots.get(instance.name) or os.path.realpath(manifest.root)
             if not path.startswith(root + os.sep):
                 return SpawnCheck(
-                    Path(path),
+                    entrypoint,
                     refusal=f"plugin {instance.name!r}: its entrypoint {manifest.entrypoint} now resolves to {path}, "
                     f"outside plugin root {root} (it was inside when the plugin was loaded); not run",
                 )
         expected = self.expected.get(instance.name)
         if expected is None:
-            return SpawnCheck(Path(path))
+            return SpawnCheck(entrypoint)
         try:
             manifest_hash, entrypoint_hash = file_hash(str(manifest.file)), file_hash(path, st)
         except OSError as exc:
             manifest_hash = entrypoint_hash = f"unreadable ({exc.strerror})"
         if (manifest_hash, entrypoint_hash) == (expected.manifest_hash, expected.entrypoint_hash):
-            return SpawnCheck(Path(path))
+            return SpawnCheck(entrypoint)
         now = replace(
             expected,
             manifest_resolved_path=str(manifest.file),
@@ -166,8 +168,8 @@ class PluginSeal:
             f"`ductile plugin lock {instance.name}`"
         )
         if self.strict:
-            return SpawnCheck(Path(path), refusal=message)
-        return SpawnCheck(Path(path), warning=message + " (run anyway: strict_mode is off)")
+            return SpawnCheck(entrypoint, refusal=message)
+        return SpawnCheck(entrypoint, warning=message + " (run anyway: strict_mode is off)")
 
 
 def verify_plugins(config: GatewayConfig, registry: Registry) -> PluginSeal:

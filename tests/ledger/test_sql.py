@@ -269,3 +269,10 @@ def test_a_row_read_by_hand_becomes_the_job_the_orm_reads():
         assert getattr(by_hand, field.attname) == getattr(by_orm, field.attname), field.attname
     assert by_hand.started_at == whole_second and by_hand.started_at.tzinfo is not None
     assert by_hand.completed_at is None and by_hand.payload == {"n": 1, "s": "é"}
+    # Built without Model.__init__: a saved row of this database, as Model.from_db makes one.
+    assert (by_hand._state.adding, by_hand._state.db) == (by_orm._state.adding, by_orm._state.db) == (False, "default")
+    assert by_hand == by_orm and by_hand.get_deferred_fields() == set()
+    by_hand.last_error = "changed by hand"
+    by_hand.save(update_fields=["last_error"])
+    by_orm.refresh_from_db()
+    assert by_orm.last_error == "changed by hand"

@@ -188,3 +188,73 @@ def test_a_process_writes_through_one_connection_lent_to_each_thread_in_turn(con
     assert proc.stdout.split() == ["one-lent", "True", "own-kept", "True", "failed", "fresh", "True", "jobs", "7"], (
         proc.stderr
     )
+
+
+# The outermost transaction on the lent connection (ledger.writes._lent_transaction) keeps what
+# `transaction.atomic()` promises: nested blocks as savepoints, commit hooks after a commit only,
+# a transaction marked for rollback rolled back, an error's transaction gone whole.
+OUTERMOST = """
+import django
+from gateway.bootstrap import prepare_process
+prepare_process(None)
+django.setup()
+from django.db import IntegrityError, connection, transaction
+from gateway.storage.database import ensure_schema
+from ledger.models import Job, JobSpec
+from ledger.submitters import Submitter
+from ledger.writes import writing
+
+ensure_schema()
+hooks = []
+
+def enqueue():
+    return Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0).job_id
+
+with writing():
+    kept = enqueue()
+    try:
+        with transaction.atomic():
+            enqueue()
+            raise IntegrityError("a nested block fails")
+    except IntegrityError:
+        pass
+    transaction.on_commit(lambda: hooks.append(("committed", Job.objects.filter(pk=kept).exists())))
+    print("inside-atomic", connection.in_atomic_block, connection.get_autocommit())
+print("savepoint", Job.objects.count(), hooks)
+
+try:
+    with writing():
+        enqueue()
+        transaction.on_commit(lambda: hooks.append("never"))
+        raise KeyError("not a database error")
+except KeyError:
+    pass
+print("error", Job.objects.count(), hooks)
+
+with writing():
+    enqueue()
+    try:
+        with writing(savepoint=False):
+            raise ValueError("ends the whole transaction")
+    except ValueError:
+        pass
+print("marked", Job.objects.count(), connection.in_atomic_block, connection.get_autocommit())
+
+with writing():
+    enqueue()
+print("after", Job.objects.count())
+"""
+
+
+def test_the_outermost_write_transaction_keeps_what_atomic_promises(config_dir, tmp_path):
+    env = script_env(config_dir, tmp_path / "ledger.db")
+    proc = subprocess.run(
+        [sys.executable, "-c", OUTERMOST], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.splitlines() == [
+        "inside-atomic True False",
+        "savepoint 1 [('committed', True)]",
+        "error 1 [('committed', True)]",
+        "marked 1 False True",
+        "after 2",
+    ], proc.stderr

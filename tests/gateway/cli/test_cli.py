@@ -190,3 +190,11 @@ def test_ductile_console_script_runs_the_same_commands(cfg):
         timeout=60,
     )
     assert out.returncode == 0 and json.loads(out.stdout)["protocol"] == 2
+
+
+def test_a_command_runs_with_the_garbage_collector_on(cfg):
+    # The CLI switches the collector off for its start-up only (gateway.cli.main): a command, a
+    # daemon above all, that ran without it would keep every reference cycle it made.
+    proc = ductile(cfg, "shell", "--no-imports", "-c", "import gc; print(gc.isenabled(), gc.get_threshold()[0] > 0)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"]
