@@ -10,8 +10,12 @@ class GatewayConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
-        # The CLI starts with the collector off (gateway.cli.main); set-up is over.
-        gc.enable()
+        if not gc.isenabled():
+            # The CLI starts with the collector off (gateway.cli.main), and set-up is over. What it
+            # built is kept out of the collector's walks: the first collection after the switch
+            # would otherwise walk all of it as young objects (~26 ms of every command's start).
+            gc.freeze()
+            gc.enable()
         from gateway.storage.wakeup import poke_local_waiters, poke_local_workers
         from ledger import wakeups
 
