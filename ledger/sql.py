@@ -326,6 +326,8 @@ def any_due(plugin_count: int, vendor: str) -> str:
 
 
 RUNNING_COUNTS = "SELECT plugin, COUNT(*) FROM job_queue WHERE status = 'running' GROUP BY plugin"
+# Read by JobQuerySet.recover_lost: one probe of the running jobs' partial index.
+ANY_RUNNING = "SELECT 1 FROM job_queue WHERE status = 'running' LIMIT 1"
 
 
 @cache

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Collection
 from types import FrameType
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, close_old_connections, connection, connections
 from django.utils import timezone
 
 from gateway.config.errors import ConfigError
@@ -29,6 +29,9 @@ from gateway.storage.wakeup import WakeListener
 from ledger.models import Job, WorkerInstance
 
 log = logger("workers")
+
+# The main loop's longest sleep while no job is claimed: how late a SIGHUP reload may be taken.
+IDLE_PASS = 1.0
 
 
 class WorkerDaemon:
@@ -63,6 +66,7 @@ class WorkerDaemon:
         self._wake = threading.Condition()
         self._wake_seq = 0
         self._direct = 0  # pokes from other processes not yet taken by a woken thread (`poked`)
+        self._looker: int | None = None  # the idle thread that re-checks on the timer (`_idle_wait`)
         self._count_lock = threading.Lock()
         self.claimed = 0
         self._busy = 0
@@ -134,9 +138,17 @@ class WorkerDaemon:
         beat_every, recover_every = max(lease_ttl / 4, 1.0), min(5.0, lease_ttl / 2)
         start = time.monotonic()
         next_beat, next_recover, next_checkpoint = start + beat_every, start + recover_every, start
-        while any(t.is_alive() for t in pool):
-            for thread in pool:
-                thread.join(timeout=0.25 / len(pool))
+        seen = -1
+        while alive := [t for t in pool if t.is_alive()]:
+            # Four passes a second while jobs are claimed (the checkpoints follow the claims); idle,
+            # one per IDLE_PASS at most, or sooner for a heartbeat or recovery pass. Why: every
+            # wake-up of an idle process costs CPU, ~0.3 ms on a cold core of a 2-core VM
+            # (docs/performance.md item 31). A SIGHUP is taken at the next pass.
+            tick = 0.25
+            if self.claimed == seen:
+                tick = min(IDLE_PASS, max(tick, min(next_beat, next_recover) - time.monotonic()))
+            seen = self.claimed
+            alive[0].join(timeout=tick)  # one wake-up a pass; the end of any thread is seen at the next
             if self._reload.is_set():
                 self._reload.clear()
                 try:
@@ -220,6 +232,8 @@ class WorkerDaemon:
                         continue
                     self._claims_down.recovered()
                     idle = job is None
+                    if not idle:
+                        self._hand_over_looking()
                 if job is not None:
                     job = self._run(job)
                     continue
@@ -227,13 +241,34 @@ class WorkerDaemon:
                     break
                 with self._wake:
                     if self._wake_seq == seen and not self.stopping.is_set():
-                        self._wake.wait(timeout=self.recheck)
+                        self._wake.wait(timeout=self._idle_wait())
                     if self._direct:  # `poked`: the first thread awake claims at once
                         self._direct -= 1
                         idle = False
         finally:
+            self._hand_over_looking()
             self.wake()
             connections.close_all()
+
+    def _idle_wait(self) -> float | None:
+        """How long an idle thread sleeps unless woken (called holding `_wake`). One idle thread
+        at a time re-checks the database every `recheck` seconds, for what no wake-up announces (a
+        retry time that came due, a lost poke); the others sleep until woken. Why not all: each
+        wake-up of an idle process costs CPU, ~1-3 ms on a cold core of a 2-core VM, and the
+        threads woke together, so the looks also contended for the GIL (docs/performance.md,
+        item 31)."""
+        me = threading.get_ident()
+        if self._looker is None or self._looker == me:
+            self._looker = me
+            return self.recheck
+        return None
+
+    def _hand_over_looking(self) -> None:
+        """A thread that stops being idle passes the timed re-check on to an idle one, if any."""
+        with self._wake:
+            if self._looker == threading.get_ident():
+                self._looker = None
+                self._wake.notify()
 
     def _run(self, job: Job) -> Job | None:
         """Run one claimed job; the next one when it was claimed with this one's outcome."""
@@ -275,7 +310,7 @@ class WorkerDaemon:
         # After an empty claim, a read-only look first, so an idle daemon never takes SQLite's
         # write lock; while work flows the claim itself is the look.
         if precheck:
-            close_old_connections()  # drops a connection broken by a database restart
+            connection.close_if_unusable_or_obsolete()  # drops one broken by a database restart
             if not self._queue.any_due(list(caps), now):
                 return None
         with self._count_lock:

@@ -154,7 +154,6 @@ class WakeListener:
             self._path = str(directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}{SUFFIX[self.channel]}")
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sock.bind(self._path)
-            self._sock.settimeout(0.5)
             self._spawn(self._socket_loop)
         elif settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
             self._spawn(self._listen_loop)
@@ -162,12 +161,11 @@ class WakeListener:
     def stop(self) -> None:
         wakeups.remove_listener(self.on_wake, self.channel)
         self._stop.set()
-        if self._sock is not None and self._path:
-            # Why the self-poke: the loop sits in recv() for up to its timeout; without this every
-            # synchronous caller would wait that long after its tree finished.
+        if self._sock is not None:
+            # The loop blocks in recv() with no timeout (a timeout woke every idle process twice a
+            # second, docs/performance.md item 31); shutting the socket down ends that recv at once.
             try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as poke:
-                    poke.sendto(b"!", self._path)
+                self._sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             for thread in self._threads:
@@ -190,12 +188,12 @@ class WakeListener:
 
     def _socket_loop(self) -> None:
         assert self._sock is not None
-        while not self._stop.is_set():
+        while True:
             try:
                 self._sock.recv(64)
-            except TimeoutError:
-                continue
             except OSError:
+                return
+            if self._stop.is_set():
                 return
             self.on_poke()
 
