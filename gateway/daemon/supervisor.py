@@ -51,10 +51,10 @@ FLAP_LIMIT, STABLE_AFTER = 5, 60.0
 # Restart delays: 1, 2, 4, ... seconds, then every RESTART_CEILING seconds.
 RESTART_CEILING = 60
 STOP_GRACE = 60.0
-# The supervisor's longest sleep between passes: how late it sees a child that died (a process's
-# death, a resident loop's end), when no restart or demand question is due sooner. Signals wake it
-# at once (`signal.set_wakeup_fd`).
-MAX_PASS = 1.0
+# The supervisor's longest sleep between passes, when no restart or demand question is due sooner:
+# how late it sees a resident loop's end. Signals wake it at once (`signal.set_wakeup_fd`), a
+# child process's death (SIGCHLD) included.
+MAX_PASS = 5.0
 PID_FILE = "ductile.pid"
 
 
@@ -255,6 +255,10 @@ class Supervisor:
         if self.install_signals:
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(signum, self._on_signal)
+            # Only to wake the pass: the pass itself finds which child exited. Restarting system
+            # calls (SA_RESTART), so one in the resident loops' threads is not cut short by it.
+            signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+            signal.siginterrupt(signal.SIGCHLD, False)
             self._wakeup = self._wake_on_signals()
         for child in self.children:
             if child.demand is None:
@@ -271,6 +275,7 @@ class Supervisor:
             self._remove_pid()
             if self._wakeup is not None:
                 signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         log.info("system stopped")
         return 0
 
