@@ -131,23 +131,26 @@ def _lent_transaction(conn: BaseDatabaseWrapper) -> Iterator[None]:
                 raw.commit()
             committed = True
     except DatabaseError:
-        _writer_raw = None
-        try:
-            raw.close()
-        except Exception:  # closing a broken connection may fail as well
-            pass
+        _writer_raw = None  # a failed transaction's connection is not lent again
         raise
     finally:
         conn.connection = own
         if not committed:
             conn.needs_rollback = False
             conn.run_on_commit = []
-            if _writer_raw is not None and _writer_raw[1] is raw:
+            # Rolled back before anything else, a closed connection included: a statement of the
+            # failed transaction that is still referenced (by its cursor, in the error's traceback,
+            # which may live until a garbage collection) keeps close() from closing, and with it
+            # the transaction and its write lock (every later writer waited out its busy timeout).
+            try:
+                raw.rollback()
+            except Exception:  # the error that ended the transaction is the one to report
+                _writer_raw = None
+            if _writer_raw is None or _writer_raw[1] is not raw:
                 try:
-                    raw.rollback()
-                except Exception:  # the error that ended the transaction is the one to report
-                    _writer_raw = None
                     raw.close()
+                except Exception:  # closing a broken connection may fail as well
+                    pass
     if committed:
         conn.errors_occurred = False
         conn.run_and_clear_commit_hooks()

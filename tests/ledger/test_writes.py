@@ -258,3 +258,50 @@ def test_the_outermost_write_transaction_keeps_what_atomic_promises(config_dir, 
         "marked 1 False True",
         "after 2",
     ], proc.stderr
+
+
+# A statement that fails inside the lent write connection's transaction, its error kept alive (as
+# a traceback in a cycle keeps it until a garbage collection): the transaction must still end and
+# let go of SQLite's write lock at once, for this process's next writer and for other processes.
+FAILED_KEPT = """
+import gc, sqlite3, sys
+import django
+from gateway.bootstrap import prepare_process
+prepare_process(None)
+django.setup()
+from django.db import DatabaseError, connection
+from gateway.storage.database import ensure_schema
+from ledger import sql
+from ledger.models import Job, JobSpec
+from ledger.submitters import Submitter
+from ledger.writes import writing
+
+ensure_schema()
+gc.disable()
+kept = []
+try:
+    with writing():
+        Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0)
+        # Fails as SQLite steps the statement (a CHECK), so a prepared statement is left behind.
+        sql.execute("UPDATE job_queue SET payload = ?", ["{not json"])
+except DatabaseError as exc:
+    kept.append(exc)
+other = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.5, isolation_level=None)
+try:
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    print("other-process-writes", True)
+except sqlite3.OperationalError as exc:
+    print("other-process-writes", exc)
+with writing():
+    Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0)
+print("jobs", Job.objects.count())
+"""
+
+
+def test_a_failed_write_transaction_lets_go_of_the_write_lock_while_its_error_lives(config_dir, tmp_path):
+    env = script_env(config_dir, tmp_path / "ledger.db")
+    proc = subprocess.run(
+        [sys.executable, "-c", FAILED_KEPT], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.split() == ["other-process-writes", "True", "jobs", "1"], proc.stderr[-2000:]
