@@ -22,7 +22,6 @@ PID file lets `system reload` find us.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 from types import FrameType
 
 from gateway.config.model import GatewayConfig
+from gateway.daemon.pause import Pause
 from gateway.daemon.resident import Loop, Resident
 from gateway.daemon.scheduler import Scheduler
 from gateway.logs import logger
@@ -246,7 +246,7 @@ class Supervisor:
         self.on_config = on_config
         self.stopping = False
         self._pending: list[int] = []
-        self._wakeup: int | None = None  # the read end of the pipe a signal writes to
+        self._pause: Pause | None = None
 
     def run(self) -> int:
         ensure_schema()  # once, here: the children then find a current database
@@ -259,7 +259,9 @@ class Supervisor:
             # calls (SA_RESTART), so one in the resident loops' threads is not cut short by it.
             signal.signal(signal.SIGCHLD, lambda signum, frame: None)
             signal.siginterrupt(signal.SIGCHLD, False)
-            self._wakeup = self._wake_on_signals()
+            # Why a pause a signal ends rather than a short fixed sleep: each pass of an idle
+            # supervisor costs CPU (five a second were ~0.3 % of a core on a 2-core VM).
+            self._pause = Pause(signals=True)
         for child in self.children:
             if child.demand is None:
                 child.start()  # the on-demand ones at their first answer, in _watch
@@ -273,22 +275,11 @@ class Supervisor:
             self._wait_all()
         finally:
             self._remove_pid()
-            if self._wakeup is not None:
-                signal.set_wakeup_fd(-1)
+            if self._pause is not None:
+                self._pause.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         log.info("system stopped")
         return 0
-
-    @staticmethod
-    def _wake_on_signals() -> int:
-        """A pipe the interpreter writes a byte to when a signal arrives, so a sleeping pass ends
-        at once. Why not a short fixed sleep: each pass of an idle supervisor costs CPU (five a
-        second were ~0.3 % of a core on a 2-core VM, docs/performance.md item 31)."""
-        read_end, write_end = os.pipe()
-        os.set_blocking(read_end, False)
-        os.set_blocking(write_end, False)
-        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-        return read_end
 
     def _next_pass(self) -> float:
         """Seconds until the next pass has something to do: a demand question or a restart."""
@@ -302,15 +293,10 @@ class Supervisor:
         return max(due - now, 0.0)
 
     def _sleep(self, seconds: float) -> None:
-        if self._wakeup is None:
+        if self._pause is None:
             time.sleep(seconds)
-            return
-        select.select([self._wakeup], [], [], seconds)
-        try:
-            while os.read(self._wakeup, 512):
-                pass
-        except BlockingIOError:
-            pass
+        else:
+            self._pause.sleep(seconds)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._pending.append(signum)

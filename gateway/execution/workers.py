@@ -17,6 +17,7 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 from django.utils import timezone
 
 from gateway.config.errors import ConfigError
+from gateway.daemon.pause import Pause
 from gateway.execution.dispatch import Executor
 from gateway.execution.lifecycle import schedule_inits
 from gateway.execution.runner import kill_live_groups
@@ -30,8 +31,9 @@ from ledger.models import Job, WorkerInstance
 
 log = logger("workers")
 
-# The main loop's longest sleep while no job is claimed: how late a SIGHUP reload may be taken.
-IDLE_PASS = 1.0
+# The main loop's longest sleep while no job is claimed, when no heartbeat or recovery pass is due
+# sooner. Signals and the end of a worker thread wake it at once (gateway.daemon.pause).
+IDLE_PASS = 5.0
 
 
 class WorkerDaemon:
@@ -67,6 +69,7 @@ class WorkerDaemon:
         self._wake_seq = 0
         self._direct = 0  # pokes from other processes not yet taken by a woken thread (`poked`)
         self._looker: int | None = None  # the idle thread that re-checks on the timer (`_idle_wait`)
+        self._pause: Pause | None = None  # the main loop's sleep, while `run` runs
         self._count_lock = threading.Lock()
         self.claimed = 0
         self._busy = 0
@@ -111,6 +114,7 @@ class WorkerDaemon:
             describe_database(),
             extra={"worker": self.worker_id},
         )
+        self._pause = Pause(signals=self.install_signals)
         pool = [threading.Thread(target=self.work, name=f"ductile-worker-{n}") for n in range(self.threads)]
         for thread in pool:
             thread.start()
@@ -121,6 +125,8 @@ class WorkerDaemon:
             self.wake()
             for thread in pool:
                 thread.join()
+            self._pause.close()
+            self._pause = None
             listener.stop()
             try:
                 instance.stop(timezone.now())
@@ -138,17 +144,20 @@ class WorkerDaemon:
         beat_every, recover_every = max(lease_ttl / 4, 1.0), min(5.0, lease_ttl / 2)
         start = time.monotonic()
         next_beat, next_recover, next_checkpoint = start + beat_every, start + recover_every, start
+        assert self._pause is not None
         seen = -1
         while alive := [t for t in pool if t.is_alive()]:
             # Four passes a second while jobs are claimed (the checkpoints follow the claims); idle,
-            # one per IDLE_PASS at most, or sooner for a heartbeat or recovery pass. Why: every
-            # wake-up of an idle process costs CPU, ~0.3 ms on a cold core of a 2-core VM
-            # (docs/performance.md item 31). A SIGHUP is taken at the next pass.
+            # only when a heartbeat or recovery pass is due, IDLE_PASS at most. Why: each wake-up
+            # of an idle process costs CPU, ~1-3 ms on a cold core of a 2-core VM
+            # (docs/performance.md item 31). A signal or a worker thread's end wakes it at once.
             tick = 0.25
             if self.claimed == seen:
                 tick = min(IDLE_PASS, max(tick, min(next_beat, next_recover) - time.monotonic()))
             seen = self.claimed
-            alive[0].join(timeout=tick)  # one wake-up a pass; the end of any thread is seen at the next
+            if self._pause.sleep(tick):
+                for thread in alive:
+                    thread.join(timeout=0.1)  # a thread that said it ends may not have ended yet
             if self._reload.is_set():
                 self._reload.clear()
                 try:
@@ -249,6 +258,8 @@ class WorkerDaemon:
             self._hand_over_looking()
             self.wake()
             connections.close_all()
+            if self._pause is not None:
+                self._pause.wake()  # the main loop sees the pool shrink now, not at its next pass
 
     def _idle_wait(self) -> float | None:
         """How long an idle thread sleeps unless woken (called holding `_wake`). One idle thread
