@@ -16,8 +16,8 @@ from tests.support import REPO, cli_env, ductile, ductile_json, free_port, ledge
 pytestmark = [pytest.mark.slow]
 
 
-# Two ledgers damaged the same way fail differently: on the first, SQLite cannot even open the
-# file (its first PRAGMA says "database disk image is malformed"); the second opens, and
+# Two ledgers damaged in different places fail differently: on the first, SQLite cannot even open
+# the file (its first PRAGMA says "database disk image is malformed"); the second opens, and
 # quick_check reports the broken page. Both must be refused in the selfcheck's words.
 LEDGERS = {
     "unopenable": ("quick_check could not read the database: ", 5, 295),
@@ -52,14 +52,18 @@ def corrupted(request, config_dir, tmp_path):
         config_dir, "enqueue", [job] * stress + [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}] * echo
     )
     path = config_dir.db_path
+    # Which pages are overwritten is chosen by what they hold, not by where they lie (the layout
+    # moves with every migration): the schema's own pages past the first, so opening the file
+    # fails, or the queue's, so it opens and the check finds them.
+    owner = "sqlite_schema" if request.param == "unopenable" else "job_queue"
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         page = db.execute("PRAGMA page_size").fetchone()[0]
-    pages = path.stat().st_size // page
-    assert pages > 20
+        numbers = [n for (n,) in db.execute("SELECT pageno FROM dbstat WHERE name = ? AND pageno > 1", [owner])]
+    assert numbers, f"no page of {owner} past the first"
     with open(path, "r+b") as handle:
-        for number in range(pages // 2, pages // 2 + 4):
-            handle.seek(number * page)
+        for number in sorted(numbers)[:4]:
+            handle.seek((number - 1) * page)  # dbstat counts pages from 1
             handle.write(bytes(range(256)) * (page // 256))
     return config_dir, marker, finding
 
