@@ -70,6 +70,7 @@ class WorkerDaemon:
         self._direct = 0  # pokes from other processes not yet taken by a woken thread (`poked`)
         self._looker: int | None = None  # the idle thread that re-checks on the timer (`_idle_wait`)
         self._pause: Pause | None = None  # the main loop's sleep, while `run` runs
+        self._ending: list[threading.Thread] = []  # pool threads past their loop, for the main loop to join
         self._count_lock = threading.Lock()
         self.claimed = 0
         self._busy = 0
@@ -146,7 +147,7 @@ class WorkerDaemon:
         next_beat, next_recover, next_checkpoint = start + beat_every, start + recover_every, start
         assert self._pause is not None
         seen = -1
-        while alive := [t for t in pool if t.is_alive()]:
+        while any(t.is_alive() for t in pool):
             # Four passes a second while jobs are claimed (the checkpoints follow the claims); idle,
             # only when a heartbeat or recovery pass is due, IDLE_PASS at most. Why: each wake-up
             # of an idle process costs CPU, ~1-3 ms on a cold core of a 2-core VM
@@ -156,8 +157,10 @@ class WorkerDaemon:
                 tick = min(IDLE_PASS, max(tick, min(next_beat, next_recover) - time.monotonic()))
             seen = self.claimed
             if self._pause.sleep(tick):
-                for thread in alive:
-                    thread.join(timeout=0.1)  # a thread that said it ends may not have ended yet
+                with self._count_lock:
+                    ending, self._ending = self._ending, []
+                for thread in ending:
+                    thread.join(timeout=1.0)  # it said it ends, but may not have ended yet
             if self._reload.is_set():
                 self._reload.clear()
                 try:
@@ -259,6 +262,8 @@ class WorkerDaemon:
             self.wake()
             connections.close_all()
             if self._pause is not None:
+                with self._count_lock:
+                    self._ending.append(threading.current_thread())
                 self._pause.wake()  # the main loop sees the pool shrink now, not at its next pass
 
     def _idle_wait(self) -> float | None:
