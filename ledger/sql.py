@@ -290,6 +290,16 @@ def fetch_row(text: str, params: Iterable[Any]) -> tuple[Any, ...] | None:
     return None if row is None else tuple(row)
 
 
+def fetch_rows(text: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
+    """Every row of a statement, the cursor closed either way (as `fetch_row`)."""
+    conn = current()
+    cursor = execute(native(text, conn.vendor), list(params), conn)
+    try:
+        return [tuple(row) for row in cursor.fetchall()]
+    finally:
+        cursor.close()
+
+
 def fetch_value(text: str, params: Iterable[Any]) -> Any:
     row = fetch_row(text, params)
     return row[0] if row else None

@@ -89,11 +89,8 @@ class ScheduleEntryQuerySet(models.QuerySet["ScheduleEntry"]):
         stamp = sql.prep(ScheduleEntry, "updated_at", now)
         params = [sql.prep(ScheduleEntry, "next_run_at", following), stamp, status, stamp]
         params += [*ids, ScheduleStatus.ACTIVE, sql.prep(ScheduleEntry, "next_run_at", due)]
-        cursor = sql.execute(sql.schedule_take(len(ids), vendor), params)  # why: at sql.schedule_take
-        try:
-            return [row[0] for row in cursor.fetchall()]
-        finally:
-            cursor.close()
+        taken = sql.fetch_rows(sql.schedule_take(len(ids), vendor), params)  # why: at sql.schedule_take
+        return [row[0] for row in taken]
 
     def record_fired(self, last_jobs: Mapping[int, str], *, now: datetime) -> None:
         """Each fired entry's newest job, in the transaction that enqueued it."""

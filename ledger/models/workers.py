@@ -35,12 +35,8 @@ class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
         """Ids of workers on this host whose process is gone: their claims need no lease wait."""
         # Hand-written: every daemon asks every few seconds, idle ones too, and the ORM's query cost
         # ~1 ms of CPU to build (docs/performance.md item 31).
-        cursor = sql.execute(sql.native(ALIVE_ON_HOST, sql.current().vendor), [hostname, exclude])
-        try:
-            rows = cursor.fetchall()
-        finally:
-            cursor.close()
-        return [worker_id for worker_id, pid in rows if not pid_alive(pid)]
+        others = sql.fetch_rows(ALIVE_ON_HOST, [hostname, exclude])
+        return [worker_id for worker_id, pid in others if not pid_alive(pid)]
 
     def mark_lost(self, worker_ids: list[str], now: datetime) -> int:
         with writing():
