@@ -146,7 +146,7 @@ def _lent_transaction(conn: BaseDatabaseWrapper) -> Iterator[None]:
                 raw.rollback()
             except Exception:  # the error that ended the transaction is the one to report
                 _writer_raw = None
-            if _writer_raw is None or _writer_raw[1] is not raw:
+            if _writer_raw is None:  # dropped above: after a database error, or a failed rollback
                 try:
                     raw.close()
                 except Exception:  # closing a broken connection may fail as well
