@@ -5,6 +5,7 @@ thread; each caller gets its own answer, or its own error, after the commit (iss
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,10 +32,11 @@ def enqueue() -> str:
 
 
 def test_calls_waiting_together_are_committed_in_one_transaction_each_with_its_answer(sharing: None) -> None:
-    gate = threading.Event()
+    entered, gate = threading.Event(), threading.Event()
     seen: dict[int, Any] = {}
 
     def first() -> None:
+        entered.set()
         gate.wait(10)  # holds the writer while the others queue up
 
     def one(n: int) -> str:
@@ -42,17 +44,21 @@ def test_calls_waiting_together_are_committed_in_one_transaction_each_with_its_a
         return enqueue()
 
     results: dict[int, str] = {}
-    threads = [threading.Thread(target=writes.shared, args=(first,))]
-    threads += [
+    holder = threading.Thread(target=writes.shared, args=(first,))
+    holder.start()
+    # Why wait: a call queued before `first` would be taken into the writer's batch with it, and
+    # never counted as waiting below.
+    assert entered.wait(10)
+    threads = [
         threading.Thread(target=lambda n=n: results.__setitem__(n, writes.shared(lambda: one(n)))) for n in range(5)
     ]
     for thread in threads:
         thread.start()
-    # The five are queued once the writer is busy with `first` and all five threads are waiting.
-    while writes._writer is not None and writes._writer._calls.qsize() < 5:
+    deadline = time.monotonic() + 10
+    while writes._writer is not None and writes._writer._calls.qsize() < 5 and time.monotonic() < deadline:
         threading.Event().wait(0.01)
     gate.set()
-    for thread in threads:
+    for thread in [holder, *threads]:
         thread.join(10)
 
     assert sorted(results) == list(range(5)) and len(set(results.values())) == 5
