@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
+from typing import NoReturn
 
 from gateway.config.loader import resolve_config_dir
 from gateway.runtime import RUNTIME
@@ -58,8 +59,36 @@ def start_check() -> None:
         sys.exit(1)
 
 
+# Set by restart_with_every_app: the process started again must not choose the worker's settings.
+EVERY_APP = "DUCTILE_EVERY_APP"
+DEFAULT_SETTINGS = "ductile_site.settings"
+WORKER_SETTINGS = "ductile_site.settings_worker"
+
+
+def choose_worker_settings() -> None:
+    """`runworkers` starts on the worker's settings (ductile_site/settings_worker.py) unless the
+    operator chose a settings module of their own, or this is its start again on every app."""
+    chosen = os.environ.get("DJANGO_SETTINGS_MODULE", DEFAULT_SETTINGS)
+    if os.environ.get(EVERY_APP) != "1" and chosen == DEFAULT_SETTINGS:
+        os.environ["DJANGO_SETTINGS_MODULE"] = WORKER_SETTINGS
+
+
+def restart_with_every_app() -> NoReturn:
+    """Run this command again from the start, on the gateway's full settings: the same
+    interpreter, options and arguments (`sys.orig_argv`), this process's PID. Only before the
+    command has started anything (threads, children, sockets)."""
+    from django.db import connections
+
+    connections.close_all()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.environ["DJANGO_SETTINGS_MODULE"] = DEFAULT_SETTINGS
+    os.environ[EVERY_APP] = "1"
+    os.execv(sys.executable, sys.orig_argv)
+
+
 def prepare_process(config_dir: str | None) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ductile_site.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", DEFAULT_SETTINGS)
     directory = resolve_config_dir(config_dir, os.environ)
     os.environ["DUCTILE_CONFIG_DIR"] = str(directory)
     RUNTIME.load(directory)

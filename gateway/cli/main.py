@@ -35,10 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # item 30). It is switched back on when Django's apps are ready (gateway.apps), before any
     # command runs; the imports are here, after it, for the same reason.
     gc.disable()
-    from gateway.bootstrap import config_dir_from_argv, prepare_process
+    from gateway.bootstrap import choose_worker_settings, config_dir_from_argv, prepare_process
     from gateway.config.errors import ConfigError
 
     argv = list(sys.argv if argv is None else argv)
+    if argv[1:2] == ["runworkers"]:
+        choose_worker_settings()
     prepare_process(config_dir_from_argv(argv[1:]))
     from django.core.management import execute_from_command_line
 

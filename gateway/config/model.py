@@ -16,7 +16,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from croniter import croniter
 from jsonschema import Draft202012Validator
 
 from .api import ApiConfig, api_config
@@ -374,6 +373,8 @@ class _Builder:
         if value.lower() in ("hourly", "daily", "weekly"):
             return BackupCadence(value.lower())
         if len(value.split()) == 5:
+            from croniter import croniter  # why here: see gateway.config.schedules, _cron
+
             if croniter.is_valid(value):
                 return BackupCadence("cron", cron=" ".join(value.split()))
             self.problems.append(self.merged.problem(path, f"invalid cron expression {text!r}"))

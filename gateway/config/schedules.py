@@ -17,8 +17,6 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
-
 from gateway.config.durations import format_duration, parse_duration
 from gateway.config.errors import ConfigProblem
 from gateway.config.frozen import freeze
@@ -319,6 +317,11 @@ class _EntryReader:
             self.fail("cron", f"random (R) and hashed (H) values are not allowed: schedulers must agree ({value!r})")
             return None
         expression = " ".join(fields)
+        # Imported only for a config that has a cron expression: croniter's import runs
+        # platform.architecture(), which spawns `file` on the interpreter, ~20 ms of every process's
+        # start (runworkers, every CLI call) whose config schedules nothing by cron.
+        from croniter import CroniterError, croniter
+
         try:
             croniter(expression, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
         except (CroniterError, ValueError, KeyError, TypeError) as exc:

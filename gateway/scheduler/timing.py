@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
 from blake3 import blake3
-from croniter import croniter
 
 from gateway.config.schedules import CatchUp, Kind, Schedule
 
@@ -210,6 +209,8 @@ def _cron_slot(entry: Schedule, instant: datetime, *, forward: bool) -> datetime
     assert entry.cron is not None
     minute, hour = entry.cron.split()[:2]
     runs_once_per_wall_time = "*" not in minute and "*" not in hour
+    from croniter import croniter  # only for cron entries: see gateway.config.schedules, _cron
+
     matches = croniter(entry.cron, instant.astimezone(entry.timezone))
     while True:
         slot: datetime = matches.get_next(datetime) if forward else matches.get_prev(datetime)
