@@ -67,11 +67,15 @@ def system(process_db):
     ]
     cfg.write()
     env = cli_env(cfg)
+    # To a file, not a pipe nobody reads: a full pipe would block every process of the tree that
+    # logs. Its end is printed at teardown (pytest shows it with a failure).
+    log_path = cfg.path.parent / "system-start.log"
+    log = log_path.open("w")
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "manage.py"), "system", "start", "--config-dir", str(cfg.path)],
         env=env,
         cwd=REPO,
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
     )
@@ -81,6 +85,8 @@ def system(process_db):
         yield api, proc, cfg
     finally:
         stop_gracefully(proc)
+        log.close()
+        print("".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-200:]))
 
 
 def test_a_plugin_trigger_runs_to_completion_through_the_whole_tree(system):
@@ -194,5 +200,6 @@ def test_system_reload_and_post_system_reload_reach_every_process(system):
     cfg.write()
     refused = ductile(cfg, "system", "reload")
     assert refused.returncode == 78 and "not signalled" in refused.stderr
-    assert api.call("POST", "/system/reload")[0] == 400
+    code, body = api.call("POST", "/system/reload")
+    assert code == 400, body
     runs("echo-three")  # still running the last good config
