@@ -322,16 +322,16 @@ CLAIM_LOCK = "SELECT pg_advisory_xact_lock(7242031)"
 
 
 @cache
-def any_due(plugin_count: int, vendor: str) -> str:
-    """Whether a queued job of the `plugin_count` plugins is due (parameters: the plugins, then
-    now): the read-only look an idle worker takes before it would take the write lock. One probe
-    of the queued-jobs partial index; the ORM's `.exists()` cost ten times its CPU, paid by every
-    idle thread at every wake-up (docs/hot-path-profile.md, 1.2a)."""
+def look(plugin_count: int, vendor: str) -> str:
+    """The read-only look an idle worker takes before it would take the write lock: whether a
+    queued job of the `plugin_count` plugins is due, and whether any is queued at all (parameters:
+    the plugins, now, the plugins again). Two probes of the queued-jobs partial index in one
+    statement; the ORM's `.exists()` cost ten times its CPU, paid by every idle thread at every
+    wake-up (docs/hot-path-profile.md, 1.2a)."""
     placeholders = ", ".join(["%s"] * plugin_count)
+    queued = f"SELECT 1 FROM job_queue WHERE status = 'queued' AND plugin IN ({placeholders})"
     return native(
-        f"SELECT 1 FROM job_queue WHERE status = 'queued' AND plugin IN ({placeholders})"
-        " AND (next_retry_at IS NULL OR next_retry_at <= %s) LIMIT 1",
-        vendor,
+        f"SELECT ({queued} AND (next_retry_at IS NULL OR next_retry_at <= %s) LIMIT 1), ({queued} LIMIT 1)", vendor
     )
 
 

@@ -34,6 +34,12 @@ log = logger("workers")
 # The main loop's longest sleep while no job is claimed, when no heartbeat or recovery pass is due
 # sooner. Signals and the end of a worker thread wake it at once (gateway.daemon.pause).
 IDLE_PASS = 5.0
+# The longest wait between an idle pool's timed looks while nothing at all is queued for it: the
+# interval (`recheck`) doubles after each such look, up to this. What ends an empty queue's idle
+# (an enqueue, on this host or through PostgreSQL's NOTIFY) wakes the pool at once; the timed look
+# is for what nothing announces, and with a job queued (a retry time to come, a plugin at its cap)
+# it stays at `recheck`.
+IDLE_RECHECK_CEILING = 5.0
 
 
 class WorkerDaemon:
@@ -69,6 +75,7 @@ class WorkerDaemon:
         self._wake_seq = 0
         self._direct = 0  # pokes from other processes not yet taken by a woken thread (`poked`)
         self._looker: int | None = None  # the idle thread that re-checks on the timer (`_idle_wait`)
+        self._empty_looks = 0  # the looks in a row that found nothing queued (`_idle_wait`)
         self._pause: Pause | None = None  # the main loop's sleep, while `run` runs
         self._ending: list[threading.Thread] = []  # pool threads past their loop, for the main loop to join
         self._count_lock = threading.Lock()
@@ -243,9 +250,11 @@ class WorkerDaemon:
                         idle = True
                         continue
                     self._claims_down.recovered()
-                    idle = job is None
-                    if not idle:
+                    if job is not None:
                         self._hand_over_looking()
+                    elif not idle:
+                        self._take_over_looking()
+                    idle = job is None
                 if job is not None:
                     job = self._run(job)
                     continue
@@ -276,8 +285,16 @@ class WorkerDaemon:
         me = threading.get_ident()
         if self._looker is None or self._looker == me:
             self._looker = me
-            return self.recheck
+            return min(self.recheck * 2 ** min(self._empty_looks, 16), max(self.recheck, IDLE_RECHECK_CEILING))
         return None
+
+    def _take_over_looking(self) -> None:
+        """A thread idle after a job does the timed looks from now, at `recheck`: the job may have
+        left a retry time to come, or freed its plugin's cap, that the looking thread, asleep for
+        up to IDLE_RECHECK_CEILING, would see late."""
+        with self._wake:
+            self._looker = threading.get_ident()
+            self._empty_looks = 0
 
     def _hand_over_looking(self) -> None:
         """A thread that stops being idle passes the timed re-check on to an idle one, if any."""
@@ -327,7 +344,10 @@ class WorkerDaemon:
         # write lock; while work flows the claim itself is the look.
         if precheck:
             connection.close_if_unusable_or_obsolete()  # drops one broken by a database restart
-            if not self._queue.any_due(list(caps), now):
+            look = self._queue.look(list(caps), now)
+            with self._wake:
+                self._empty_looks = 0 if look.queued else self._empty_looks + 1
+            if not look.due:
                 return None
         with self._count_lock:
             if self.max_jobs is not None and self.claimed >= self.max_jobs:
@@ -375,7 +395,8 @@ class WorkerDaemon:
         if dead:
             WorkerInstance.objects.mark_lost(dead, now)
             log.warning("workers %s on this host are gone; recovering their jobs", ", ".join(dead))
-        for job in Job.objects.recover_lost(now=now, dead_workers=dead):
+        recovered = Job.objects.recover_lost(now=now, dead_workers=dead)
+        for job in recovered:
             log.warning(
                 "recovered lost job: now %s (attempt %d/%d)",
                 job.status,
@@ -383,7 +404,7 @@ class WorkerDaemon:
                 job.max_attempts,
                 extra={"job_id": job.id, "plugin": job.plugin},
             )
-        if dead:
+        if dead or recovered:
             self.wake()
 
     def reload(self) -> bool:

@@ -97,6 +97,14 @@ class ClaimReads:
 
 
 @dataclass(frozen=True)
+class QueueLook:
+    """An idle worker's look at the queue (JobQuerySet.look)."""
+
+    due: bool  # a queued job can be claimed now, unless its plugin is at its cap
+    queued: bool  # a job is queued, due or waiting for its retry time
+
+
+@dataclass(frozen=True)
 class EnqueueResult:
     job_id: str
     deduplicated: bool = False
@@ -195,13 +203,14 @@ class JobQuerySet(PrunableQuerySet["Job"]):
     def for_target(self, plugin: str, command: str) -> JobQuerySet:
         return self.filter(plugin=plugin, command=command)
 
-    def any_due(self, plugins: Collection[str], now: datetime) -> bool:
-        """Whether a queued job of `plugins` is due at `now` (its retry time passed, or none): one
-        hand-written probe (ledger.sql.any_due)."""
+    def look(self, plugins: Collection[str], now: datetime) -> QueueLook:
+        """Whether a queued job of `plugins` is due at `now` (its retry time passed, or none), and
+        whether any is queued at all: one hand-written statement (ledger.sql.look)."""
         if not plugins:
-            return False
-        text = sql.any_due(len(plugins), sql.current().vendor)
-        return sql.fetch_row(text, [*plugins, sql.prep(Job, "next_retry_at", now)]) is not None
+            return QueueLook(due=False, queued=False)
+        text = sql.look(len(plugins), sql.current().vendor)
+        row = sql.fetch_row(text, [*plugins, sql.prep(Job, "next_retry_at", now), *plugins])
+        return QueueLook(due=bool(row and row[0]), queued=bool(row and row[1]))
 
     def expired(self, before: datetime) -> JobQuerySet:
         """Finished before `before` (now minus `job_queue_retention`): no longer needed for dedupe

@@ -68,7 +68,7 @@ def run(jobs: int) -> dict[str, Any]:
         response = '{"status":"ok","result":"x"}'
         for _ in range(jobs):
             now = timezone.now()
-            timed(samples, "precheck_exists", lambda now=now: Job.objects.any_due(list(caps), now))
+            timed(samples, "precheck_exists", lambda now=now: Job.objects.look(list(caps), now))
             job = timed(
                 samples,
                 "claim_next",

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from ledger import sql
 from ledger.models import Job, JobSpec, JobTransition, PluginState, ScheduleEntry
+from ledger.models.jobs import QueueLook
 from ledger.models.schedules import ScheduleStatus
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
@@ -183,17 +184,18 @@ def test_distinct_values_lists_each_value_once_smallest_first_up_to_the_limit():
     assert rows(text, [2]) == [("alpha",), ("echo",)]
 
 
-def test_any_due_sees_a_due_queued_job_of_the_plugins_only() -> None:
+def test_an_idle_look_sees_due_and_waiting_queued_jobs_of_the_plugins_only() -> None:
     now = timezone.now()
-    assert not Job.objects.any_due(["echo"], now)
+    assert Job.objects.look(["echo"], now) == QueueLook(due=False, queued=False)
     later = enqueue()
     Job.objects.filter(pk=later).update(next_retry_at=now + timedelta(hours=1))
     enqueue(plugin="stress")
-    assert not Job.objects.any_due(["echo"], now)  # not due yet; stress is not asked about
-    assert Job.objects.any_due(["echo", "stress"], now)
-    assert Job.objects.any_due(["echo"], now + timedelta(hours=2))
+    # Not due yet, but queued; stress is not asked about.
+    assert Job.objects.look(["echo"], now) == QueueLook(due=False, queued=True)
+    assert Job.objects.look(["echo", "stress"], now).due
+    assert Job.objects.look(["echo"], now + timedelta(hours=2)).due
     run_claim(["stress"])
-    assert not Job.objects.any_due(["stress"], now)  # running, not queued
+    assert Job.objects.look(["stress"], now) == QueueLook(due=False, queued=False)  # running, not queued
 
 
 def test_context_hop_reads_a_steps_pipeline_and_baggage() -> None:

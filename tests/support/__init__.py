@@ -321,7 +321,7 @@ def run_until_idle(holder: RuntimeHolder, *, limit: int = 50, plugins: Collectio
     worker.join()
     if daemon.claimed >= limit:
         caps = holder.get().registry.claim_caps()
-        if Job.objects.any_due(list(plugins or caps), timezone.now()):
+        if Job.objects.look(list(plugins or caps), timezone.now()).due:
             raise AssertionError(f"the queue was not idle after {limit} jobs")
     return daemon.claimed
 

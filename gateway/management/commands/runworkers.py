@@ -26,7 +26,10 @@ class Command(DuctileCommand):
             "--interval",
             type=float,
             default=0.5,
-            help="bounded re-check of the database when idle, in seconds (default 0.5)",
+            help=(
+                "bounded re-check of the database when idle, in seconds (default 0.5); while nothing "
+                "is queued it doubles after each look, up to 5 s (an enqueue wakes the workers at once)"
+            ),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -5,6 +5,7 @@ idle thread when the looking one takes a job, so a long job never stops the time
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from datetime import timedelta
@@ -12,9 +13,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from gateway.execution import workers
 from gateway.execution.workers import WorkerDaemon
 from ledger.models import Job, JobSpec
-from ledger.models.jobs import JobQuerySet
+from ledger.models.jobs import JobQuerySet, QueueLook
 from ledger.submitters import Submitter
 from tests.support import ConfigDir, load_runtime
 
@@ -26,13 +28,13 @@ RECHECK = 0.05
 def watch_looks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, int]]:
     """(moment, thread) of every read-only look an idle thread takes."""
     looks: list[tuple[float, int]] = []
-    real = JobQuerySet.any_due
+    real = JobQuerySet.look
 
-    def any_due(self: JobQuerySet, *args: object, **kwargs: object) -> bool:
+    def look(self: JobQuerySet, *args: object, **kwargs: object) -> QueueLook:
         looks.append((time.monotonic(), threading.get_ident()))
         return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(JobQuerySet, "any_due", any_due)
+    monkeypatch.setattr(JobQuerySet, "look", look)
     return looks
 
 
@@ -52,6 +54,9 @@ def stop_pool(daemon: WorkerDaemon, pool: list[threading.Thread]) -> None:
 
 def test_idle_threads_re_check_the_database_one_at_a_time(config_dir: ConfigDir, monkeypatch) -> None:
     holder = load_runtime(config_dir)
+    # A job waiting for its retry time: the looks stay at every RECHECK (an empty queue backs off).
+    waiting = Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0).job_id
+    Job.objects.filter(pk=waiting).update(next_retry_at=timezone.now() + timedelta(hours=1))
     looks = watch_looks(monkeypatch)
     daemon = WorkerDaemon(holder, threads=3, recheck=RECHECK, install_signals=False)
     pool = start_pool(daemon, 3)
@@ -65,6 +70,36 @@ def test_idle_threads_re_check_the_database_one_at_a_time(config_dir: ConfigDir,
     # About one look per RECHECK, all from one thread; three threads each looking would be ~60.
     assert 10 <= len(timed) <= 30, len(timed)
     assert len(set(timed)) == 1
+
+
+def test_an_empty_queue_is_looked_at_less_and_less_and_an_enqueue_still_wakes_the_pool(
+    config_dir: ConfigDir, monkeypatch
+) -> None:
+    holder = load_runtime(config_dir)
+    looks = watch_looks(monkeypatch)
+    monkeypatch.setattr(workers, "IDLE_RECHECK_CEILING", 8 * RECHECK)
+    daemon = WorkerDaemon(holder, threads=2, recheck=RECHECK, install_signals=False)
+    pool = start_pool(daemon, 2)
+    try:
+        time.sleep(40 * RECHECK)
+        gaps = [b - a for (a, _), (b, _) in itertools.pairwise(looks[2:])]  # the timed looks
+        # Doubling from RECHECK to the ceiling, then there: about 8 looks in 2 s, not 40.
+        assert 4 <= len(gaps) <= 12, gaps
+        assert max(gaps) >= 6 * RECHECK and max(gaps) <= 8 * RECHECK + 0.15, gaps
+        # An enqueue's wake-up (a poke, a NOTIFY: `wake`, which the daemon's listener calls; none
+        # runs in this test) ends the long wait at once.
+        started = time.monotonic()
+        job = Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0).job_id
+        daemon.wake()
+        while Job.objects.get(pk=job).status != "succeeded":
+            assert time.monotonic() - started < 4 * RECHECK, "the enqueue waited for the timed look"
+            time.sleep(0.01)
+        # The thread that ran it looks at RECHECK again.
+        before = len(looks)
+        time.sleep(1.5 * RECHECK)
+        assert len(looks) > before
+    finally:
+        stop_pool(daemon, pool)
 
 
 def test_a_retry_that_comes_due_is_run_while_the_looking_thread_is_busy(config_dir: ConfigDir) -> None:
