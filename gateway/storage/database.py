@@ -49,7 +49,7 @@ def ensure_schema() -> str:
         from gateway.bootstrap import restart_with_every_app
 
         restart_with_every_app()
-    if not pending_migrations():
+    if not _migration_plan():
         return "current"
     # Why the lock: processes started together on a fresh database (a daemon and a CLI call) race
     # to migrate it; without it the loser sees a half-migrated schema and calls it "behind".
@@ -120,8 +120,11 @@ def corrupted(where: str, finding: str) -> str:
 
 
 def pending_migrations() -> list[tuple[Migration, bool]]:
-    if _every_migration_file_applied():
-        return []
+    return [] if _every_migration_file_applied() else _migration_plan()
+
+
+def _migration_plan() -> list[tuple[Migration, bool]]:
+    """The exact check: every migration module imported and the graph built."""
     executor = MigrationExecutor(connection)
     return executor.migration_plan(executor.loader.graph.leaf_nodes())
 
