@@ -7,7 +7,9 @@ in-process and same-host listeners are called after commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from django.db import connection
 
@@ -54,7 +56,42 @@ def _notify(channel: str) -> None:
         with connection.cursor() as cursor:
             cursor.execute(f"NOTIFY {channel}")
     _call(_at_once[channel])
+    tally: EnqueueTally | None = getattr(_tallies, "current", None)
+    if channel == ENQUEUED and tally is not None:
+        tally.enqueued += 1
+        return
     after_release(lambda: _call_listeners(channel))
+
+
+_tallies = threading.local()
+
+
+class EnqueueTally:
+    """The jobs a transaction enqueued, whose in-process wake-up waits for `release`."""
+
+    def __init__(self) -> None:
+        self.enqueued = 0
+
+    def release(self, *, taken: int) -> None:
+        """Inside the transaction, after its writer claimed `taken` of the jobs it enqueued: the
+        idle threads of this process are woken once after the commit if any job is left for them.
+        Why: a worker that routes a pipeline's next step and claims it in the same transaction
+        would otherwise wake an idle thread that looks, finds nothing, and takes the GIL from the
+        worker as it starts the step's plugin (docs/performance.md, item 35)."""
+        if self.enqueued > taken:
+            after_release(lambda: _call_listeners(ENQUEUED))
+
+
+@contextmanager
+def tallying_enqueues() -> Iterator[EnqueueTally]:
+    """Within: this thread's enqueues still notify PostgreSQL and other processes at once, but
+    their in-process wake-up is counted on the tally, for its `release` to send or not."""
+    previous = getattr(_tallies, "current", None)
+    _tallies.current = tally = EnqueueTally()
+    try:
+        yield tally
+    finally:
+        _tallies.current = previous
 
 
 def notify_enqueued() -> None:

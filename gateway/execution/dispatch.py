@@ -20,6 +20,7 @@ from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
 from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
+from ledger import wakeups
 from ledger.ids import new_id
 from ledger.models import AttemptOutcome, EventContext, Job, LostJob, PluginState
 from ledger.states import JobStatus
@@ -331,9 +332,14 @@ class Executor:
 
         if self.claim_next is not None:
             try:
-                with writing():
+                with writing(), wakeups.tallying_enqueues() as tally:
                     record()
-                    return self.claim_next()
+                    following = self.claim_next()
+                    # A child of this job was enqueued in this transaction: no other thread needs
+                    # waking for it. (Were it an older child, a missed wake-up would only wait for
+                    # the idle threads' re-check.)
+                    tally.release(taken=int(following is not None and following.parent_job_id == job.id))
+                    return following
             except DatabaseError as exc:
                 log.warning(
                     "recording the outcome with the next job's claim failed (%s); recording it alone",

@@ -325,7 +325,8 @@ class WorkerDaemon:
                 self._in_flight.discard(job.id)
             # A finished job may have freed a slot of its plugin's cap, which an idle thread can
             # take; not when this thread took it again for the next job of the same plugin. (The
-            # children it routed wake the idle threads through their enqueue, ledger.wakeups.)
+            # children it routed wake the idle threads through their enqueue, unless this thread
+            # took the only one: ledger.wakeups.EnqueueTally.)
             if following is None or following.plugin != job.plugin:
                 self.wake()
         return following

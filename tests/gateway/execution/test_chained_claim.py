@@ -10,9 +10,12 @@ from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from gateway.execution.dispatch import Executor
+from gateway.intake.events import publish_event
+from ledger import wakeups
 from ledger.models import Job, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
+from tests.support import ConfigDir, load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -76,3 +79,60 @@ def test_without_a_job_to_claim_the_worker_is_handed_nothing(runtime: Any) -> No
     assert job is not None
     assert Executor(runtime, "w1", claim_next=lambda: claim(runtime)).execute(job) is None
     assert Job.objects.get(pk=job.id).status == JobStatus.SUCCEEDED
+
+
+@pytest.fixture
+def woken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every wake-up of this process's idle workers an enqueue asks for (the pool's `wake`)."""
+    calls: list[int] = []
+    listener = lambda: calls.append(1)  # noqa: E731 - one identity to add and remove
+    wakeups.add_listener(listener)
+    yield calls
+    wakeups.remove_listener(listener)
+
+
+def start_pipeline(config_dir: ConfigDir, steps: list[dict[str, Any]]) -> tuple[Any, Job]:
+    """The pipeline's root job, claimed by worker w1."""
+    config_dir.extra["pipelines"] = [{"name": "p", "on": "p.start", "steps": steps}]
+    holder = load_runtime(config_dir)
+    publish_event(holder.get(), "p.start", {}, submitter=Submitter.CLI)
+    root = claim(holder)
+    assert root is not None
+    return holder, root
+
+
+def test_a_routed_step_claimed_with_the_outcome_wakes_no_idle_thread(config_dir: ConfigDir, woken: list[int]) -> None:
+    # Woken, the idle thread looks, finds nothing (this worker took the step) and takes the GIL
+    # from the worker as it starts the step's plugin.
+    holder, root = start_pipeline(config_dir, [{"id": "a", "uses": "echo"}, {"id": "b", "uses": "echo"}])
+    woken.clear()  # the root's enqueue
+
+    following = Executor(holder, "w1", claim_next=lambda: claim(holder)).execute(root)
+
+    assert following is not None and following.parent_job_id == root.id
+    assert woken == []
+
+
+def test_the_idle_threads_are_woken_for_what_the_worker_did_not_take(config_dir: ConfigDir, woken: list[int]) -> None:
+    split = {"split": [{"id": "left", "uses": "echo"}, {"id": "right", "uses": "echo"}]}
+    holder, root = start_pipeline(config_dir, [{"id": "a", "uses": "echo"}, split])
+    woken.clear()
+
+    following = Executor(holder, "w1", claim_next=lambda: claim(holder)).execute(root)
+
+    assert following is not None and following.parent_job_id == root.id
+    assert Job.objects.filter(parent_job_id=root.id, status=JobStatus.QUEUED).count() == 1
+    assert woken == [1]  # once for the branch left queued
+
+
+def test_an_older_job_claimed_instead_of_the_routed_step_wakes_the_idle_threads(
+    config_dir: ConfigDir, woken: list[int]
+) -> None:
+    holder, root = start_pipeline(config_dir, [{"id": "a", "uses": "echo"}, {"id": "b", "uses": "echo"}])
+    older = enqueue()
+    woken.clear()
+
+    following = Executor(holder, "w1", claim_next=lambda: claim(holder)).execute(root)
+
+    assert following is not None and following.id == older  # FIFO: the step waits for another thread
+    assert woken == [1]
