@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -44,7 +45,22 @@ _REPO = Path(__file__).resolve().parent.parent
 _START_CHECK = "import sys; sys.path.insert(0, sys.argv[1]); from gateway.bootstrap import start_check; start_check()"
 
 
+# How long gunicorn's loops sleep when nothing wakes them: its master and each worker otherwise
+# wake every second, half of an idle gateway's wake-ups, and on a small VM each wake-up of an
+# idle process costs ~1-3 ms of CPU (docs/performance.md, item 36). What wakes them sooner is
+# unchanged: a signal (the master's queue; a worker's stop defers a call to its poller), a
+# connection, a finished request. The loops' timed duties have longer deadlines: the master's
+# check of worker heartbeats (`timeout`, 330 s), a worker's heartbeat, its close of idle
+# keep-alive connections (`keepalive`, 5 s, so now after 5-10 s) and its look for a dead master.
+QUIET_LOOP_SECONDS = 5.0
+
+
+def when_ready(server: Any) -> None:
+    _quiet_loop(server, "wait_for_signals", lambda: True)
+
+
 def post_worker_init(worker: Any) -> None:
+    _quiet_loop(worker, "wait_for_and_dispatch_events", lambda: worker.alive)
     _end_streams_on_stop()
     _freeze_startup_objects()
     _hand_the_gil_back_sooner()
@@ -79,6 +95,20 @@ def _freeze_startup_objects() -> None:
     get_resolver().url_patterns  # noqa: B018 - imports every view module
     gc.collect()
     gc.freeze()
+
+
+def _quiet_loop(owner: Any, method: str, running: Callable[[], bool]) -> None:
+    """Make `owner`'s main loop, which waits by `method(timeout=1.0)`, wait QUIET_LOOP_SECONDS
+    instead while `running()`; every other wait (a draining worker's) is left as asked. gunicorn
+    before 27 waits in methods of other names: there the loops keep their second."""
+    wait = getattr(type(owner), method, None)
+    if wait is None:
+        return
+
+    def quieter(timeout: float = 1.0) -> Any:
+        return wait(owner, QUIET_LOOP_SECONDS if timeout == 1.0 and running() else timeout)
+
+    setattr(owner, method, quieter)
 
 
 def _end_streams_on_stop() -> None:
