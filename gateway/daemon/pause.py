@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import threading
 
 
 class Pause:
@@ -20,6 +21,10 @@ class Pause:
 
     def __init__(self, *, signals: bool) -> None:
         self._read, self._write = os.pipe()
+        # `wake` may come from another thread as the sleeper closes: never onto a closed (or by
+        # then reused) descriptor.
+        self._closing = threading.Lock()
+        self._closed = False
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
         self._signals = signals
@@ -37,13 +42,18 @@ class Pause:
         return bool(ready)
 
     def wake(self) -> None:
-        try:
-            os.write(self._write, b"!")
-        except BlockingIOError:
-            pass  # the pipe is full: the sleeper has a wake-up waiting already
+        with self._closing:
+            if self._closed:
+                return
+            try:
+                os.write(self._write, b"!")
+            except BlockingIOError:
+                pass  # the pipe is full: the sleeper has a wake-up waiting already
 
     def close(self) -> None:
         if self._signals:
             signal.set_wakeup_fd(-1)
-        os.close(self._read)
-        os.close(self._write)
+        with self._closing:
+            self._closed = True
+            os.close(self._read)
+            os.close(self._write)

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from gateway.logs import logger
@@ -30,9 +31,11 @@ class Loop(Protocol):
 
 
 class Resident:
-    def __init__(self, name: str, loop: Loop):
+    def __init__(self, name: str, loop: Loop, on_end: Callable[[], None] | None = None):
+        """`on_end` is called on the loop's thread once it has ended and `poll` says so."""
         self.name = name
         self.loop = loop
+        self.on_end = on_end
         self.pid = os.getpid()
         self.returncode: int | None = None
         # Daemonic: a loop that does not stop when asked (a thread cannot be killed) must not keep
@@ -49,9 +52,11 @@ class Resident:
             log.exception("%s failed", self.name)
         finally:
             self.returncode = code
+            if self.on_end is not None:
+                self.on_end()
 
     def poll(self) -> int | None:
-        return None if self._thread.is_alive() else self.returncode
+        return self.returncode  # set as the loop ends, before `on_end`
 
     def wait(self, timeout: float | None = None) -> int:
         self._thread.join(timeout)

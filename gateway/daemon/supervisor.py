@@ -51,10 +51,11 @@ FLAP_LIMIT, STABLE_AFTER = 5, 60.0
 # Restart delays: 1, 2, 4, ... seconds, then every RESTART_CEILING seconds.
 RESTART_CEILING = 60
 STOP_GRACE = 60.0
-# The supervisor's longest sleep between passes, when no restart or demand question is due sooner:
-# how late it sees a resident loop's end. Signals wake it at once (`signal.set_wakeup_fd`), a
-# child process's death (SIGCHLD) included.
-MAX_PASS = 5.0
+# The supervisor's longest sleep between passes, when no restart or demand question is due sooner.
+# Whatever needs it sooner wakes it: signals (`signal.set_wakeup_fd`), a child process's death
+# (SIGCHLD) among them, and a resident loop's end (`Resident`'s `on_end`). Why not shorter: each
+# pass of an idle supervisor is a wake-up, which costs CPU (docs/performance.md, item 37).
+MAX_PASS = 30.0
 PID_FILE = "ductile.pid"
 
 
@@ -78,13 +79,17 @@ def running_pid(pid_file: Path) -> int | None:
 
 @dataclass(frozen=True)
 class Demand:
-    """When an on-demand child runs. `wanted(running)` is asked every `every` seconds: True starts
-    the child; False for `linger` seconds in a row stops a running one. It may raise: the child
-    is then left as it is, and the failure logged."""
+    """When an on-demand child runs. `wanted(running)` is asked every `every` seconds while the
+    child runs or was wanted, every `idle_every` while it is stopped without work: True starts the
+    child; False for `linger` seconds in a row stops a running one. It may raise: the child is
+    then left as it is, and the failure logged. Why ask a stopped child's question less often:
+    each question wakes the supervisor and opens a connection (the housekeeping cluster's work is
+    an hourly prune and a daily backup, which may start that much later)."""
 
     wanted: Callable[[bool], bool]
     every: float = 5.0
     linger: float = 30.0
+    idle_every: float = 30.0
 
 
 @dataclass
@@ -113,10 +118,11 @@ class Child:
     def __post_init__(self) -> None:
         self.needed = self.demand is None  # an on-demand child waits for its first answer
 
-    def start(self) -> None:
+    def start(self, wake: Callable[[], None] | None = None) -> None:
+        """`wake`: what a resident loop calls when it ends, so its supervisor sees it at once."""
         self.started_at = time.monotonic()
         if self.resident is not None:
-            self.process = Resident(self.name, self.resident())
+            self.process = Resident(self.name, self.resident(), on_end=wake)
             log.info("started %s (on a thread of the supervisor, pid %d)", self.name, self.process.pid)
             return
         # Own session: a terminal's Ctrl+C reaches only the supervisor, which forwards it once; a
@@ -149,6 +155,12 @@ class Child:
         # Told to stop because it had nothing to do: it starts again when there is something.
         log.info("%s stopped while idle (exit %s); it starts again when there is work for it", self.name, code)
         self.process, self.parked, self.restart_at = None, False, now
+
+    def next_question(self) -> float:
+        """When an on-demand child's question is due (monotonic seconds)."""
+        assert self.demand is not None
+        stopped_without_work = self.process is None and not self.needed
+        return self.asked_at + (self.demand.idle_every if stopped_without_work else self.demand.every)
 
     def ask(self, now: float) -> None:
         """Put the on-demand question; park a running child that has been idle for `linger`."""
@@ -259,12 +271,12 @@ class Supervisor:
             # calls (SA_RESTART), so one in the resident loops' threads is not cut short by it.
             signal.signal(signal.SIGCHLD, lambda signum, frame: None)
             signal.siginterrupt(signal.SIGCHLD, False)
-            # Why a pause a signal ends rather than a short fixed sleep: each pass of an idle
-            # supervisor costs CPU (five a second were ~0.3 % of a core on a 2-core VM).
-            self._pause = Pause(signals=True)
+        # Why a pause a signal ends rather than a short fixed sleep: each pass of an idle
+        # supervisor costs CPU (five a second were ~0.3 % of a core on a 2-core VM).
+        self._pause = Pause(signals=self.install_signals)
         for child in self.children:
             if child.demand is None:
-                child.start()  # the on-demand ones at their first answer, in _watch
+                child.start(self._wake)  # the on-demand ones at their first answer, in _watch
         try:
             while True:
                 self._handle_signals()
@@ -275,8 +287,8 @@ class Supervisor:
             self._wait_all()
         finally:
             self._remove_pid()
-            if self._pause is not None:
-                self._pause.close()
+            self._pause.close()
+            if self.install_signals:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         log.info("system stopped")
         return 0
@@ -287,16 +299,18 @@ class Supervisor:
         due = now + MAX_PASS
         for child in self.children:
             if child.demand is not None:
-                due = min(due, child.asked_at + child.demand.every)
+                due = min(due, child.next_question())
             if child.process is None and child.needed:
                 due = min(due, child.restart_at)
         return max(due - now, 0.0)
 
     def _sleep(self, seconds: float) -> None:
-        if self._pause is None:
-            time.sleep(seconds)
-        else:
-            self._pause.sleep(seconds)
+        assert self._pause is not None  # made by `run` before its first pass
+        self._pause.sleep(seconds)
+
+    def _wake(self) -> None:
+        if self._pause is not None:
+            self._pause.wake()  # a no-op once the pause is closed
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._pending.append(signum)
@@ -333,11 +347,11 @@ class Supervisor:
         """Restart the children that died, each after its delay; start and park the on-demand ones."""
         now = time.monotonic()
         for child in self.children:
-            if child.demand is not None and now - child.asked_at >= child.demand.every:
+            if child.demand is not None and now >= child.next_question():
                 child.ask(now)
             if child.process is None:
                 if child.needed and now >= child.restart_at:
-                    child.start()
+                    child.start(self._wake)
                 continue
             code = child.process.poll()
             if code is not None:

@@ -52,3 +52,58 @@ def test_a_child_s_exit_wakes_the_sleeping_supervisor(tmp_path: Path, monkeypatc
     assert seen, "the supervisor never saw its child exit"
     # The child lived 0.5 s (plus its interpreter's start); the next timed pass was MAX_PASS away.
     assert seen[0] - started < MAX_PASS / 2, seen[0] - started
+
+
+class EndsSoon:
+    """A resident loop (the scheduler's place) that ends by itself after half a second."""
+
+    def run(self) -> int:
+        time.sleep(0.5)
+        return 3
+
+    def stop(self) -> None:
+        pass
+
+    def reload_soon(self) -> None:
+        pass
+
+
+def test_a_resident_loop_s_end_wakes_the_sleeping_supervisor(tmp_path: Path, monkeypatch, own_signals) -> None:
+    # No signal announces a thread's end: the loop itself wakes the supervisor, which restarts it.
+    monkeypatch.setattr(supervisor, "ensure_schema", lambda: None)
+    child = Child("runscheduler", [], {}, resident=EndsSoon)
+    seen: list[tuple[float, int]] = []
+    exited = child.exited
+
+    def record(code: int, now: float) -> None:
+        seen.append((time.monotonic(), code))
+        exited(code, now)
+
+    monkeypatch.setattr(child, "exited", record)
+
+    def stop_once_seen() -> None:
+        deadline = time.monotonic() + 3 * MAX_PASS
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_once_seen, daemon=True).start()
+    started = time.monotonic()
+    Supervisor([child], tmp_path / "ductile.pid").run()
+    assert seen, "the supervisor never saw its resident loop end"
+    assert seen[0][1] == 3
+    assert seen[0][0] - started < 2.0, seen[0][0] - started
+
+
+def test_an_idle_supervisor_asks_a_parked_child_s_question_seldom() -> None:
+    # A stopped on-demand child without work: asked every idle_every (30 s), not every 5 s; the
+    # supervisor then sleeps until that question, with nothing else due.
+    demand = supervisor.Demand(lambda running: False, every=5.0, linger=30.0, idle_every=30.0)
+    parked = Child("housekeeping", [sys.executable, "-c", "pass"], {}, reloads=False, demand=demand)
+    parked.ask(time.monotonic())
+    assert not parked.needed
+    boss = Supervisor([parked], Path("/nonexistent/ductile.pid"))
+    assert 25.0 < boss._next_pass() <= 30.0
+    # Wanted, or running, it is asked every 5 s again.
+    parked.needed = True
+    assert boss._next_pass() <= 5.0
