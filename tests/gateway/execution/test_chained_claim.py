@@ -3,6 +3,7 @@ transaction per job instead of two, issue 16); the outcome never depends on that
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -82,7 +83,7 @@ def test_without_a_job_to_claim_the_worker_is_handed_nothing(runtime: Any) -> No
 
 
 @pytest.fixture
-def woken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def woken() -> Iterator[list[int]]:
     """Every wake-up of this process's idle workers an enqueue asks for (the pool's `wake`)."""
     calls: list[int] = []
     listener = lambda: calls.append(1)  # noqa: E731 - one identity to add and remove
