@@ -135,8 +135,9 @@ class Executor:
             error=verdict.error,
             retryable=verdict.retryable,
             response_text=verdict.response_text,
-            # What the runner saw of the plugin's processes (an escape) goes with its stderr in job_log.
-            stderr=shown(run.stderr) + "".join(f"\n[ductile] warning: {w}" for w in run.warnings),
+            # What the runner saw of the plugin's processes (an escape) and what judging its answer
+            # set aside (a dropped event, an ignored field) go with its stderr in job_log.
+            stderr=shown(run.stderr) + "".join(f"\n[ductile] warning: {w}" for w in (*run.warnings, *verdict.warnings)),
             backoff_base=instance.config.retry.backoff_base,
         )
         outcome.events.append(preflight_event(job, "run", ""))

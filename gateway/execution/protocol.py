@@ -16,8 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.execution.runner import STDERR_CAP, STDOUT_CAP, RunResult
+from ledger.models import EventRecord, Job
 from ledger.models.facts import STATE_SIZE_LIMIT
 from pipelines.routing import valid_event
+
+# What the ledger stores of an event: a longer type or dedupe key is refused by PostgreSQL's
+# columns (and would fail the whole completion), and kept whole by SQLite's; either way the
+# plugin is told, and the rest of its answer counts.
+EVENT_TYPE_MAX = int(EventRecord._meta.get_field("type").max_length or 200)
+DEDUPE_KEY_MAX = int(Job._meta.get_field("dedupe_key").max_length or 512)
 
 EX_CONFIG = 78
 PROTOCOL_VERSION = 2
@@ -172,7 +179,7 @@ def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
         warnings.append(f"plugin answered ok but exited {run.exit_code}")
     events = []
     for index, raw in enumerate(response.get("events") or []):
-        reason = valid_event(raw)
+        reason = valid_event(raw) or _unstorable_event(raw)
         if reason:
             warnings.append(f"events[{index}] dropped: {reason}")
         else:
@@ -198,6 +205,15 @@ def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
         subs=_subs(response, max_subs, warnings),
         warnings=warnings,
     )
+
+
+def _unstorable_event(event: dict[str, Any]) -> str | None:
+    if len(event["type"]) > EVENT_TYPE_MAX:
+        return f"its type is longer than {EVENT_TYPE_MAX} characters ({len(event['type'])})"
+    key = event.get("dedupe_key")
+    if key and len(str(key)) > DEDUPE_KEY_MAX:
+        return f"its dedupe_key is longer than {DEDUPE_KEY_MAX} characters ({len(str(key))})"
+    return None
 
 
 def _parse(text: str) -> tuple[dict[str, Any] | None, str | None]:

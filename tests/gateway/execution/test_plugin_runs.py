@@ -137,7 +137,9 @@ def test_stdout_over_10_mib_fails_and_keeps_an_excerpt(runtime):
 def test_stderr_over_64_kib_is_truncated_and_the_job_succeeds(runtime):
     job = run_job(runtime, "stress", payload={"mode": "big_stderr"})
     assert job.status == JobStatus.SUCCEEDED
-    assert len(last_log(job).stderr or "") == 64 * 1024
+    kept, note = (last_log(job).stderr or "").split("\n[ductile] warning: ")
+    assert len(kept) == 64 * 1024  # the plugin's stderr, cut; then the gateway's note of why
+    assert note == "stderr exceeded 64 KiB and was truncated"
 
 
 @pytest.mark.slow
@@ -274,3 +276,24 @@ def test_no_matching_route_is_not_an_error(runtime):
     parent = run_job(runtime, "stress", payload={"emit": 3})
     assert parent.status == JobStatus.SUCCEEDED
     assert not Job.objects.filter(parent_job_id=parent.id).exists()
+
+
+@pytest.mark.parametrize(
+    ("knobs", "said"),
+    [
+        ({"event_type": "t" * 201}, "events[0] dropped: its type is longer than 200 characters (201)"),
+        ({"event_dedupe_key": "k" * 511}, "events[0] dropped: its dedupe_key is longer than 512 characters (513)"),
+    ],
+)
+def test_an_event_too_wide_for_the_ledger_is_dropped_and_the_job_still_succeeds(config_dir, knobs, said):
+    # On PostgreSQL the insert failed the whole completion ("internal error: DataError") and the
+    # job was retried; on SQLite the value was stored whole. Now both drop the event and say why.
+    from gateway.runtime import RUNTIME
+
+    config_dir.routes = [{"from": "stress", "event_type": knobs.get("event_type", "stress.event"), "to": "echo"}]
+    config_dir.write()
+    RUNTIME.load(config_dir.path, os.environ)
+    job = run_job(RUNTIME, "stress", payload={"emit": 1, **knobs})
+    assert job.status == JobStatus.SUCCEEDED and job.attempt == 1
+    assert f"[ductile] warning: {said}" in (last_log(job).stderr or "")
+    assert not Job.objects.filter(parent_job_id=job.id).exists()
