@@ -137,7 +137,7 @@ class Executor:
             response_text=verdict.response_text,
             # What the runner saw of the plugin's processes (an escape) and what judging its answer
             # set aside (a dropped event, an ignored field) go with its stderr in job_log.
-            stderr=shown(run.stderr) + "".join(f"\n[ductile] warning: {w}" for w in (*run.warnings, *verdict.warnings)),
+            stderr=shown(run.stderr) + "".join(f"\n[ductile] warning: {w}" for w in verdict.warnings),
             backoff_base=instance.config.retry.backoff_base,
         )
         outcome.events.append(preflight_event(job, "run", ""))

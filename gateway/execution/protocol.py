@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import re
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,9 +121,10 @@ def excerpt(raw: bytes, *, cut_short: bool = False) -> str | None:
 
 def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
     kept = excerpt(run.stdout, cut_short=run.stdout_overflow)
-    if run.spawn_error:
-        return Verdict("failed", run.spawn_error, retryable=run.spawn_errno not in _PERMANENT_SPAWN_ERRORS)
     warnings = list(run.warnings)
+    if run.spawn_error:
+        retryable = run.spawn_errno not in _PERMANENT_SPAWN_ERRORS
+        return Verdict("failed", run.spawn_error, retryable=retryable, warnings=warnings)
     if run.stderr_truncated:
         warnings.append(f"stderr exceeded {STDERR_CAP // 1024} KiB and was truncated")
     if run.timed_out:
@@ -140,7 +142,7 @@ def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
             warnings=warnings,
         )
     permanent = run.exit_code == EX_CONFIG
-    exit_note = f" (exit code {run.exit_code})"
+    exit_note = f" ({exit_words(run.exit_code)})"
     try:
         stdout_text = run.stdout.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -176,7 +178,8 @@ def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
             warnings=warnings,
         )
     if run.exit_code:
-        warnings.append(f"plugin answered ok but exited {run.exit_code}")
+        ended = f"was {exit_words(run.exit_code)}" if run.exit_code < 0 else f"exited {run.exit_code}"
+        warnings.append(f"plugin answered ok but {ended}")
     events = []
     for index, raw in enumerate(response.get("events") or []):
         reason = valid_event(raw) or _unstorable_event(raw)
@@ -205,6 +208,16 @@ def _judge(run: RunResult, *, timeout: float, max_subs: int) -> Verdict:
         subs=_subs(response, max_subs, warnings),
         warnings=warnings,
     )
+
+
+def exit_words(code: int | None) -> str:
+    """How a plugin process ended, as an operator reads it: `exit code 3`, `killed by SIGSEGV`."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def _unstorable_event(event: dict[str, Any]) -> str | None:

@@ -60,6 +60,10 @@ def main():
     if mode == "crash":
         sys.stderr.write("Traceback (most recent call last):\n  boom: simulated crash\n")
         os._exit(3)
+    if mode == "killed":  # as a segfault or the OOM killer would end it
+        sys.stderr.write("about to be killed\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
     if mode == "non_json":
         sys.stdout.write("this is not json\n")
         return None

@@ -92,6 +92,13 @@ def test_crash_fails_with_stderr_kept(runtime):
     assert "simulated crash" in (last_log(job).stderr or "")
 
 
+def test_a_plugin_killed_by_a_signal_is_said_to_be_so(runtime):
+    job = run_job(runtime, "stress", payload={"mode": "killed"})
+    assert last_log(job).status == JobStatus.FAILED
+    assert "(killed by SIGKILL)" in (job.last_error or ""), job.last_error  # was "(exit code -9)"
+    assert "about to be killed" in (last_log(job).stderr or "")
+
+
 def test_exit_78_is_permanent_even_with_a_retryable_error_response(runtime):
     job = run_job(runtime, "stress", payload={"mode": "exit78"}, max_attempts=4)
     assert job.status == JobStatus.FAILED and job.attempt == 1 and job.next_retry_at is None
