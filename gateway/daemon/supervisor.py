@@ -4,10 +4,11 @@ supervised process tree (ARCHITECTURE "Processes"). The scheduler runs on a thre
 (gateway.daemon.resident); the others are child processes.
 
 The housekeeping cluster runs on demand: five processes and about 350 MB that would otherwise sit
-idle between an hourly prune and a daily backup. The supervisor asks every few seconds whether
-housekeeping is due or queued (`Demand`); it starts the cluster when it is, and stops it (SIGTERM,
-which the cluster drains) once there has been none for a while. An idle stop is not a death: it
-neither restarts the cluster nor counts towards its flapping.
+idle between an hourly prune and a daily backup. The supervisor asks whether housekeeping is due
+or queued (`Demand`: every 5 s while the cluster runs or has work, every 30 s while parked); it
+starts the cluster when it is, and stops it (SIGTERM, which the cluster drains) once there has
+been none for a while. An idle stop is not a death: it neither restarts the cluster nor counts
+towards its flapping.
 
 SIGHUP is passed to every child that reloads (gunicorn re-forks its workers on the new config; the
 daemons reload); the housekeeping cluster has no reload of its own: the supervisor refreshes its
