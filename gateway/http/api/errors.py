@@ -12,6 +12,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from gateway.config.errors import ConfigError
 from gateway.intake import Refused
 from gateway.logs import logger
 from gateway.storage.database import storage_full, unavailable_reason
@@ -28,6 +29,13 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response({"error": f"the request body is larger than the API accepts ({limit:,} bytes)"}, status=413)
+    if isinstance(exc, ConfigError):
+        # This process could not load the config (a worker started after it was broken: gunicorn
+        # starts one again when one dies, or on a reload): nothing can be answered, not even who
+        # is asking. The problems name file, line and key; a reload of a fixed config mends it.
+        message = f"the gateway cannot serve: its config does not load: {exc}; fix it, then reload"
+        log.error(message)
+        return Response({"error": message}, status=503, headers={"Retry-After": str(RETRY_AFTER)})
     if isinstance(exc, DatabaseError) or storage_full(exc):
         request = context.get("request")
         return database_unavailable(exc, writing=getattr(request, "method", "GET") not in ("GET", "HEAD", "OPTIONS"))

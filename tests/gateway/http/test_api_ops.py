@@ -594,3 +594,24 @@ def test_a_row_committed_after_a_later_one_still_arrives(sse):
             assert later > early
             assert stream.event()["id"] == later  # the stream has moved past `early`'s id
         assert stream.event() == {"id": early, "type": "slow.one", "data": row_data(early)}
+
+
+def test_a_process_whose_config_does_not_load_answers_503_naming_the_problem(config_dir):
+    # A gunicorn worker started again (a death, a reload) after its config file was broken: it
+    # cannot tell a token from another, and says why instead of "internal server error".
+    config_dir.service["max_workers"] = 0
+    config_dir.write()
+    previous = (RUNTIME._current, RUNTIME.error, RUNTIME.config_dir)
+    RUNTIME._current = None
+    RUNTIME.load(config_dir.path)
+    try:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION="Bearer tok-anything")
+        for method, path in (("get", "/jobs"), ("post", "/system/reload")):
+            response = getattr(client, method)(path)
+            assert response.status_code == 503, (path, response.status_code)
+            error = response.json()["error"]
+            assert "config does not load" in error and "config.yaml:" in error and "service.max_workers" in error
+            assert response["Retry-After"]
+    finally:
+        RUNTIME._current, RUNTIME.error, RUNTIME.config_dir = previous
