@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.execution.runner import STDERR_CAP, STDOUT_CAP, RunResult
-from ledger.models import EventRecord, Job
+from gateway.intake import DEDUPE_KEY_MAX
+from ledger.models import EventRecord
 from ledger.models.facts import STATE_SIZE_LIMIT
 from pipelines.routing import valid_event
 
@@ -25,7 +26,6 @@ from pipelines.routing import valid_event
 # columns (and would fail the whole completion), and kept whole by SQLite's; either way the
 # plugin is told, and the rest of its answer counts.
 EVENT_TYPE_MAX = int(EventRecord._meta.get_field("type").max_length or 200)
-DEDUPE_KEY_MAX = int(Job._meta.get_field("dedupe_key").max_length or 512)
 
 EX_CONFIG = 78
 PROTOCOL_VERSION = 2

@@ -8,12 +8,10 @@ real responses against them.
 
 from __future__ import annotations
 
-from typing import cast
-
 from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer
 from rest_framework import serializers
 
-from ledger.models import Job
+from gateway.intake import DEDUPE_KEY_MAX
 from ledger.states import JobStatus
 
 # A JSONField already admits null: `allow_null` on one would make drf-spectacular emit
@@ -188,7 +186,6 @@ class AiPluginSerializer(serializers.Serializer):
 
 
 # The column's width: a longer key is refused with 400 (PostgreSQL would fail the insert).
-DEDUPE_KEY_MAX = cast(int, Job._meta.get_field("dedupe_key").max_length)
 DEDUPE_KEY_HELP = (
     "While a job for this plugin and command holds the key (service.dedupe_ttl), the call answers that job "
     "instead of enqueuing another."
