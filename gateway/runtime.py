@@ -16,6 +16,7 @@ from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, typed_config
 from gateway.config.tokens import TokenRegistry, load_tokens
+from gateway.config.validity import process_memo, schema_errors
 from gateway.config.webhooks import Webhooks, parse_webhooks
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.environment import plugin_environment
@@ -53,9 +54,18 @@ def build_runtime(
     still run on what the previous ones built checks its part, and all of it is reported at once.
     `strict` and `overrides` as in `load_gateway_config` (`config check --strict`; `config set`
     validating its edit)."""
-    config, problems = typed_config(
-        config_dir, os.environ if environ is None else environ, strict=strict, overrides=overrides
-    )
+    try:
+        return _assemble(config_dir, os.environ if environ is None else environ, strict, overrides)
+    finally:
+        # What passed its schema here is not validated again by the next process (nor is
+        # jsonschema imported there): gateway.config.validity.
+        process_memo().save()
+
+
+def _assemble(
+    config_dir: Path, environ: Mapping[str, str], strict: bool, overrides: Mapping[Path, str] | None
+) -> Runtime:
+    config, problems = typed_config(config_dir, environ, strict=strict, overrides=overrides)
     discovery = discover_plugins(config.plugin_roots, allow_symlinks=config.service.allow_symlinks)
     registry = build_registry(config, discovery)
     plugin_seal = verify_plugins(config, registry)
@@ -119,7 +129,7 @@ def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegi
 def compile_config_pipelines(config: GatewayConfig, registry: Registry) -> PipelineSet:
     """Compile `pipelines:` against the configured plugins; errors name file, line and key."""
     try:
-        return compile_pipelines(thaw(config.pipelines), plugin_commands(registry), parse_duration)
+        return compile_pipelines(thaw(config.pipelines), plugin_commands(registry), parse_duration, schema_errors)
     except PipelineErrors as exc:
         raise ConfigError(config.problem(p.path, p.message) for p in exc.problems) from exc
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import blake3
-from jsonschema import Draft202012Validator
 
 from pipelines import predicates, templates
 from pipelines.baggage import BaggageError, BaggageSpec
@@ -167,6 +166,13 @@ class PipelineErrors(ValueError):
         super().__init__("; ".join(f"{p.where}: {p.message}" for p in self.problems))
 
 
+def _validate(schema: Mapping[str, Any], document: Any) -> Iterable[Any]:
+    from jsonschema import Draft202012Validator
+
+    errors: Iterable[Any] = Draft202012Validator(schema).iter_errors(document)
+    return errors
+
+
 @cache
 def pipeline_schema() -> dict[str, Any]:
     schema: dict[str, Any] = json.loads(Path(__file__).with_name("pipeline.schema.json").read_text(encoding="utf-8"))
@@ -177,15 +183,20 @@ def compile_pipelines(
     raw: Sequence[Mapping[str, Any]],
     plugin_commands: Mapping[str, Iterable[str] | None],
     parse_duration: Any = float,
+    schema_errors: Callable[[Mapping[str, Any], Any], Iterable[Any]] | None = None,
 ) -> PipelineSet:
     """Validate and compile every pipeline; raises PipelineErrors naming pipeline, step and key.
 
     `plugin_commands` maps each configured plugin or alias to its commands, or to None when its
     manifest could not load (the name is known; its commands cannot be checked). Every problem is
     reported, not just the first: a call cycle or a duplicate name does not hide the other
-    pipelines' problems."""
+    pipelines' problems.
+
+    `schema_errors(schema, document)` gives jsonschema's errors; by default the document is
+    validated as it is (the gateway passes one that remembers what passed before:
+    gateway.config.validity)."""
     data = [dict(p) if isinstance(p, Mapping) else p for p in raw]
-    problems = [_schema_problem(error) for error in Draft202012Validator(pipeline_schema()).iter_errors(data)]
+    problems = [_schema_problem(error) for error in (schema_errors or _validate)(pipeline_schema(), data)]
     if problems:
         raise PipelineErrors(sorted(problems, key=_pipeline_index))
     commands = {name: None if cmds is None else frozenset(cmds) for name, cmds in plugin_commands.items()}

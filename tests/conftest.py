@@ -15,6 +15,8 @@ os.environ.setdefault("DUCTILE_DB_PATH", str(_TMP / "ductile.db"))
 os.environ.setdefault("DUCTILE_TEST_SQLITE_PATH", str(_TMP / "test-ductile.db"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ductile_site.settings")
 os.environ["DUCTILE_TEST_TMP"] = str(_TMP)
+# The suite's own memo of documents that passed their schema (gateway.config.validity), not the user's.
+os.environ.setdefault("XDG_CACHE_HOME", str(_TMP / "cache"))
 
 import pytest  # noqa: E402
 

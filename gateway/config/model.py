@@ -16,14 +16,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from .api import ApiConfig, api_config
 from .durations import parse_duration
 from .errors import ConfigError, ConfigProblem
 from .frozen import freeze
 from .loader import MergedConfig, load_config_tree
 from .schedules import Schedule, parse_schedules
+from .validity import schema_errors
 from .yamlsrc import KeyPath, coerce_yaml11_booleans
 
 DEFAULT_TIMEOUTS: Mapping[str, float] = {"poll": 60.0, "handle": 120.0, "health": 10.0, "init": 30.0}
@@ -210,10 +209,9 @@ def typed_config(
 
 
 def _schema_problems(merged: MergedConfig) -> list[ConfigProblem]:
-    validator = Draft202012Validator(config_schema())
     problems = []
     coerce_yaml11_booleans(config_schema(), merged.data, _deref)
-    for error in sorted(validator.iter_errors(merged.data), key=lambda e: list(map(str, e.absolute_path))):
+    for error in sorted(schema_errors(config_schema(), merged.data), key=lambda e: list(map(str, e.absolute_path))):
         path: KeyPath = tuple(error.absolute_path)
         message = error.message
         if error.validator == "required":

@@ -18,10 +18,10 @@ from types import MappingProxyType
 from typing import Any
 
 import blake3
-from jsonschema import Draft202012Validator
 
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import freeze
+from gateway.config.validity import schema_errors
 from gateway.config.yamlsrc import YamlDocument, coerce_yaml11_booleans, dotted, parse_yaml
 
 SUPPORTED_PROTOCOLS = frozenset({2})
@@ -205,9 +205,8 @@ def _trusted_entrypoint(
 
 
 def _schema_problems(doc: YamlDocument) -> list[ConfigProblem]:
-    validator = Draft202012Validator(manifest_schema())
     problems = []
-    for error in validator.iter_errors(doc.data):
+    for error in schema_errors(manifest_schema(), doc.data):
         path, message = _describe(error)
         if error.validator == "oneOf" and path == ("commands",):
             message = "commands must be a non-empty list of {name, type, ...} or a mapping of name to command"

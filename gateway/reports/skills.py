@@ -17,8 +17,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator, SchemaError
-
 from gateway.config.frozen import thaw
 from gateway.plugins.manifest import CommandSpec
 from gateway.runtime import Runtime
@@ -44,6 +42,10 @@ def expand_input_schema(declared: Mapping[str, Any]) -> dict[str, Any]:
     if not _SCHEMA_KEYS & schema.keys():
         properties = {name: {"type": kind} if isinstance(kind, str) else kind for name, kind in schema.items()}
         schema = {"type": "object", "properties": properties}
+    # Imported here: a process that never describes a plugin's input (a worker, most CLI
+    # commands) does not pay for jsonschema at its start (gateway.config.validity).
+    from jsonschema import Draft202012Validator, SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
