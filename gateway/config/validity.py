@@ -1,7 +1,7 @@
 """JSON Schema validation that remembers which documents passed: a config, a manifest, the pipelines.
 
 Why: importing jsonschema is ~30 ms of every gateway process's start (a worker's ~0.2 s, each CLI
-command's; docs/performance.md, "Start-up"), and the documents it checks rarely change between
+command's; docs/performance.md, item 38), and the documents it checks rarely change between
 two starts. Validation is a function of the schema, the validator and the document alone, so a
 document that passed once passes again: its digest is remembered, and jsonschema is imported only
 for a document not seen before. A document that failed is never remembered: its problems are
@@ -29,6 +29,7 @@ import blake3
 from .atomic import write_atomic
 
 HEADER = "ductile known-valid 1"
+_HEX = frozenset("0123456789abcdef")
 # Digests kept, the newest last: the configs and manifests of a few installations and their
 # recent edits. An older one is forgotten, so its document is validated again.
 MEMO_SIZE = 512
@@ -82,8 +83,13 @@ def _validator_stamp() -> bytes:
 
 
 def memo_path(environ: Mapping[str, str]) -> Path | None:
-    base = environ.get("XDG_CACHE_HOME") or (str(Path(environ["HOME"]) / ".cache") if environ.get("HOME") else "")
-    return Path(base) / "ductile" / "known-valid" if base and os.path.isabs(base) else None
+    """`$XDG_CACHE_HOME/ductile/known-valid`, else under `$HOME/.cache`; a relative path in
+    either is ignored (the XDG rule), and without an absolute one there is no memo."""
+    if os.path.isabs(environ.get("XDG_CACHE_HOME", "")):
+        return Path(environ["XDG_CACHE_HOME"]) / "ductile" / "known-valid"
+    if os.path.isabs(environ.get("HOME", "")):
+        return Path(environ["HOME"]) / ".cache" / "ductile" / "known-valid"
+    return None
 
 
 class KnownValid:
@@ -141,7 +147,7 @@ class KnownValid:
             return []
         if lines[:1] != [HEADER]:
             return []
-        return [line for line in lines[1:] if len(line) == 64 and line.isalnum()]
+        return [line for line in lines[1:] if len(line) == 64 and set(line) <= _HEX]
 
     def _digest(self, schema: Mapping[str, Any], document: Any) -> str:
         # The schemas are the gateway's own, loaded once per process (functools.cache): their

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config.model import config_schema
-from gateway.config.validity import HEADER, KnownValid, NotCanonical, canonical
+from gateway.config.validity import HEADER, KnownValid, NotCanonical, canonical, memo_path
 from gateway.plugins.manifest import manifest_schema
 from tests.support import ConfigDir, ductile
 
@@ -122,3 +122,18 @@ def test_a_value_without_one_json_spelling_is_not_remembered(tmp_path: Path, doc
 def test_the_gateways_schemas_have_a_canonical_spelling() -> None:
     """Else no config or manifest would ever be remembered."""
     assert canonical(config_schema()) and canonical(manifest_schema())
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"XDG_CACHE_HOME": "/c", "HOME": "/h"}, "/c/ductile/known-valid"),
+        ({"XDG_CACHE_HOME": "relative", "HOME": "/h"}, "/h/.cache/ductile/known-valid"),
+        ({"XDG_CACHE_HOME": "", "HOME": "/h"}, "/h/.cache/ductile/known-valid"),
+        ({"HOME": "relative"}, None),
+        ({}, None),
+    ],
+)
+def test_the_memo_lives_in_the_users_cache_directory(environ: dict[str, str], expected: str | None) -> None:
+    path = memo_path(environ)
+    assert (str(path) if path else None) == expected
