@@ -1,7 +1,7 @@
 """Shared fixtures. Tests use real SQLite or PostgreSQL and real plugin processes, never mocks.
 
-The database is chosen before Django starts: DATABASE_URL (PostgreSQL in CI's second run), else
-a SQLite file under a temporary directory so threads and subprocesses share it.
+The database: DATABASE_URL (PostgreSQL in CI's second run), else a SQLite file under a temporary
+directory (`django_db_modify_db_settings`), so threads and subprocesses share it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,21 @@ import pytest  # noqa: E402
 
 from tests.support import ConfigDir, installed_runtime  # noqa: E402
 from tests.support.browser import SCREENSHOTS, browser  # noqa: E402, F401 - the `browser` fixture
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """The in-process tests' SQLite ledger is the file named above, in WAL mode as the gateway
+    runs it, and not Django's default for tests, an in-memory database in shared-cache mode: there
+    a reader meets a writer's table lock and fails at once ("database table is locked", a daemon
+    thread's claim and the test's read, in test_idle_rechecks) where the gateway's file waits.
+    Set here, just before the test database is made: pytest-django reads the settings before
+    this module runs, so the environment set above comes too late for them."""
+    from django.conf import settings
+
+    default = settings.DATABASES["default"]
+    if default["ENGINE"] == "gateway.storage.sqlite3":
+        default["TEST"]["NAME"] = os.environ["DUCTILE_TEST_SQLITE_PATH"]
 
 
 @pytest.fixture

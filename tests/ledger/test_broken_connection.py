@@ -25,7 +25,7 @@ def claim() -> Job | None:
 @pytest.mark.django_db(transaction=True)
 def test_a_statement_on_a_broken_connection_raises_djangos_error_and_the_connection_is_replaced():
     if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL: its server ends the backend; the in-memory SQLite test database cannot be cut")
+        pytest.skip("PostgreSQL: its server ends the backend; SQLite has no server to end a connection")
     Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=60)
     connection.ensure_connection()
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as other:
