@@ -22,7 +22,9 @@ microseconds and cover the whole group.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
@@ -35,6 +37,7 @@ from gateway.logs import logger
 log = logger("runner")
 
 _PR_SET_CHILD_SUBREAPER = 36
+PIPE_BYTES = 1 << 20
 
 
 class Lifeline:
@@ -67,6 +70,11 @@ class Lifeline:
     def _start(self, live: set[int]) -> None:
         self._close()
         read_end, write_end = os.pipe()
+        # Room for ~100,000 jobs' lines: the helper reads them every few seconds at most
+        # (lifeline_helper.MAX_PAUSE), and a full pipe would make a spawn wait for its next read.
+        # Above the host's pipe-max-size it stays at the default 64 KiB, ~5,000 jobs' lines.
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         try:
             # Own session: a signal to the daemon's process group (Ctrl-C, a supervisor's killpg)
             # must not take the helper down before it has done its work.
