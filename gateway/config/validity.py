@@ -67,6 +67,7 @@ def _check(value: Any, depth: int) -> None:
         raise NotCanonical(f"{kind.__name__} is not a JSON value")
 
 
+@functools.cache
 def _validator_stamp() -> bytes:
     """Which jsonschema would judge, without importing it (`find_spec` of a top-level name does
     not): its validators module's size and modification time, so an upgraded library judges every
