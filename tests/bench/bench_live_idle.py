@@ -5,10 +5,12 @@ gateway stays under 1 % of a core").
         [--windows idle,dashboard,pipelines,watch_api] [--out FILE]
 
 `manage.py system start` runs as an operator runs it (the API under gunicorn, runworkers,
-runscheduler and the housekeeping cluster), on a fresh config with one plugin and no schedules,
-so nothing runs: the gateway is idle. CPU is the utime + stime (plus that of reaped children) of
-every process of its tree, read from /proc/<pid>/stat before and after each --window seconds,
-after --settle seconds to settle. Windows, one after another on the same gateway:
+runscheduler and the housekeeping cluster), on a fresh config with one plugin and no schedules.
+One job is run through the API first, so the tree is that of a gateway that has worked (the
+worker's lifeline helper, started at its first spawn, is in it); then nothing runs: it is idle.
+CPU is the utime + stime (plus that of reaped children) of every process of its tree, read from
+/proc/<pid>/stat before and after each --window seconds, after --settle seconds to settle.
+Windows, one after another on the same gateway:
 
 1. `idle`: nobody watching. The housekeeping cluster starts with the gateway (the hourly prune is
    due at once) and is stopped once it has had nothing to do for `--housekeeping-linger` (30 s);
@@ -35,6 +37,7 @@ The machine is shared: the 1-minute load average is recorded around each window.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -43,7 +46,18 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _common import NOP_SCRIPT, PYTHON, REPO, BenchConfig, emit, machine, stop_process, temp_dir, wait_until
+from _common import (
+    NOP_SCRIPT,
+    PYTHON,
+    REPO,
+    BenchConfig,
+    emit,
+    machine,
+    sqlite_query,
+    stop_process,
+    temp_dir,
+    wait_until,
+)
 
 TOKEN = "bench-live-token"
 USER, PASSWORD = "watcher", "correct horse battery staple"
@@ -208,6 +222,7 @@ def run(window: float, settle: float, windows: list[str]) -> dict[str, Any]:
                 tail = (base / "gateway.log").read_text()[-3000:]
                 raise RuntimeError(f"system start did not serve /healthz (exit {gateway.returncode}):\n{tail}")
             up = time.monotonic()
+            run_one_job(url, config)
             parked = b"housekeeping stopped while idle"
             wait_until(lambda: parked in (base / "gateway.log").read_bytes(), 180, 0.5, "the idle cluster to stop")
             parked_after = round(time.monotonic() - up, 1)
@@ -253,6 +268,20 @@ def run(window: float, settle: float, windows: list[str]) -> dict[str, Any]:
             stop_process(gateway, timeout=60)
             log.close()
         return results
+
+
+def run_one_job(url: str, config: BenchConfig) -> None:
+    """`POST /plugin/nop/poll`, then wait until the job has succeeded in the ledger."""
+    request = urllib.request.Request(
+        url + "/plugin/nop/poll",
+        data=b"{}",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        job_id = json.load(response)["job_id"]
+    statement = "SELECT status FROM job_queue WHERE id = ?"
+    wait_until(lambda: sqlite_query(config.db_path, statement, (job_id,)) == [("succeeded",)], 60, 0.2, "the job")
 
 
 def _up(url: str) -> bool:
