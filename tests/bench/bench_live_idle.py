@@ -98,12 +98,14 @@ def ticks(pids: list[int]) -> dict[int, int]:
 
 
 def command(pid: int) -> str:
-    """A process's role in the gateway: `runworkers`, `gunicorn`, `qcluster`, … (its argv)."""
+    """A process's role in the gateway: `runworkers`, `gunicorn`, `qcluster`, `lifeline helper`, … (its argv)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return "?"
     words = [w.decode(errors="replace") for w in argv if w]
+    if any(word.endswith("lifeline_helper.py") for word in words):
+        return "lifeline helper"
     for word in words:
         if word in ("runworkers", "runscheduler", "qcluster", "gunicorn", "start"):
             return "system start (supervisor)" if word == "start" else word
