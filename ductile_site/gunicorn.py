@@ -76,12 +76,9 @@ def _commit_writes_together() -> None:
 
 
 def _hand_the_gil_back_sooner() -> None:
-    """A thread holding the ledger's write gate that loses the GIL to one of the other request
-    threads keeps every writer of the process waiting until it gets it back: at the default 5 ms
-    switch interval, with 16 threads, the API's slowest requests spent 95 % of their time queued
-    behind such a holder (docs/hot-path-profile.md, "API while workers drain"). At 0.5 ms the holder
-    is scheduled again sooner; measured p99 229 -> 74 ms with workers draining."""
-    sys.setswitchinterval(0.0005)
+    from ledger.writes import hand_the_gil_back_sooner
+
+    hand_the_gil_back_sooner()
 
 
 def _freeze_startup_objects() -> None:

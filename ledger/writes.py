@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -298,6 +299,22 @@ class _Writer:
 
 
 _writer: _Writer | None = None
+
+# How long a thread may keep the GIL while another waits for it (Python's default: 5 ms).
+GIL_SWITCH_SECONDS = 0.0005
+
+
+def hand_the_gil_back_sooner() -> None:
+    """For processes whose threads write: a thread holding the write gate that loses the GIL to
+    another thread of its process keeps every writer waiting until it gets it back, and a thread
+    whose plugin has exited waits for the GIL while the cores it could keep busy idle.
+
+    The API's gunicorn workers (16 threads): at the default 5 ms the slowest requests spent 95 %
+    of their time queued behind such a holder (docs/hot-path-profile.md, "API while workers
+    drain"); at 0.5 ms the API's p99 with workers draining went from 229 to 74 ms. `runworkers`
+    (2 threads): 675.7 -> 699.7 jobs/s, 6 interleaved runs of 2,000 jobs each (docs/performance.md,
+    item 40)."""
+    sys.setswitchinterval(GIL_SWITCH_SECONDS)
 
 
 def share_transactions() -> None:

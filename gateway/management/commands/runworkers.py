@@ -11,6 +11,7 @@ from gateway.execution.reaper import adopt_orphans
 from gateway.execution.workers import WorkerDaemon
 from gateway.logs import lean_records
 from gateway.runtime import RUNTIME
+from ledger.writes import hand_the_gil_back_sooner
 
 
 class Command(DuctileCommand):
@@ -41,6 +42,7 @@ class Command(DuctileCommand):
         plugins = [p for p in (options["plugins"] or "").split(",") if p] or None
         adopt_orphans()  # a plugin's setsid escapes come back to us, to be killed and reported
         lean_records()  # this process's log lines are JSON lines only
+        hand_the_gil_back_sooner()  # its threads write and spawn: ledger.writes
         daemon = WorkerDaemon(
             RUNTIME,
             threads=options["threads"],
