@@ -144,6 +144,11 @@ def ductile(
     )
 
 
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a process run with PYTHONPROFILEIMPORTTIME=1 imported, from its stderr."""
+    return {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
 def ductile_json(config: ConfigDir, *args: str, **kw: Any) -> tuple[int, Any]:
     proc = ductile(config, *args, "--json", **kw)
     try:

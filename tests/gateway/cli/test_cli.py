@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from tests.support import ductile, ductile_json, ledger
+from tests.support import ductile, ductile_json, imported_modules, ledger
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,7 @@ def test_workers_start_without_the_web_and_housekeeping_apps(cfg):
     assert ductile(cfg, "system", "status").returncode == 0
     run = ductile(cfg, "runworkers", "--once", PYTHONPROFILEIMPORTTIME="1")
     assert run.returncode == 0, run.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    imported = imported_modules(run.stderr)
     assert "ledger.models.jobs" in imported and "gateway.execution.workers" in imported
     assert not {"django.contrib.admin", "rest_framework", "django_q", "croniter"} & imported
 

@@ -12,7 +12,7 @@ import pytest
 from gateway.config.model import config_schema
 from gateway.config.validity import HEADER, KnownValid, NotCanonical, canonical, memo_path
 from gateway.plugins.manifest import manifest_schema
-from tests.support import ConfigDir, ductile
+from tests.support import ConfigDir, ductile, imported_modules
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
@@ -21,8 +21,7 @@ def imports_jsonschema(config: ConfigDir, cache: Path, *args: str) -> tuple[bool
     """Run a CLI command as a user would; did its process import jsonschema? (and its stdout)"""
     proc = ductile(config, *args, XDG_CACHE_HOME=str(cache), PYTHONPROFILEIMPORTTIME="1")
     assert proc.returncode in (0, 78), proc.stderr[-2000:]
-    imported = any(line.rsplit("|", 1)[-1].strip() == "jsonschema" for line in proc.stderr.splitlines())
-    return imported, proc.stdout + proc.stderr
+    return "jsonschema" in imported_modules(proc.stderr), proc.stdout + proc.stderr
 
 
 def test_the_second_command_on_an_unchanged_config_does_not_import_jsonschema(
