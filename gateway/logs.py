@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 _EXTRA_KEYS = ("plugin", "job_id", "worker", "command", "dedupe_key", "existing_job_id", "detail")
+# Made once: `json.dumps(..., default=str)` builds an encoder per line, and the worker logs a line per job.
+_LINE_ENCODER = json.JSONEncoder(default=str)
 
 
 class JsonFormatter(logging.Formatter):
@@ -26,7 +28,7 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
+        return _LINE_ENCODER.encode(line)
 
 
 def logger(component: str) -> logging.Logger:

@@ -52,12 +52,14 @@ def loads(text: str | bytes, what: str = "body") -> Any:
     jsonb nor SQLite's JSON takes them), nesting bounded, every string storable. ValueError
     (JSONDecodeError included) for text that is not JSON, Unstorable for what cannot be kept."""
     try:
-        value = json.loads(text, parse_constant=_not_json)
+        value = json.loads(text, parse_constant=not_json)
     except RecursionError:
         raise Unstorable(f"{what} nests deeper than {MAX_DEPTH} levels") from None
     check_storable(value, what)
     return value
 
 
-def _not_json(constant: str) -> Any:
+def not_json(constant: str) -> Any:
+    """`parse_constant` of a JSON decoder: Python's json reads NaN and Infinity; JSON has neither,
+    and the jsonb and SQLite JSON columns the ledger keeps a document in refuse them."""
     raise ValueError(f"{constant} is not JSON")
