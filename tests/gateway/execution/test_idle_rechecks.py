@@ -90,8 +90,9 @@ def test_an_empty_queue_is_looked_at_less_and_less_and_an_enqueue_still_wakes_th
         # runs in this test) ends the long wait at once. The ceiling goes up first, so the next
         # timed look is ~10 s away and "at once" can be told from it on a loaded machine too.
         monkeypatch.setattr(workers, "IDLE_RECHECK_CEILING", 200 * RECHECK)
-        settled = len(looks)
+        settled, deadline = len(looks), time.monotonic() + 2
         while len(looks) == settled:  # the wait under way ends; the next one is the long one
+            assert time.monotonic() < deadline, "no timed look within 2 s"
             time.sleep(0.01)
         started = time.monotonic()
         job = Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0).job_id
