@@ -77,6 +77,8 @@ def _gate_fd(database: str) -> int:
 
 
 _writer_raw: tuple[int, Any] | None = None  # (pid, sqlite3 connection): a forked child opens its own
+# False while a thread of this process checkpoints the WAL itself (`checkpoints_elsewhere`).
+_commits_checkpoint = True
 
 
 # Stands in `connection.atomic_blocks` for `_lent_transaction`'s block, as its Atomic would (never entered).
@@ -109,6 +111,8 @@ def _lent_transaction(conn: BaseDatabaseWrapper) -> Iterator[None]:
     if _writer_raw is None or _writer_raw[0] != os.getpid():
         fresh = conn.get_new_connection(conn.get_connection_params())
         fresh.isolation_level = None  # autocommit between transactions, as Django keeps its own
+        if not _commits_checkpoint:
+            fresh.execute("PRAGMA wal_autocheckpoint=0")
         _writer_raw = (os.getpid(), fresh)
     raw = _writer_raw[1]
     own, conn.connection = conn.connection, raw
@@ -201,23 +205,70 @@ def writing(*, savepoint: bool = True) -> Iterator[None]:
             return
         after: list[Callable[[], None]] = []
         _held.after = after
-        with _lock:
-            fd = _gate_fd(database)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                if conn.in_atomic_block:  # a test case's transaction (above): a savepoint in it
-                    with transaction.atomic():
-                        yield
-                else:
-                    with _lent_transaction(conn):
-                        yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+        with _gate(database):
+            if conn.in_atomic_block:  # a test case's transaction (above): a savepoint in it
+                with transaction.atomic():
+                    yield
+            else:
+                with _lent_transaction(conn):
+                    yield
         for callback in after:  # filled by the commit's hooks only: empty after a rollback
             callback()
     finally:
         _held.depth = 0
         _held.after = None
+
+
+@contextmanager
+def _gate(database: str) -> Iterator[None]:
+    """The gate itself: this process's lock, then the host's `flock` (module docstring)."""
+    with _lock:
+        fd = _gate_fd(database)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextmanager
+def holding_gate() -> Iterator[None]:
+    """The write gate without a transaction, for work that no writer of the host may overlap (the
+    end of a checkpoint: gateway.storage.checkpoints). A no-op where `writing()` takes no gate."""
+    if getattr(_held, "depth", 0):
+        raise RuntimeError("holding_gate() inside writing(): this thread holds the gate already")
+    database = _database(current())
+    if database is None:
+        yield
+        return
+    with _gate(database):
+        yield
+
+
+@contextmanager
+def checkpoints_elsewhere() -> Iterator[None]:
+    """While a thread of this process checkpoints the WAL itself, off the commit path (runworkers'
+    main loop: gateway.storage.checkpoints), this process's COMMITs never checkpoint. SQLite's
+    automatic checkpoint runs inside the COMMIT that finds the WAL long, so it copied pages and
+    fsynced twice with the write gate held: 13-20 ms holds at 700 jobs/s, every other writer of
+    the host waiting (docs/performance.md, item 42). Afterwards the write connection is closed, so
+    the next opens with the settings' automatic checkpoint again."""
+    global _commits_checkpoint, _writer_raw
+    with _lock:
+        _commits_checkpoint = False
+        if _writer_raw is not None and _writer_raw[0] == os.getpid():
+            _writer_raw[1].execute("PRAGMA wal_autocheckpoint=0")
+    try:
+        yield
+    finally:
+        with _lock:
+            _commits_checkpoint = True
+            if _writer_raw is not None and _writer_raw[0] == os.getpid():
+                try:
+                    _writer_raw[1].close()
+                except Exception:  # closing a broken connection may fail as well
+                    pass
+            _writer_raw = None
 
 
 # -- group commit ---------------------------------------------------------------------------------

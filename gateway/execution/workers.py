@@ -28,6 +28,7 @@ from gateway.storage.database import describe_database, ensure_schema
 from gateway.storage.outage import Outage
 from gateway.storage.wakeup import WakeListener
 from ledger.models import Job, WorkerInstance
+from ledger.writes import checkpoints_elsewhere
 
 log = logger("workers")
 
@@ -127,7 +128,8 @@ class WorkerDaemon:
         for thread in pool:
             thread.start()
         try:
-            self._main_loop(pool, instance, runtime.config.service.lease_ttl)
+            with checkpoints_elsewhere():
+                self._main_loop(pool, instance, runtime.config.service.lease_ttl)
         finally:
             self.stopping.set()
             self.wake()
@@ -155,10 +157,10 @@ class WorkerDaemon:
         assert self._pause is not None
         seen = -1
         while any(t.is_alive() for t in pool):
-            # Four passes a second while jobs are claimed (the checkpoints follow the claims); idle,
-            # only when a heartbeat or recovery pass is due, IDLE_PASS at most. Why: each wake-up
-            # of an idle process costs CPU, ~1-3 ms on a cold core of a 2-core VM
-            # (docs/performance.md item 31). A signal or a worker thread's end wakes it at once.
+            # Four passes a second while jobs are claimed; idle, only when a heartbeat or recovery
+            # pass is due, IDLE_PASS at most. Why: each wake-up of an idle process costs CPU, ~1-3 ms
+            # on a cold core of a 2-core VM (docs/performance.md item 31). A signal, a worker
+            # thread's end or a checkpoint due (`_wake_for_checkpoint`) wakes it at once.
             tick = 0.25
             if self.claimed == seen:
                 tick = min(IDLE_PASS, max(tick, min(next_beat, next_recover) - time.monotonic()))
@@ -323,6 +325,8 @@ class WorkerDaemon:
                     self._in_flight.add(following.id)
                 self._busy -= 1
                 self._in_flight.discard(job.id)
+            if following is not None:
+                self._wake_for_checkpoint()
             # A finished job may have freed a slot of its plugin's cap, which an idle thread can
             # take; not when this thread took it again for the next job of the same plugin. (The
             # children it routed wake the idle threads through their enqueue, unless this thread
@@ -368,7 +372,17 @@ class WorkerDaemon:
                 else:
                     self.claimed += 1
                     self._in_flight.add(job.id)
+        if job is not None:
+            self._wake_for_checkpoint()
         return job
+
+    def _wake_for_checkpoint(self) -> None:
+        """After a claim: the main loop checkpoints every CHECKPOINT_AFTER_JOBS claims, which at
+        hundreds of jobs a second come far sooner than its next pass (four a second); left to its
+        passes, the WAL grew past the automatic checkpoint's length (docs/performance.md, item 42)."""
+        pause = self._pause
+        if pause is not None and self._checkpoints.due(self.claimed):
+            pause.wake()
 
     def _claim_following(self) -> Job | None:
         """The next job, claimed inside the transaction that records the outcome of the one this

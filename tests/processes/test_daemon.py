@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import collections
 import signal
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support import ductile, ledger, start_workers, stop_gracefully, wait_for
+from tests.support import PLUGIN_ROOTS, ductile, ledger, start_workers, stop_gracefully, wait_for
 from tests.support.output import Output
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -185,3 +186,53 @@ def test_second_signal_forces_exit_and_the_job_is_recovered_on_restart(cfg, tmp_
     out = restarted.communicate(timeout=120)[0]
     job = next(j for j in ledger(cfg) if j["id"] == job_id)
     assert job["status"] == "succeeded" and job["attempt"] == 2, (out, job)
+
+
+QUICK_PLUGIN = """#!/bin/sh
+cat >/dev/null; printf '{"status":"ok","result":"x"}'
+"""
+
+
+def test_a_draining_daemon_keeps_the_sqlite_log_short(process_db, tmp_path):
+    """Every CHECKPOINT_AFTER_JOBS claims the main loop copies the log into the database file,
+    the last of it with the write gate held, so the log starts over instead of growing until a
+    COMMIT checkpoints it with the gate held (docs/performance.md, item 42). Plugins quick enough
+    for hundreds of jobs a second, far more than the main loop's four passes a second."""
+    if process_db.database_url:
+        pytest.skip("a SQLite file's log")
+    plugin = tmp_path / "roots" / "quick"
+    plugin.mkdir(parents=True)
+    (plugin / "manifest.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "manifest_spec": "ductile.plugin",
+                "manifest_version": 1,
+                "name": "quick",
+                "version": "1.0.0",
+                "protocol": 2,
+                "entrypoint": "run.sh",
+                "commands": [{"name": "poll", "type": "read"}],
+            }
+        )
+    )
+    (plugin / "run.sh").write_text(QUICK_PLUGIN)
+    (plugin / "run.sh").chmod(0o755)
+    process_db.extra["plugin_roots"] = [*PLUGIN_ROOTS, str(plugin.parent)]
+    process_db.plugins = {"quick": {"config": {}, "parallelism": 2}}
+    process_db.write()
+    jobs = 600
+    ledger(process_db, "enqueue", [{"plugin": "quick", "command": "poll", "submitted_by": "cli"}] * jobs)
+    log = Path(f"{process_db.db_path}-wal")
+    daemon = start_workers(process_db, "--threads", "2", "--max-jobs", str(jobs))
+    output = Output(daemon)  # read as it comes: one line per job would fill the pipe
+    longest, deadline = 0, time.monotonic() + 120
+    while daemon.poll() is None and time.monotonic() < deadline:
+        longest = max(longest, log.stat().st_size if log.exists() else 0)
+        time.sleep(0.005)
+    if daemon.poll() is None:
+        daemon.kill()
+    assert daemon.wait() == 0, output.finish()
+    assert collections.Counter(j["status"] for j in ledger(process_db)) == {"succeeded": jobs}
+    # ~20 pages of log per job: 50 jobs and those claimed during the checkpoint, never the 4,000
+    # pages of the automatic checkpoint (16 MB).
+    assert longest < 2500 * 4120, f"the log reached {longest // 4120} pages"
