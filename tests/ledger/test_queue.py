@@ -97,6 +97,13 @@ def test_claim_is_fifo():
     assert claim(caps) is None
 
 
+def test_the_jobs_of_one_batch_are_claimed_in_id_order():
+    """A batch (a scheduler tick, a bulk enqueue) shares its created_at; FIFO's tie-break is the id."""
+    ids = sorted(enqueue().job_id for _ in range(5))
+    Job.objects.filter(pk__in=ids).update(created_at=timezone.now())
+    assert [claim({"echo": 9}).id for _ in range(5)] == ids
+
+
 def test_claim_skips_plugin_at_parallelism_cap_without_starving_others():
     a1 = enqueue(plugin="stress").job_id
     a2 = enqueue(plugin="stress").job_id
