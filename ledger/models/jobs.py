@@ -451,10 +451,10 @@ class Job(models.Model):
             # Read by JobQuerySet.claim_next, named in its SQL (ledger.sql.claim): the FIFO scan over
             # waiting jobs.
             models.Index(fields=["created_at", "id"], name="job_queue_claim_idx", condition=Q(status="queued")),
-            # Read by claim_next (per-plugin running counts, same-key exclusion) and lost() on
-            # PostgreSQL. SQLite's planner, without statistics, reads (status, created_at) for them
-            # instead, so there it is written at every claim and completion and read by nothing
-            # (docs/performance.md, item 43).
+            # Meant for claim_next's per-plugin running counts and lost(). SQLite's planner, which
+            # has no statistics, reads (status, created_at) for them instead, so there it is
+            # written at every claim and completion and read by nothing (docs/performance.md,
+            # item 43).
             models.Index(
                 fields=["plugin", "command", "dedupe_key"], name="job_queue_running_idx", condition=Q(status="running")
             ),
