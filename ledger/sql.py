@@ -352,9 +352,9 @@ def claim(plugin_count: int, only: bool, vendor: str, returning: str) -> str:
     # Why name the index on SQLite: without statistics its planner takes (status, created_at) for
     # the equality on status and then sorts every queued job of the oldest created_at by id, and
     # the jobs of one batch (a scheduler tick, a bulk enqueue) share their created_at: 3,000 of
-    # them made a claim's transaction ~580 µs instead of ~50 (docs/performance.md, item 43). The partial
-    # index of queued jobs is already in (created_at, id) order. INDEXED BY also makes a claim
-    # fail loudly, rather than slow down unseen, if that index is ever gone.
+    # them made a claim's transaction ~580 µs instead of ~50 (docs/performance.md, item 43). The
+    # partial index of queued jobs is already in (created_at, id) order. INDEXED BY also makes a
+    # claim fail loudly, rather than slow down unseen, if that index is ever gone.
     pinned = "INDEXED BY job_queue_claim_idx" if vendor == "sqlite" else ""
     return native(
         f"""

@@ -152,13 +152,17 @@ def _lent_transaction(conn: BaseDatabaseWrapper) -> Iterator[None]:
             except Exception:  # the error that ended the transaction is the one to report
                 _writer_raw = None
             if _writer_raw is None:  # dropped above: after a database error, or a failed rollback
-                try:
-                    raw.close()
-                except Exception:  # closing a broken connection may fail as well
-                    pass
+                _close_quietly(raw)
     if committed:
         conn.errors_occurred = False
         conn.run_and_clear_commit_hooks()
+
+
+def _close_quietly(raw: Any) -> None:
+    try:
+        raw.close()
+    except Exception:  # closing a broken connection may fail as well
+        pass
 
 
 def _outside_any_transaction(conn: BaseDatabaseWrapper) -> bool:
@@ -264,10 +268,7 @@ def checkpoints_elsewhere() -> Iterator[None]:
         with _lock:
             _commits_checkpoint = True
             if _writer_raw is not None and _writer_raw[0] == os.getpid():
-                try:
-                    _writer_raw[1].close()
-                except Exception:  # closing a broken connection may fail as well
-                    pass
+                _close_quietly(_writer_raw[1])
             _writer_raw = None
 
 
