@@ -73,7 +73,9 @@ TEMPLATES = [
 # the writer, IMMEDIATE transactions so a transaction takes the write lock up front instead of
 # failing on upgrade, and a generous busy timeout so writers queue instead of erroring.
 # The automatic checkpoint is a backstop: `runworkers` checkpoints off the commit path
-# (gateway/storage/checkpoints.py), and a checkpoint inside a COMMIT holds the write gate.
+# (gateway/storage/checkpoints.py), and a checkpoint inside a COMMIT holds the write gate. While a
+# `runworkers` of the host does, the other processes' write connections raise it to
+# ledger.writes.BESIDE_CHECKPOINTER_PAGES; this is for writes no daemon follows.
 WAL_AUTOCHECKPOINT_PAGES = 4000
 SQLITE_OPTIONS: dict[str, Any] = {
     "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;"

@@ -28,6 +28,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from ledger.sql import current
 
 _lock = threading.Lock()
-_file: tuple[int, int] | None = None  # (pid, fd): a forked child opens its own
+_files: dict[str, tuple[int, int]] = {}  # suffix -> (pid, fd): a forked child opens its own
 _held = threading.local()
 
 
@@ -67,18 +68,62 @@ def _database(conn: BaseDatabaseWrapper) -> str | None:
     return None if name == ":memory:" or "mode=memory" in name else name  # as Django tells them apart
 
 
-def _gate_fd(database: str) -> int:
-    """This process's descriptor of the gate file (call under `_lock`)."""
-    global _file
-    if _file is None or _file[0] != os.getpid():
-        path = Path(database).with_name(Path(database).name + ".write-gate")
-        _file = (os.getpid(), os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-    return _file[1]
+def _open_beside(database: str, suffix: str) -> int:
+    return os.open(Path(database).with_name(Path(database).name + suffix), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
+
+def _beside_fd(database: str, suffix: str) -> int:
+    """This process's descriptor of a file beside the database: the gate's, the checkpointer's
+    (call under `_lock`)."""
+    held = _files.get(suffix)
+    if held is None or held[0] != os.getpid():
+        held = _files[suffix] = (os.getpid(), _open_beside(database, suffix))
+    return held[1]
+
+
+_GATE = ".write-gate"
+# Held shared by every process that checkpoints the WAL itself (`checkpoints_elsewhere`): while
+# one does, the others' COMMITs leave the checkpoints to it (`_autocheckpoint_pages`).
+_CHECKPOINTER = ".checkpointer"
 
 _writer_raw: tuple[int, Any] | None = None  # (pid, sqlite3 connection): a forked child opens its own
 # False while a thread of this process checkpoints the WAL itself (`checkpoints_elsewhere`).
 _commits_checkpoint = True
+# The write connection's `wal_autocheckpoint` as last set; None: to be set at its next transaction.
+_writer_pages: int | None = None
+# Its value from the settings (their init_command): the backstop when no daemon checkpoints.
+_settings_pages = 1000
+# While a daemon of the host checkpoints, the automatic checkpoint of the other processes' write
+# connections: well past the log's length at which the daemon copies it back
+# (gateway.storage.checkpoints.CHECKPOINT_PAGES), so that no COMMIT of theirs does it in the
+# daemon's place with the write gate held. Not for an API alone: nobody else checkpoints for it,
+# and its in-commit checkpoints grew with the log (p99 at 500 requests/s 44 against 17 ms with
+# 20,000 pages; docs/performance.md, item 44).
+BESIDE_CHECKPOINTER_PAGES = 20_000
+# How long `_autocheckpoint_pages` keeps an answer: one look a second, not one per transaction.
+_LOOK_EVERY = 1.0
+_looked: tuple[float, int] = (float("-inf"), 0)  # (until, pages)
+
+
+def _autocheckpoint_pages(database: str) -> int:
+    """The automatic checkpoint for this process's next write transaction (call under `_lock`):
+    none while it checkpoints itself, BESIDE_CHECKPOINTER_PAGES while another process of the host
+    does, else the settings' backstop."""
+    global _looked
+    if not _commits_checkpoint:
+        return 0
+    now = time.monotonic()
+    if now >= _looked[0]:
+        fd = _beside_fd(database, _CHECKPOINTER)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pages = BESIDE_CHECKPOINTER_PAGES  # a daemon holds it
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            pages = _settings_pages
+        _looked = (now + _LOOK_EVERY, pages)
+    return _looked[1]
 
 
 # Stands in `connection.atomic_blocks` for `_lent_transaction`'s block, as its Atomic would (never entered).
@@ -87,7 +132,7 @@ _BEGIN: dict[str | None, str] = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", 
 
 
 @contextmanager
-def _lent_transaction(conn: BaseDatabaseWrapper) -> Iterator[None]:
+def _lent_transaction(conn: BaseDatabaseWrapper, database: str) -> Iterator[None]:
     """A transaction on this process's one SQLite connection for writes, lent to the thread's
     Django connection for its length (call under `_lock`, which makes the loan exclusive).
 
@@ -106,15 +151,18 @@ def _lent_transaction(conn: BaseDatabaseWrapper) -> Iterator[None]:
     bookkeeping, ~20 µs of CPU per write transaction, one per job (docs/performance.md, item 29).
     Not inside a test case's transaction (`writing` then uses `atomic()`): the test's writes must
     stay on the connection that holds it."""
-    global _writer_raw
+    global _writer_raw, _writer_pages, _settings_pages
     conn.ensure_connection()
     if _writer_raw is None or _writer_raw[0] != os.getpid():
         fresh = conn.get_new_connection(conn.get_connection_params())
         fresh.isolation_level = None  # autocommit between transactions, as Django keeps its own
-        if not _commits_checkpoint:
-            fresh.execute("PRAGMA wal_autocheckpoint=0")
+        _settings_pages = _writer_pages = fresh.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
         _writer_raw = (os.getpid(), fresh)
     raw = _writer_raw[1]
+    pages = _autocheckpoint_pages(database)
+    if pages != _writer_pages:
+        raw.execute(f"PRAGMA wal_autocheckpoint={pages}")
+        _writer_pages = pages
     own, conn.connection = conn.connection, raw
     committed = False
     try:
@@ -214,7 +262,7 @@ def writing(*, savepoint: bool = True) -> Iterator[None]:
                 with transaction.atomic():
                     yield
             else:
-                with _lent_transaction(conn):
+                with _lent_transaction(conn, database):
                     yield
         for callback in after:  # filled by the commit's hooks only: empty after a rollback
             callback()
@@ -227,7 +275,7 @@ def writing(*, savepoint: bool = True) -> Iterator[None]:
 def _gate(database: str) -> Iterator[None]:
     """The gate itself: this process's lock, then the host's `flock` (module docstring)."""
     with _lock:
-        fd = _gate_fd(database)
+        fd = _beside_fd(database, _GATE)
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
@@ -252,16 +300,21 @@ def holding_gate() -> Iterator[None]:
 @contextmanager
 def checkpoints_elsewhere() -> Iterator[None]:
     """While a thread of this process checkpoints the WAL itself, off the commit path (runworkers'
-    main loop: gateway.storage.checkpoints), this process's COMMITs never checkpoint. SQLite's
+    main loop: gateway.storage.checkpoints), this process's COMMITs never checkpoint, and the
+    other processes' of the host leave it to this one (`_autocheckpoint_pages`). SQLite's
     automatic checkpoint runs inside the COMMIT that finds the WAL long, so it copied pages and
     fsynced twice with the write gate held: 13-20 ms holds at 700 jobs/s, every other writer of
     the host waiting (docs/performance.md, item 42). Afterwards the write connection is closed, so
     the next opens with the settings' automatic checkpoint again."""
-    global _commits_checkpoint, _writer_raw
+    global _commits_checkpoint, _writer_raw, _writer_pages
+    database = _database(current())
+    announced = None
+    if database is not None:
+        announced = _open_beside(database, _CHECKPOINTER)  # its own: closing it lets go of the lock
+        fcntl.flock(announced, fcntl.LOCK_SH)  # shared: two daemons of a host may both checkpoint
     with _lock:
         _commits_checkpoint = False
-        if _writer_raw is not None and _writer_raw[0] == os.getpid():
-            _writer_raw[1].execute("PRAGMA wal_autocheckpoint=0")
+        _writer_pages = None  # set at the next transaction
     try:
         yield
     finally:
@@ -270,6 +323,8 @@ def checkpoints_elsewhere() -> Iterator[None]:
             if _writer_raw is not None and _writer_raw[0] == os.getpid():
                 _close_quietly(_writer_raw[1])
             _writer_raw = None
+        if announced is not None:
+            os.close(announced)
 
 
 # -- group commit ---------------------------------------------------------------------------------

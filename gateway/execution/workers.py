@@ -377,9 +377,10 @@ class WorkerDaemon:
         return job
 
     def _wake_for_checkpoint(self) -> None:
-        """After a claim: the main loop checkpoints every CHECKPOINT_AFTER_JOBS claims, which at
-        hundreds of jobs a second come far sooner than its next pass (four a second); left to its
-        passes, the WAL grew past the automatic checkpoint's length (docs/performance.md, item 42)."""
+        """After a claim: the main loop checkpoints every few hundred claims (Checkpointer), which
+        at hundreds of jobs a second may come sooner than its next pass (four a second); left to
+        its passes, the WAL grew past the automatic checkpoint's length (docs/performance.md,
+        item 42)."""
         pause = self._pause
         if pause is not None and self._checkpoints.due(self.claimed):
             pause.wake()

@@ -5,17 +5,18 @@ the COMMIT that finds the log past `wal_autocheckpoint` pages: one commit in a f
 7-9 ms instead of 0.5, with the ledger's write gate held, so every writer of the host waited with
 it. That was the whole tail of a pipeline's per-hop overhead (docs/performance.md, "Pipeline").
 
-So `runworkers`, the process that writes most, checkpoints on its main thread after every few
-dozen jobs (`Checkpointer`; its worker threads wake the main loop when one is due), and its own
-COMMITs never do (`ledger.writes.checkpoints_elsewhere`). A PASSIVE checkpoint waits for no reader
-or writer, and writers go on appending meanwhile; what they appended is copied by a second pass
-with the write gate held, which is short (the first pass copied the rest and synced the log), so
-that the whole log is in the file and the next writer starts the log over. Without that second
-pass a busy daemon's log only ever grew: a pass never caught up with writers that never stopped,
-and the log started over only after a checkpoint inside a COMMIT (docs/performance.md, item 42).
-Every other connection keeps an automatic checkpoint as a backstop
-(`ductile_site.settings.WAL_AUTOCHECKPOINT_PAGES`, four times SQLite's default), for the writes no
-daemon follows: an API or a CLI on its own.
+So `runworkers`, the process that writes most, checkpoints on its main thread once the log has
+grown to about CHECKPOINT_PAGES (`Checkpointer`; its worker threads wake the main loop when one is
+due), and its own COMMITs never do (`ledger.writes.checkpoints_elsewhere`). A PASSIVE checkpoint
+waits for no reader or writer, and writers go on appending meanwhile; what they appended is copied
+by a second pass with the write gate held, which is short (the first pass copied the rest and
+synced the log), so that the whole log is in the file and the next writer starts the log over.
+Without that second pass a busy daemon's log only ever grew: a pass never caught up with writers
+that never stopped, and the log started over only after a checkpoint inside a COMMIT
+(docs/performance.md, item 42). While a daemon checkpoints, the other processes' COMMITs keep an
+automatic checkpoint far past its length (`ledger.writes.BESIDE_CHECKPOINTER_PAGES`), a backstop;
+without one, the settings' (`ductile_site.settings.WAL_AUTOCHECKPOINT_PAGES`, four times SQLite's
+default), for the writes no daemon follows: an API or a CLI on its own.
 """
 
 from __future__ import annotations
@@ -24,24 +25,34 @@ from django.db import connection
 
 from ledger.writes import holding_gate
 
-# Jobs claimed between checkpoints: each job writes a few dozen pages (its row and transitions,
-# job_log, job_stopwatch, event_log, their indexes), so this keeps the WAL near SQLite's default
-# 1,000-page checkpoint. Fewer, larger checkpoints: each one's fsync costs the same, and the root
-# hop of a pipeline that meets one waits ~0.5 ms longer.
-CHECKPOINT_AFTER_JOBS = 50
+# The log's length, in pages, at which the daemon copies it back into the file (~32 MB). Why this
+# long: a checkpoint costs two fsyncs and a wake-up of the main loop whatever its length, and the
+# jobs of one interval share most of the pages it copies (their tables' last pages, their indexes'
+# leaves). Every 50 jobs (~1,150 pages) the checkpoints took ~6 % of a drain's throughput, every
+# ~350 (this length) ~2.5 %; longer, the WAL file grows past what other COMMITs must never reach
+# (docs/performance.md, item 44).
+CHECKPOINT_PAGES = 8000
+# Jobs are counted, not pages (a page count would cost a look at the log per job): the first
+# checkpoint after FIRST_AFTER_JOBS claims, the next ones after as many as the last interval's
+# pages per job say fill CHECKPOINT_PAGES, within JOBS_BETWEEN. A job writes ~23 pages of log
+# (its row and transitions, job_log, job_stopwatch, event_log, their indexes), a pipeline's step more.
+FIRST_AFTER_JOBS = 100
+JOBS_BETWEEN = (50, 1000)
 
 
 class Checkpointer:
-    """Run by the daemon's main loop with the number of jobs it has claimed: a checkpoint after
-    every CHECKPOINT_AFTER_JOBS of them, and none while the daemon is idle."""
+    """Run by the daemon's main loop with the number of jobs it has claimed: a checkpoint once
+    the jobs claimed since the last one have filled about CHECKPOINT_PAGES of log, and none while
+    the daemon is idle."""
 
     def __init__(self) -> None:
         self._seen = 0
+        self.every = FIRST_AFTER_JOBS
         self._sqlite = connection.vendor == "sqlite"
 
     def due(self, claimed: int) -> bool:
         """Whether `after` would checkpoint (never but on SQLite)."""
-        return self._sqlite and claimed - self._seen >= CHECKPOINT_AFTER_JOBS
+        return self._sqlite and claimed - self._seen >= self.every
 
     def after(self, claimed: int) -> bool:
         """A checkpoint on this thread's connection if one is due; whether it ran. Raises
@@ -50,9 +61,20 @@ class Checkpointer:
             return False
         with connection.cursor() as cursor:
             cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            # The log's length in pages (-1 out of WAL mode): what the jobs since the last
+            # checkpoint wrote, and the other processes' writes meanwhile.
+            logged = cursor.fetchone()[1]
             # Even after a first pass that copied everything: a writer whose transaction began
             # before it ended appends to the log instead of starting it over.
             with holding_gate():
                 cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        if logged > 0:
+            self.every = jobs_between(claimed - self._seen, logged)
         self._seen = claimed
         return True
+
+
+def jobs_between(jobs: int, logged: int) -> int:
+    """The claims until the next checkpoint, when `jobs` claims filled `logged` pages of log."""
+    lowest, highest = JOBS_BETWEEN
+    return min(max(round(CHECKPOINT_PAGES * jobs / logged), lowest), highest)

@@ -1,6 +1,7 @@
-"""The WAL is checkpointed by the daemon after every CHECKPOINT_AFTER_JOBS claims, off the commit
-path (gateway/storage/checkpoints.py), and no longer inside a worker's COMMIT: every connection's
-automatic checkpoint is only a backstop at WAL_AUTOCHECKPOINT_PAGES."""
+"""The WAL is checkpointed by the daemon once the jobs it claimed filled about CHECKPOINT_PAGES of
+it, off the commit path (gateway/storage/checkpoints.py), and no longer inside a worker's COMMIT:
+every connection's automatic checkpoint is only a backstop, at WAL_AUTOCHECKPOINT_PAGES, or at
+BESIDE_CHECKPOINTER_PAGES while a daemon of the host checkpoints."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+from ductile_site.settings import WAL_AUTOCHECKPOINT_PAGES
+from gateway.storage.checkpoints import CHECKPOINT_PAGES, JOBS_BETWEEN, jobs_between
+from ledger.writes import BESIDE_CHECKPOINTER_PAGES
 from tests.support import script_env, start_script
 
-SCRIPT = """
-import json, sys
+# Every script's start: a process of the gateway on the test's config and SQLite file.
+SET_UP = """
+import json, sys, threading, time
 import django
 from gateway.bootstrap import prepare_process
 prepare_process(None)
@@ -24,25 +29,34 @@ django.setup()
 from django.db import connection
 from gateway.storage.database import ensure_schema
 ensure_schema()
-from gateway.storage.checkpoints import CHECKPOINT_AFTER_JOBS, Checkpointer
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
+
+def enqueue(n=1, pad=0):
+    for _ in range(n):
+        spec = JobSpec("echo", "poll", Submitter.CLI, payload={"pad": "x" * pad} if pad else {})
+        Job.objects.enqueue(spec, default_dedupe_ttl=0)
+"""
+
+SCRIPT = (
+    SET_UP
+    + """from gateway.storage.checkpoints import FIRST_AFTER_JOBS, Checkpointer
 
 checkpoints = Checkpointer()
 with connection.cursor() as cursor:
     cursor.execute("PRAGMA wal_autocheckpoint")
     autocheckpoint = cursor.fetchone()[0]
 ran = [checkpoints.after(0)]
-for n in range(3):
-    Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=0)
-ran.append(checkpoints.after(CHECKPOINT_AFTER_JOBS - 1))  # not yet
+enqueue(3)
+ran.append(checkpoints.after(FIRST_AFTER_JOBS - 1))  # not yet
 print(json.dumps({"autocheckpoint": autocheckpoint, "ran": ran}), flush=True)
 sys.stdin.readline()  # the test reads the database file alone now
-ran.append(checkpoints.after(CHECKPOINT_AFTER_JOBS))
-ran.append(checkpoints.after(CHECKPOINT_AFTER_JOBS + 1))  # the next is CHECKPOINT_AFTER_JOBS later
+ran.append(checkpoints.after(FIRST_AFTER_JOBS))
+ran.append(checkpoints.after(FIRST_AFTER_JOBS + 1))  # the next is dozens of claims later
 print(json.dumps({"ran": ran}), flush=True)
 sys.stdin.readline()
 """
+)
 
 
 def jobs_in_the_file_alone(database: str, tmp_path) -> int:
@@ -95,18 +109,9 @@ def test_the_checkpoint_copies_the_wal_into_the_file_after_enough_jobs(config_di
 
 # Writers that never stop, as a busy daemon's threads: a PASSIVE pass alone never copies all of
 # the log, so the log starts over only if a second pass finishes it with the writers held off.
-BUSY_SCRIPT = """
-import json, threading, time
-import django
-from gateway.bootstrap import prepare_process
-prepare_process(None)
-django.setup()
-from django.db import connection
-from gateway.storage.database import ensure_schema
-ensure_schema()
-from gateway.storage.checkpoints import CHECKPOINT_AFTER_JOBS, Checkpointer
-from ledger.models import Job, JobSpec
-from ledger.submitters import Submitter
+BUSY_SCRIPT = (
+    SET_UP
+    + """from gateway.storage.checkpoints import FIRST_AFTER_JOBS, Checkpointer
 from ledger.writes import checkpoints_elsewhere
 
 WAL = connection.settings_dict["NAME"] + "-wal"
@@ -114,25 +119,22 @@ def log_generation():
     with open(WAL, "rb") as wal:
         return wal.read(24)[12:].hex()  # the checkpoint sequence and salts: new at each start-over
 
-def enqueue():
-    Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI, payload={"pad": "x" * 2000}), default_dedupe_ttl=0)
-
 stop = threading.Event()
 committed = []
 def writer():
     while not stop.is_set():
-        enqueue()
+        enqueue(pad=2000)
         committed.append(1)
 
 with checkpoints_elsewhere():
     for _ in range(200):
-        enqueue()
+        enqueue(pad=2000)
     before = log_generation()
     thread = threading.Thread(target=writer)
     thread.start()
     while len(committed) < 20:
         time.sleep(0.001)
-    ran = Checkpointer().after(CHECKPOINT_AFTER_JOBS)
+    ran = Checkpointer().after(FIRST_AFTER_JOBS)
     seen = len(committed)
     while len(committed) < seen + 5:  # the writer's next commits, after the checkpoint
         time.sleep(0.001)
@@ -142,6 +144,7 @@ with checkpoints_elsewhere():
     connection.close()
 print(json.dumps({"ran": ran, "started_over": before != after}), flush=True)
 """
+)
 
 
 def test_a_checkpoint_among_busy_writers_lets_the_log_start_over(config_dir, tmp_path):
@@ -159,30 +162,19 @@ def test_a_checkpoint_among_busy_writers_lets_the_log_start_over(config_dir, tmp
 
 # Enough commits to pass WAL_AUTOCHECKPOINT_PAGES: while the process checkpoints elsewhere none of
 # them copies the log into the file; afterwards a commit past the length does again.
-BACKSTOP_SCRIPT = """
-import json, sys
-import django
-from gateway.bootstrap import prepare_process
-prepare_process(None)
-django.setup()
-from gateway.storage.database import ensure_schema
-ensure_schema()
-from ledger.models import Job, JobSpec
-from ledger.submitters import Submitter
-from ledger.writes import checkpoints_elsewhere
-
-def enqueue(n):
-    for _ in range(n):
-        Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI, payload={"pad": "x" * 3000}), default_dedupe_ttl=0)
+BACKSTOP_SCRIPT = (
+    SET_UP
+    + """from ledger.writes import checkpoints_elsewhere
 
 with checkpoints_elsewhere():
-    enqueue(1500)
+    enqueue(1500, pad=3000)
     print(json.dumps({"phase": "elsewhere"}), flush=True)
     sys.stdin.readline()
-enqueue(1500)
+enqueue(1500, pad=3000)
 print(json.dumps({"phase": "after"}), flush=True)
 sys.stdin.readline()
 """
+)
 
 
 def test_commits_never_checkpoint_while_the_process_does_it_itself(config_dir, tmp_path):
@@ -195,3 +187,102 @@ def test_commits_never_checkpoint_while_the_process_does_it_itself(config_dir, t
         go_on(proc)
         assert said(proc) == {"phase": "after"}
         assert jobs_in_the_file_alone(database, tmp_path) > 0  # the backstop is back
+
+
+# A checkpoint starts the log over; FIRST_AFTER_JOBS enqueues of `pad` bytes each fill it, and the
+# next checkpoint, due after as many claims, measures them.
+INTERVAL_SCRIPT = (
+    SET_UP
+    + """from gateway.storage.checkpoints import FIRST_AFTER_JOBS, Checkpointer
+from ledger.writes import checkpoints_elsewhere
+
+pad = int(sys.argv[1])
+with checkpoints_elsewhere():
+    assert Checkpointer().after(FIRST_AFTER_JOBS)  # the log starts over (the schema was in it)
+    checkpoints = Checkpointer()
+    enqueue(FIRST_AFTER_JOBS, pad=pad)
+    assert checkpoints.after(FIRST_AFTER_JOBS)
+print(json.dumps({"every": checkpoints.every}), flush=True)
+"""
+)
+
+
+def interval_after(config_dir, database: Path, pad: int) -> int:
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERVAL_SCRIPT, str(pad)],
+        env=script_env(config_dir, database),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])["every"]
+
+
+def test_the_interval_follows_the_pages_each_job_wrote(config_dir, tmp_path):
+    """Jobs that write more log are checkpointed after fewer of them: the log's length, not the
+    count of jobs, is what the automatic checkpoint of the other processes must never reach."""
+    small = interval_after(config_dir, tmp_path / "small.db", 10)
+    large = interval_after(config_dir, tmp_path / "large.db", 12000)  # each job 3 pages more
+    lowest, highest = JOBS_BETWEEN
+    assert lowest <= large < small < highest, (large, small)
+    # An enqueue writes ~11 pages of log: the next ~8,000 pages come from several hundred.
+    assert small > 400, small
+
+
+def test_the_interval_stays_within_its_bounds():
+    lowest, highest = JOBS_BETWEEN
+    assert jobs_between(100, 1) == highest  # a log the jobs hardly grew: not never
+    assert jobs_between(100, CHECKPOINT_PAGES * 100) == lowest  # huge jobs: not after every one
+    assert jobs_between(100, 2000) == 400
+    # Others' commits never checkpoint in the daemon's place: its log stays far below their backstop.
+    assert CHECKPOINT_PAGES * 2 <= BESIDE_CHECKPOINTER_PAGES
+
+
+# A process that writes while a daemon of the host checkpoints (`checkpoints_elsewhere` in
+# another process) leaves the checkpoints to it: its COMMITs past WAL_AUTOCHECKPOINT_PAGES copy
+# nothing into the file. Once the daemon is gone, they do again.
+BESIDE_SCRIPT = (
+    SET_UP
+    + """
+print(json.dumps({"phase": "ready"}), flush=True)
+sys.stdin.readline()  # the daemon holds its lock now
+time.sleep(1.2)  # the writer looks again (once a second)
+enqueue(600, pad=3000)
+print(json.dumps({"phase": "beside"}), flush=True)
+sys.stdin.readline()  # the daemon has gone
+time.sleep(1.2)  # the writer looks again (once a second)
+enqueue(50, pad=3000)
+print(json.dumps({"phase": "alone"}), flush=True)
+sys.stdin.readline()
+"""
+)
+
+DAEMON_SCRIPT = (
+    SET_UP
+    + """from ledger.writes import checkpoints_elsewhere
+
+with checkpoints_elsewhere():
+    print(json.dumps({"phase": "checkpointing"}), flush=True)
+    sys.stdin.readline()
+"""
+)
+
+
+def test_writers_leave_the_checkpoints_to_a_daemon_that_does_them(config_dir, tmp_path):
+    database = str(tmp_path / "ledger.db")
+    env = script_env(config_dir, Path(database))
+    with script(BESIDE_SCRIPT, env) as writer:
+        assert said(writer) == {"phase": "ready"}
+        with script(DAEMON_SCRIPT, env) as daemon:
+            assert said(daemon) == {"phase": "checkpointing"}
+            go_on(writer)
+            assert said(writer) == {"phase": "beside"}
+            # 600 jobs of ~3 KB, ~15 pages of log each: past the settings' backstop, not past the
+            # one beside a daemon, and none of it copied by a commit.
+            assert Path(database + "-wal").stat().st_size > WAL_AUTOCHECKPOINT_PAGES * 4096
+            assert jobs_in_the_file_alone(database, tmp_path) == 0
+        go_on(writer)
+        assert said(writer) == {"phase": "alone"}
+        # The daemon is gone: the next commit past the settings' backstop copied the log.
+        assert jobs_in_the_file_alone(database, tmp_path) > 600

@@ -25,8 +25,8 @@ JUNK_SUFFIXES = (".pyc", ".pyo")
 PID_FILE = "ductile.pid"
 # Work directories of backups being written (or killed mid-write) start with this.
 WORK_PREFIX = ".ductile-backup-"
-# Files next to the live SQLite database that belong to it (WAL, shared memory, migration lock).
-DB_SIDECARS = ("-wal", "-shm", "-journal", ".migrate.lock", ".write-gate")
+# Files next to the live SQLite database that belong to it (WAL, shared memory, the locks).
+DB_SIDECARS = ("-wal", "-shm", "-journal", ".migrate.lock", ".write-gate", ".checkpointer")
 # Config files holding credentials: named in a warning when an archive carries them.
 CREDENTIAL_FILES = ("tokens.yaml", "api.yaml", "webhooks.yaml")
 
