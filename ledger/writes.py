@@ -114,11 +114,15 @@ def _autocheckpoint_pages(database: str) -> int:
         return 0
     now = time.monotonic()
     if now >= _looked[0]:
-        fd = _beside_fd(database, _CHECKPOINTER)
         try:
+            fd = _beside_fd(database, _CHECKPOINTER)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pages = BESIDE_CHECKPOINTER_PAGES  # a daemon holds it
+        except OSError:
+            # No lock file to look at (a full disk, a directory in its place): the write goes on
+            # with the settings' backstop, as with no daemon; a daemon cannot announce itself then.
+            pages = _settings_pages
         else:
             fcntl.flock(fd, fcntl.LOCK_UN)
             pages = _settings_pages
@@ -310,8 +314,12 @@ def checkpoints_elsewhere() -> Iterator[None]:
     database = _database(current())
     announced = None
     if database is not None:
-        announced = _open_beside(database, _CHECKPOINTER)  # its own: closing it lets go of the lock
-        fcntl.flock(announced, fcntl.LOCK_SH)  # shared: two daemons of a host may both checkpoint
+        try:
+            announced = _open_beside(database, _CHECKPOINTER)  # its own: closing it lets go of the lock
+        except OSError:
+            pass  # unannounced (a full disk): other processes' COMMITs may then checkpoint as well
+        else:
+            fcntl.flock(announced, fcntl.LOCK_SH)  # shared: two daemons of a host may both checkpoint
     with _lock:
         _commits_checkpoint = False
         _writer_pages = None  # set at the next transaction

@@ -76,6 +76,22 @@ def test_kill_9_with_jobs_in_flight_then_restart_loses_nothing(cfg, tmp_path):
     assert "recovering their jobs" in out
 
 
+def test_the_daemon_and_other_writers_go_on_without_the_checkpointer_lock_file(cfg, tmp_path):
+    """`<database>.checkpointer` cannot be opened (here a directory in its place; a full disk
+    would refuse to create it): the daemon starts and runs its jobs unannounced, and other
+    processes' writes go on with the settings' automatic checkpoint."""
+    if cfg.database_url:
+        pytest.skip("a SQLite file's lock file")
+    Path(f"{cfg.db_path}.checkpointer").mkdir(parents=True)
+    marker = tmp_path / "m"
+    marker.mkdir()
+    ids = ledger(cfg, "enqueue", stress_jobs(3, marker))
+    daemon = start_workers(cfg, "--threads", "2", "--once")
+    out = daemon.communicate(timeout=120)[0]
+    assert daemon.returncode == 0, out
+    assert {j["id"]: j["status"] for j in ledger(cfg) if j["command"] == "poll"} == dict.fromkeys(ids, "succeeded")
+
+
 def test_two_daemons_on_one_database_never_run_a_job_twice(cfg, tmp_path):
     # Caps are global (counted from running rows), so give room for both daemons' threads.
     cfg.service["max_workers"] = 4
