@@ -301,38 +301,55 @@ def holding_gate() -> Iterator[None]:
         yield
 
 
+class Announcement:
+    """A process's word to the host's other processes that it checkpoints the WAL: a shared
+    `flock` on `<database>.checkpointer` while it holds it (`_autocheckpoint_pages` looks at it).
+    Without a file (PostgreSQL, an in-memory database, one that cannot be opened) it says nothing."""
+
+    def __init__(self, fd: int | None):
+        self._fd = fd
+        self.held = False
+
+    def hold(self, on: bool) -> None:
+        """Announce (shared: two daemons of a host may both checkpoint), or stop announcing."""
+        if self._fd is not None and on != self.held:
+            fcntl.flock(self._fd, fcntl.LOCK_SH if on else fcntl.LOCK_UN)
+            self.held = on
+
+
 @contextmanager
-def checkpoints_elsewhere() -> Iterator[None]:
+def checkpoints_elsewhere() -> Iterator[Announcement]:
     """While a thread of this process checkpoints the WAL itself, off the commit path (runworkers'
-    main loop: gateway.storage.checkpoints), this process's COMMITs never checkpoint, and the
-    other processes' of the host leave it to this one (`_autocheckpoint_pages`). SQLite's
-    automatic checkpoint runs inside the COMMIT that finds the WAL long, so it copied pages and
-    fsynced twice with the write gate held: 13-20 ms holds at 700 jobs/s, every other writer of
-    the host waiting (docs/performance.md, item 42). Afterwards the write connection is closed, so
-    the next opens with the settings' automatic checkpoint again."""
+    main loop: gateway.storage.checkpoints), this process's COMMITs never checkpoint, and, while
+    the returned announcement holds (at first, and while the daemon claims jobs), the other
+    processes' of the host leave it to this one (`_autocheckpoint_pages`). SQLite's automatic
+    checkpoint runs inside the COMMIT that finds the WAL long, so it copied pages and fsynced
+    twice with the write gate held: 13-20 ms holds at 700 jobs/s, every other writer of the host
+    waiting (docs/performance.md, item 42). Afterwards the write connection is closed, so the next
+    opens with the settings' automatic checkpoint again."""
     global _commits_checkpoint, _writer_raw, _writer_pages
     database = _database(current())
-    announced = None
+    fd = None
     if database is not None:
         try:
-            announced = _open_beside(database, _CHECKPOINTER)  # its own: closing it lets go of the lock
+            fd = _open_beside(database, _CHECKPOINTER)  # its own: closing it lets go of the lock
         except OSError:
             pass  # unannounced (a full disk): other processes' COMMITs may then checkpoint as well
-        else:
-            fcntl.flock(announced, fcntl.LOCK_SH)  # shared: two daemons of a host may both checkpoint
+    announcement = Announcement(fd)
+    announcement.hold(True)
     with _lock:
         _commits_checkpoint = False
         _writer_pages = None  # set at the next transaction
     try:
-        yield
+        yield announcement
     finally:
         with _lock:
             _commits_checkpoint = True
             if _writer_raw is not None and _writer_raw[0] == os.getpid():
                 _close_quietly(_writer_raw[1])
             _writer_raw = None
-        if announced is not None:
-            os.close(announced)
+        if fd is not None:
+            os.close(fd)
 
 
 # -- group commit ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ recovers lost jobs and reloads config. Spec 000 §3.5, §11.2, §11.3; ARCHITECT
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal
@@ -28,7 +29,7 @@ from gateway.storage.database import describe_database, ensure_schema
 from gateway.storage.outage import Outage
 from gateway.storage.wakeup import WakeListener
 from ledger.models import Job, WorkerInstance
-from ledger.writes import checkpoints_elsewhere
+from ledger.writes import Announcement, checkpoints_elsewhere
 
 log = logger("workers")
 
@@ -128,8 +129,8 @@ class WorkerDaemon:
         for thread in pool:
             thread.start()
         try:
-            with checkpoints_elsewhere():
-                self._main_loop(pool, instance, runtime.config.service.lease_ttl)
+            with checkpoints_elsewhere() as announcement:
+                self._main_loop(pool, instance, runtime.config.service.lease_ttl, announcement)
         finally:
             self.stopping.set()
             self.wake()
@@ -147,7 +148,9 @@ class WorkerDaemon:
             connections.close_all()
         return 0
 
-    def _main_loop(self, pool: list[threading.Thread], instance: WorkerInstance, lease_ttl: float) -> None:
+    def _main_loop(
+        self, pool: list[threading.Thread], instance: WorkerInstance, lease_ttl: float, announcement: Announcement
+    ) -> None:
         """Heartbeat, recovery and reloads until the pool ends. A database error here never ends
         the daemon (issue 12: a full disk took it down for good): the step is retried with a
         growing delay, and in-flight plugins keep running meanwhile."""
@@ -181,6 +184,7 @@ class WorkerDaemon:
                         exc,
                     )
             now = time.monotonic()
+            busy = self.claimed != seen  # jobs claimed during this pass's sleep
             if now >= next_beat:
                 next_beat = now + self._attempt(self._beat_down, lambda: self._beat(instance, lease_ttl), beat_every)
             # Not while our own heartbeat fails: our leases may have run out meanwhile, and the
@@ -189,7 +193,8 @@ class WorkerDaemon:
                 next_recover = now + self._attempt(self._recovery_down, self._recover, recover_every)
             # Off the workers' commits, where a checkpoint held the write gate (gateway/storage/checkpoints.py).
             if now >= next_checkpoint:
-                next_checkpoint = now + self._attempt(self._checkpoint_down, self._checkpoint, 0.0)
+                step = functools.partial(self._checkpoint, announcement, busy)
+                next_checkpoint = now + self._attempt(self._checkpoint_down, step, 0.0)
 
     def _attempt(self, outage: Outage, step: Callable[[], object], every: float) -> float:
         """Run one housekeeping step; the seconds until its next run."""
@@ -207,8 +212,19 @@ class WorkerDaemon:
         Job.objects.heartbeat(self.worker_id, in_flight, lease_ttl)
         instance.beat(timezone.now())
 
-    def _checkpoint(self) -> None:
-        self._checkpoints.after(self.claimed)
+    def _checkpoint(self, announcement: Announcement, busy: bool) -> None:
+        """A checkpoint when one is due, and the announcement follows the claims: while this daemon
+        claims jobs, the other processes' COMMITs leave the checkpoints to it; idle, it first copies
+        back what its jobs left when that is much, then lets them checkpoint again. Why: a daemon
+        that claims nothing (its plugins at their caps, jobs it does not serve) checkpoints nothing,
+        and an API enqueueing meanwhile would let the log grow to BESIDE_CHECKPOINTER_PAGES before
+        one of its COMMITs copied it all, with the write gate held (docs/performance.md, item 44)."""
+        if busy:
+            announcement.hold(True)
+            self._checkpoints.after(self.claimed)
+        elif announcement.held:
+            self._checkpoints.after(self.claimed, going_idle=True)
+            announcement.hold(False)
 
     def stop(self) -> None:
         self.stopping.set()

@@ -50,14 +50,18 @@ class Checkpointer:
         self.every = FIRST_AFTER_JOBS
         self._sqlite = connection.vendor == "sqlite"
 
-    def due(self, claimed: int) -> bool:
-        """Whether `after` would checkpoint (never but on SQLite)."""
+    def due(self, claimed: int, *, going_idle: bool = False) -> bool:
+        """Whether `after` would checkpoint (never but on SQLite). Going idle, after a quarter of
+        the interval: the other processes' COMMITs then checkpoint again past the settings'
+        backstop (half of CHECKPOINT_PAGES), and would each copy what the daemon left."""
+        if going_idle:
+            return self._sqlite and claimed - self._seen >= max(self.every // 4, 1)
         return self._sqlite and claimed - self._seen >= self.every
 
-    def after(self, claimed: int) -> bool:
+    def after(self, claimed: int, *, going_idle: bool = False) -> bool:
         """A checkpoint on this thread's connection if one is due; whether it ran. Raises
         DatabaseError, and then tries again at the next call."""
-        if not self.due(claimed):
+        if not self.due(claimed, going_idle=going_idle):
             return False
         with connection.cursor() as cursor:
             cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -68,7 +72,7 @@ class Checkpointer:
             # before it ended appends to the log instead of starting it over.
             with holding_gate():
                 cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        if logged > 0:
+        if logged > 0 and not going_idle:  # a short interval says less of the pages per job
             self.every = jobs_between(claimed - self._seen, logged)
         self._seen = claimed
         return True

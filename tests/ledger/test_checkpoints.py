@@ -17,7 +17,8 @@ from typing import Any
 from ductile_site.settings import WAL_AUTOCHECKPOINT_PAGES
 from gateway.storage.checkpoints import CHECKPOINT_PAGES, JOBS_BETWEEN, jobs_between
 from ledger.writes import BESIDE_CHECKPOINTER_PAGES
-from tests.support import script_env, start_script
+from tests.support import REPO, script_env, start_script
+from tests.support.output import Output
 
 # Every script's start: a process of the gateway on the test's config and SQLite file.
 SET_UP = """
@@ -286,3 +287,42 @@ def test_writers_leave_the_checkpoints_to_a_daemon_that_does_them(config_dir, tm
         assert said(writer) == {"phase": "alone"}
         # The daemon is gone: the next commit past the settings' backstop copied the log.
         assert jobs_in_the_file_alone(database, tmp_path) > 600
+
+
+WRITER_SCRIPT = (
+    SET_UP
+    + """
+time.sleep(1.2)  # the writer looks again (once a second), after the daemon's first idle pass
+enqueue(600, pad=3000)
+print(json.dumps({"phase": "written"}), flush=True)
+sys.stdin.readline()
+"""
+)
+
+
+def test_an_idle_daemon_leaves_the_checkpoints_to_the_writers(config_dir, tmp_path):
+    """A `runworkers` that claims nothing (here it serves only `stress`, and the jobs are echo's)
+    checkpoints nothing, so it stops announcing: the writer's COMMITs past the settings' backstop
+    copy the log into the file, as with no daemon, instead of growing it to
+    BESIDE_CHECKPOINTER_PAGES and copying it all in one COMMIT."""
+    database = str(tmp_path / "ledger.db")
+    env = script_env(config_dir, Path(database))
+    subprocess.run([sys.executable, "-c", SET_UP], env=env, check=True, timeout=60)  # the schema first
+    daemon = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "runworkers", "--plugins", "stress"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = Output(daemon)
+    try:
+        output.wait_for("runworkers started")
+        with script(WRITER_SCRIPT, env) as writer:
+            assert said(writer) == {"phase": "written"}
+            assert Path(database + "-wal").stat().st_size > WAL_AUTOCHECKPOINT_PAGES * 4096
+            assert jobs_in_the_file_alone(database, tmp_path) > 0
+    finally:
+        daemon.terminate()
+        assert daemon.wait(timeout=30) == 0, output.finish()
