@@ -24,7 +24,7 @@ from gateway.execution.lifecycle import schedule_inits
 from gateway.execution.runner import kill_live_groups
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
-from gateway.storage.checkpoints import Checkpointer
+from gateway.storage.checkpoints import Activity, Checkpointer
 from gateway.storage.database import describe_database, ensure_schema
 from gateway.storage.outage import Outage
 from gateway.storage.wakeup import WakeListener
@@ -159,6 +159,7 @@ class WorkerDaemon:
         next_beat, next_recover, next_checkpoint = start + beat_every, start + recover_every, start
         assert self._pause is not None
         seen = -1
+        activity = Activity(self.claimed, start)
         while any(t.is_alive() for t in pool):
             # Four passes a second while jobs are claimed; idle, only when a heartbeat or recovery
             # pass is due, IDLE_PASS at most. Why: each wake-up of an idle process costs CPU, ~1-3 ms
@@ -184,7 +185,7 @@ class WorkerDaemon:
                         exc,
                     )
             now = time.monotonic()
-            busy = self.claimed != seen  # jobs claimed during this pass's sleep
+            busy = activity.busy(self.claimed, now)
             if now >= next_beat:
                 next_beat = now + self._attempt(self._beat_down, lambda: self._beat(instance, lease_ttl), beat_every)
             # Not while our own heartbeat fails: our leases may have run out meanwhile, and the

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ductile_site.settings import WAL_AUTOCHECKPOINT_PAGES
-from gateway.storage.checkpoints import CHECKPOINT_PAGES, JOBS_BETWEEN, jobs_between
+from gateway.storage.checkpoints import CHECKPOINT_PAGES, IDLE_AFTER, JOBS_BETWEEN, Activity, jobs_between
 from ledger.writes import BESIDE_CHECKPOINTER_PAGES
 from tests.support import REPO, script_env, start_script
 from tests.support.output import Output
@@ -231,6 +231,15 @@ def test_the_interval_follows_the_pages_each_job_wrote(config_dir, tmp_path):
     assert small > 400, small
 
 
+def test_a_daemon_is_idle_for_its_checkpoints_only_after_a_while_without_claims():
+    activity = Activity(0, now=100.0)
+    assert activity.busy(5, now=100.25)  # claims in a pass
+    assert activity.busy(5, now=100.26)  # a pass woken early: none in it, jobs still flow
+    assert activity.busy(5, now=100.25 + IDLE_AFTER * 0.9)
+    assert not activity.busy(5, now=100.25 + IDLE_AFTER)
+    assert activity.busy(6, now=200.0)  # claims again
+
+
 def test_the_interval_stays_within_its_bounds():
     lowest, highest = JOBS_BETWEEN
     assert jobs_between(100, 1) == highest  # a log the jobs hardly grew: not never
@@ -292,7 +301,7 @@ def test_writers_leave_the_checkpoints_to_a_daemon_that_does_them(config_dir, tm
 WRITER_SCRIPT = (
     SET_UP
     + """
-time.sleep(1.2)  # the writer looks again (once a second), after the daemon's first idle pass
+time.sleep(3.6)  # the daemon's idle (a second without claims) seen at a pass (1.25 s apart), then the writer's look
 enqueue(600, pad=3000)
 print(json.dumps({"phase": "written"}), flush=True)
 sys.stdin.readline()
@@ -306,6 +315,7 @@ def test_an_idle_daemon_leaves_the_checkpoints_to_the_writers(config_dir, tmp_pa
     copy the log into the file, as with no daemon, instead of growing it to
     BESIDE_CHECKPOINTER_PAGES and copying it all in one COMMIT."""
     database = str(tmp_path / "ledger.db")
+    config_dir.service["lease_ttl"] = "5s"  # the daemon's idle passes 1.25 s apart (its heartbeat)
     env = script_env(config_dir, Path(database))
     subprocess.run([sys.executable, "-c", SET_UP], env=env, check=True, timeout=60)  # the schema first
     daemon = subprocess.Popen(
