@@ -54,9 +54,8 @@ class Checkpointer:
         """Whether `after` would checkpoint (never but on SQLite). Going idle, after a quarter of
         the interval: the other processes' COMMITs then checkpoint again past the settings'
         backstop (half of CHECKPOINT_PAGES), and would each copy what the daemon left."""
-        if going_idle:
-            return self._sqlite and claimed - self._seen >= max(self.every // 4, 1)
-        return self._sqlite and claimed - self._seen >= self.every
+        threshold = max(self.every // 4, 1) if going_idle else self.every
+        return self._sqlite and claimed - self._seen >= threshold
 
     def after(self, claimed: int, *, going_idle: bool = False) -> bool:
         """A checkpoint on this thread's connection if one is due; whether it ran. Raises
