@@ -42,8 +42,8 @@ JOBS_BETWEEN = (50, 1000)
 
 class Checkpointer:
     """Run by the daemon's main loop with the number of jobs it has claimed: a checkpoint once
-    the jobs claimed since the last one have filled about CHECKPOINT_PAGES of log, and none while
-    the daemon is idle."""
+    the jobs claimed since the last one have filled about CHECKPOINT_PAGES of log, one as it goes
+    idle if they filled a quarter of that, and none while it is idle."""
 
     def __init__(self) -> None:
         self._seen = 0
