@@ -26,13 +26,25 @@ def test_the_scheduler_fires_reloads_and_drains_on_a_thread_of_the_supervisor(pr
     proc = start_system(cfg, "--no-workers", "--no-housekeeping")
     output = Output(proc)
     try:
-        wait_for(lambda: scheduled(cfg, "echo"), timeout=60, interval=0.5, what="the schedule to fire")
+        wait_for(
+            lambda: scheduled(cfg, "echo"),
+            timeout=60,
+            interval=0.5,
+            what="the schedule to fire",
+            explain=lambda: output.text,
+        )
         assert descendants(proc.pid) == {}, "no process besides the supervisor"
         # A schedule added to the config fires after SIGHUP, which the resident scheduler takes.
         cfg.plugins["probe"] = {"config": {}, "schedules": [{"every": "1s", "command": "poll"}]}
         cfg.write()
         proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: scheduled(cfg, "probe"), timeout=60, interval=0.5, what="the reloaded schedule to fire")
+        wait_for(
+            lambda: scheduled(cfg, "probe"),
+            timeout=60,
+            interval=0.5,
+            what="the reloaded schedule to fire",
+            explain=lambda: output.text,
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, output.text
         text = output.finish()

@@ -235,14 +235,23 @@ def stop_gracefully(proc: subprocess.Popen[Any], timeout: float = 90) -> None:
             proc.wait()
 
 
-def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
+def wait_for(
+    predicate: Any,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    what: str = "condition",
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """`predicate()`'s first truthy value; on timeout an AssertionError naming `what`, with the end
+    of what `explain()` returns then (a process's output so far), so the failure can be read."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    message = f"timed out after {timeout}s waiting for {what}"
+    raise AssertionError(f"{message}; meanwhile:\n{explain()[-4000:]}" if explain else message)
 
 
 _SNIPPET = """

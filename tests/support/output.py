@@ -30,7 +30,9 @@ class Output:
         return sum(fragment in line for line in list(self.lines))
 
     def wait_for(self, fragment: str, timeout: float = 30.0) -> None:
-        wait_for(lambda: self.count(fragment), timeout=timeout, what=f"{fragment!r} in the output")
+        wait_for(
+            lambda: self.count(fragment), timeout=timeout, what=f"{fragment!r} in the output", explain=lambda: self.text
+        )
 
     def finish(self, timeout: float = 10.0) -> str:
         """Everything, once the process has exited."""
