@@ -24,6 +24,7 @@ other process can open), `writing()` is `transaction.atomic()` alone.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import queue
 import sys
@@ -39,6 +40,8 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ledger.sql import current
+
+log = logging.getLogger("ductile.ledger")
 
 _lock = threading.Lock()
 _files: dict[str, tuple[int, int]] = {}  # suffix -> (pid, fd): a forked child opens its own
@@ -279,12 +282,39 @@ def writing(*, savepoint: bool = True) -> Iterator[None]:
 def _gate(database: str) -> Iterator[None]:
     """The gate itself: this process's lock, then the host's `flock` (module docstring)."""
     with _lock:
-        fd = _beside_fd(database, _GATE)
+        fd = _gate_fd(database)
+        if fd is None:
+            yield
+            return
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+_gate_refusal_logged = False
+
+
+def _gate_fd(database: str) -> int | None:
+    """The gate file's descriptor, or None where it cannot be opened (a directory in its place, a
+    full disk that cannot create it; call under `_lock`). The write then goes on behind SQLite's
+    own lock: the gate is a queue for fairness, not a guard, and the busy handler is slower under
+    contention but as safe. Logged once per process; each write tries the file again."""
+    global _gate_refusal_logged
+    try:
+        return _beside_fd(database, _GATE)
+    except OSError as exc:
+        if not _gate_refusal_logged:
+            _gate_refusal_logged = True
+            log.warning(
+                "the ledger's write gate %s%s cannot be opened (%s): writes go on behind SQLite's own lock, "
+                "slower when several processes write at once",
+                database,
+                _GATE,
+                exc.strerror or exc,
+            )
+        return None
 
 
 @contextmanager

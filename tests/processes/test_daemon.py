@@ -92,6 +92,23 @@ def test_the_daemon_and_other_writers_go_on_without_the_checkpointer_lock_file(c
     assert {j["id"]: j["status"] for j in ledger(cfg) if j["command"] == "poll"} == dict.fromkeys(ids, "succeeded")
 
 
+def test_the_daemon_and_other_writers_go_on_without_the_write_gate_file(cfg, tmp_path):
+    """`<database>.write-gate` cannot be opened (a directory in its place): an enqueue and the
+    daemon's jobs go on behind SQLite's own lock, and the daemon says so once in its log."""
+    if cfg.database_url:
+        pytest.skip("a SQLite file's lock file")
+    Path(f"{cfg.db_path}.write-gate").mkdir(parents=True)
+    marker = tmp_path / "m"
+    marker.mkdir()
+    ids = ledger(cfg, "enqueue", stress_jobs(3, marker))
+    daemon = start_workers(cfg, "--threads", "2", "--once")
+    out = daemon.communicate(timeout=120)[0]
+    assert daemon.returncode == 0, out
+    assert {j["id"]: j["status"] for j in ledger(cfg) if j["command"] == "poll"} == dict.fromkeys(ids, "succeeded")
+    warnings = [line for line in out.splitlines() if "write gate" in line]
+    assert len(warnings) == 1 and f"{cfg.db_path}.write-gate" in warnings[0], out
+
+
 def test_two_daemons_on_one_database_never_run_a_job_twice(cfg, tmp_path):
     # Caps are global (counted from running rows), so give room for both daemons' threads.
     cfg.service["max_workers"] = 4
