@@ -76,13 +76,21 @@ def test_kill_9_with_jobs_in_flight_then_restart_loses_nothing(cfg, tmp_path):
     assert "recovering their jobs" in out
 
 
-def test_the_daemon_and_other_writers_go_on_without_the_checkpointer_lock_file(cfg, tmp_path):
-    """`<database>.checkpointer` cannot be opened (here a directory in its place; a full disk
-    would refuse to create it): the daemon starts and runs its jobs unannounced, and other
-    processes' writes go on with the settings' automatic checkpoint."""
+@pytest.mark.parametrize(
+    ("sidecar", "warnings"),
+    [
+        # The daemon runs unannounced; other processes' writes keep the settings' automatic checkpoint.
+        (".checkpointer", 0),
+        # Writes go on behind SQLite's own lock, and the daemon says so once in its log.
+        (".write-gate", 1),
+    ],
+)
+def test_the_daemon_and_other_writers_go_on_without_a_lock_file_beside_the_database(cfg, tmp_path, sidecar, warnings):
+    """`<database><sidecar>` cannot be opened (here a directory in its place; a full disk would
+    refuse to create it): an enqueue and the daemon's jobs go on."""
     if cfg.database_url:
         pytest.skip("a SQLite file's lock file")
-    Path(f"{cfg.db_path}.checkpointer").mkdir(parents=True)
+    Path(f"{cfg.db_path}{sidecar}").mkdir(parents=True)
     marker = tmp_path / "m"
     marker.mkdir()
     ids = ledger(cfg, "enqueue", stress_jobs(3, marker))
@@ -90,23 +98,8 @@ def test_the_daemon_and_other_writers_go_on_without_the_checkpointer_lock_file(c
     out = daemon.communicate(timeout=120)[0]
     assert daemon.returncode == 0, out
     assert {j["id"]: j["status"] for j in ledger(cfg) if j["command"] == "poll"} == dict.fromkeys(ids, "succeeded")
-
-
-def test_the_daemon_and_other_writers_go_on_without_the_write_gate_file(cfg, tmp_path):
-    """`<database>.write-gate` cannot be opened (a directory in its place): an enqueue and the
-    daemon's jobs go on behind SQLite's own lock, and the daemon says so once in its log."""
-    if cfg.database_url:
-        pytest.skip("a SQLite file's lock file")
-    Path(f"{cfg.db_path}.write-gate").mkdir(parents=True)
-    marker = tmp_path / "m"
-    marker.mkdir()
-    ids = ledger(cfg, "enqueue", stress_jobs(3, marker))
-    daemon = start_workers(cfg, "--threads", "2", "--once")
-    out = daemon.communicate(timeout=120)[0]
-    assert daemon.returncode == 0, out
-    assert {j["id"]: j["status"] for j in ledger(cfg) if j["command"] == "poll"} == dict.fromkeys(ids, "succeeded")
-    warnings = [line for line in out.splitlines() if "write gate" in line]
-    assert len(warnings) == 1 and f"{cfg.db_path}.write-gate" in warnings[0], out
+    said = [line for line in out.splitlines() if f"{cfg.db_path}{sidecar}" in line]
+    assert len(said) == warnings, out
 
 
 def test_two_daemons_on_one_database_never_run_a_job_twice(cfg, tmp_path):

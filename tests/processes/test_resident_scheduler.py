@@ -18,6 +18,18 @@ def scheduled(cfg, plugin: str) -> list[dict]:
     return [job for job in ledger(cfg) if job["plugin"] == plugin]
 
 
+def fired(cfg, plugin: str, output: Output) -> list[dict]:
+    """The jobs the schedule of `plugin` has queued, once there is one; on a timeout the
+    supervisor's output says why."""
+    return wait_for(
+        lambda: scheduled(cfg, plugin),
+        timeout=60,
+        interval=0.5,
+        what=f"the schedule of {plugin} to fire",
+        explain=lambda: output.text,
+    )
+
+
 def test_the_scheduler_fires_reloads_and_drains_on_a_thread_of_the_supervisor(process_db):
     cfg = process_db
     cfg.extra["api"] = {"enabled": False}
@@ -26,25 +38,13 @@ def test_the_scheduler_fires_reloads_and_drains_on_a_thread_of_the_supervisor(pr
     proc = start_system(cfg, "--no-workers", "--no-housekeeping")
     output = Output(proc)
     try:
-        wait_for(
-            lambda: scheduled(cfg, "echo"),
-            timeout=60,
-            interval=0.5,
-            what="the schedule to fire",
-            explain=lambda: output.text,
-        )
+        fired(cfg, "echo", output)
         assert descendants(proc.pid) == {}, "no process besides the supervisor"
         # A schedule added to the config fires after SIGHUP, which the resident scheduler takes.
         cfg.plugins["probe"] = {"config": {}, "schedules": [{"every": "1s", "command": "poll"}]}
         cfg.write()
         proc.send_signal(signal.SIGHUP)
-        wait_for(
-            lambda: scheduled(cfg, "probe"),
-            timeout=60,
-            interval=0.5,
-            what="the reloaded schedule to fire",
-            explain=lambda: output.text,
-        )
+        fired(cfg, "probe", output)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, output.text
         text = output.finish()
