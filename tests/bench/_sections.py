@@ -115,8 +115,12 @@ class _TimedLock:
 
 
 class _Fcntl:
+    """`fcntl` as ledger.writes sees it, with its `flock` timed; every other name is fcntl's."""
+
     flock = staticmethod(section("write gate: flock", fcntl.flock))
-    LOCK_EX, LOCK_UN = fcntl.LOCK_EX, fcntl.LOCK_UN
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(fcntl, name)
 
 
 def install_ledger() -> None:
@@ -132,7 +136,7 @@ def install_ledger() -> None:
     patch(wakeups, "_call_listeners", "wake-ups: on_commit pokes (datagram sockets)")
     patch(logging.Logger, "_log", "logging (format, JSON, write)")
     writes._lock = _TimedLock(writes._lock)  # type: ignore[assignment]
-    writes.fcntl = _Fcntl  # type: ignore[assignment]
+    writes.fcntl = _Fcntl()  # type: ignore[assignment]
 
 
 def report() -> dict[str, Any]:

@@ -21,7 +21,18 @@ import os
 import time
 from typing import Any
 
-from _common import BENCH, NOP_SCRIPT, PYTHON, BenchConfig, emit, helper, machine, start_workers, temp_dir
+from _common import (
+    BENCH,
+    NOP_SCRIPT,
+    PYTHON,
+    BenchConfig,
+    emit,
+    helper,
+    machine,
+    sqlite_query,
+    start_workers,
+    temp_dir,
+)
 
 
 def run(jobs: int) -> dict[str, Any]:
@@ -41,6 +52,12 @@ def run(jobs: int) -> dict[str, Any]:
             os.environ.pop("BENCH_PROFILE_FILE")
             proc._bench_log.close()  # type: ignore[attr-defined]
         elapsed = time.monotonic() - started
+        # A profile of a daemon that did not run its jobs is no profile: say so, with its log
+        # (a patched name the product no longer has once made it crash at start, unseen).
+        done = dict(sqlite_query(config.db_path, "SELECT status, COUNT(*) FROM job_queue GROUP BY status"))
+        if proc.returncode != 0 or done.get("succeeded") != jobs:
+            log = (base / "runworkers.log").read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"profile: exit {proc.returncode}, jobs {done} of {jobs}; log:\n{log}")
         data = json.loads(out.read_text())
     total = data["process_cpu_ns"]
     sections = sorted(data["sections"].items(), key=lambda kv: -kv[1]["cpu_ns"])

@@ -18,17 +18,17 @@ run (bench_throughput.py, run first), because only ratios within one run compare
 Full run: bench_throughput (3 interleaved repetitions with django-q2), bench_latency, bench_idle,
 bench_live_idle (the `system start` tree idle, then with the live views), bench_queue_ops,
 bench_pipeline (3 runs), bench_scheduler (1 run, SQLite), bench_api (queued, workers and drain;
-1 run) and bench_console.
+1 run), bench_console, and bench_profile (the daemon's CPU per job by section; a diagnostic).
 
---quick is the CI smoke: one throughput repetition of 1,000 jobs with django-q2, bench_latency,
-the `system start` tree idle for 10 s (runworkers alone is one of its processes), 30 pipeline
-trees, and the API alone at 500 requests/s and while the workers drain at 300 requests/s, 10 s
-each, without the saturation phase. It reports every target like the full run, and besides them
-it checks *floors* (FLOORS below): about 40 % below what the code achieves today (issue 16's
-regression was 40 %: 0.50 -> 0.30 of the ceiling), or for latencies an order of magnitude above
-today's tail at load 5 (the regression put the API's p99 at 11.8 s), so that only a gross
-regression crosses them, never the noise of a shared 2-core machine. Ratios are taken against the
-ceiling and django-q2 measured in the same run, so a busy machine slows both sides alike. Raise
+--quick is the CI smoke: one throughput repetition of 1,000 jobs with django-q2, bench_latency, the
+`system start` tree idle for 10 s (runworkers alone is one of its processes), 30 pipeline trees,
+the API alone at 500 requests/s and while the workers drain at 300 requests/s, 10 s each, without
+the saturation phase, and bench_profile on 300 jobs. It reports every target like the full run, and
+besides them it checks *floors* (FLOORS below): about 40 % below what the code achieves today
+(issue 16's regression was 40 %: 0.50 -> 0.30 of the ceiling), or for latencies an order of
+magnitude above today's tail at load 5 (the regression put the API's p99 at 11.8 s), so that only a
+gross regression crosses them, never the noise of a shared 2-core machine. Ratios are taken against
+the ceiling and django-q2 measured in the same run, so a busy machine slows both sides alike. Raise
 the floors to 0.6 x the new figures as the hot path improves. It exits 1 when a floor is crossed,
 and 0 otherwise, targets met or not: targets are reported, floors gate.
 Exit 2: a benchmark itself failed (its stderr is printed).
@@ -63,6 +63,7 @@ FULL: dict[str, list[str]] = {
     "scheduler": ["bench_scheduler.py", "--runs", "1"],
     "api": ["bench_api.py", "--runs", "1", "--variants", "queued,workers,drain"],
     "console": ["bench_console.py"],
+    "profile": ["bench_profile.py", "--jobs", "3000"],
 }
 QUICK: dict[str, list[str]] = {
     "throughput": ["bench_throughput.py", "--repeat", "1", "--jobs", "1000"],
@@ -73,6 +74,8 @@ QUICK: dict[str, list[str]] = {
         "bench_api.py",
         *("--runs", "1", "--variants", "queued,drain", "--duration", "10", "--warmup", "2", "--skip-saturation"),
     ],
+    # A diagnostic, run so that it cannot rot unseen: it patches the daemon's per-job calls by name.
+    "profile": ["bench_profile.py", "--jobs", "300"],
 }
 
 
@@ -220,6 +223,22 @@ def figures(results: dict[str, Any], quick: bool) -> list[Figure]:
             note=f"start-up {t['ours_startup_seconds']} s",
         )
     )
+
+    if "profile" in results:
+        sections = results["profile"]["sections"]
+        unattributed = next(row for row in sections if row["section"].startswith("unattributed"))
+        named = [row for row in sections if row is not unattributed]
+        add(
+            Figure(
+                "daemon CPU per job under bench_profile's clocks",
+                results["profile"]["process_cpu_ms_per_job"],
+                "ms",
+                "- (diagnostic)",
+                None,
+                note=f"{1 - unattributed['share_of_process_cpu']:.0%} in named sections; the largest: "
+                + ", ".join(f"{row['section']} {row['cpu_us_per_job']} µs" for row in named[:3]),
+            )
+        )
 
     lat = results["latency"]["commit_to_plugin_start_ms"]
     add(Figure("latency, enqueue commit -> plugin start, p50", lat["p50"], "ms", "<= 10", at_most(lat["p50"], 10)))
