@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dotenv import dotenv_values
-
 from .errors import ConfigError, ConfigProblem
 from .integrity import Verdict, file_digest, scope_file_path, scope_files, verify
 from .yamlsrc import KeyPath, YamlDocument, dotted, load_yaml_file, parse_yaml, plain_scalar_value
@@ -259,8 +257,13 @@ class _TreeReader:
 def _environment(reader: _TreeReader, environ: Mapping[str, str]) -> dict[str, str]:
     """`.env` values (later files win among themselves) under the process environment, which always wins."""
     env: dict[str, str] = {}
-    for env_file in reader.env_files:
-        env.update({k: v for k, v in dotenv_values(env_file, interpolate=False).items() if v is not None})
+    if reader.env_files:
+        # Imported here: python-dotenv is ~7 ms of every process's start, and most config
+        # directories have no `.env` (docs/performance.md, "Where the start-up goes").
+        from dotenv import dotenv_values
+
+        for env_file in reader.env_files:
+            env.update({k: v for k, v in dotenv_values(env_file, interpolate=False).items() if v is not None})
     env.update(environ)
     return env
 
