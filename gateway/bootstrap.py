@@ -29,11 +29,15 @@ def ledger_refusal() -> str | None:
     """The start-up integrity check where Django is not set up (gunicorn's master, before it forks
     the API's or the webhook listener's workers: `ductile_site/gunicorn.py`), on the SQLite file
     `prepare_process` chose; why the process must not start, or None. Nothing to check on
-    PostgreSQL, for a config that did not load, or before the file exists."""
+    PostgreSQL, for a config that did not load, before the file exists, or on a file the starting
+    `system start` checked as it is now (`gateway.storage.database.CHECKED_ENV`)."""
     path = os.environ.get("DUCTILE_DB_PATH")
     if os.environ.get("DATABASE_URL") or not path or not Path(path).is_file():
         return None
-    from gateway.storage.database import START_CHECK, corrupted, integrity_finding
+    from gateway.storage.database import START_CHECK, checked_by_the_starter, corrupted, integrity_finding
+
+    if checked_by_the_starter(path):
+        return None
 
     with closing(sqlite3.connect(path)) as db:
         finding = integrity_finding(db, START_CHECK)

@@ -97,18 +97,55 @@ def integrity_finding(db: Any, pragma: str) -> str | None:
     return f"PRAGMA {name} reported: {shown}"
 
 
+# Set by `system start` for the processes it starts, once its own start-up check has passed: the
+# ledger file's identity and metadata at that moment (`file_stamp`). A process that finds the file
+# exactly so skips the check. Why: the check reads every page (~3 s warm and ~30 s cold on a 2 GB
+# ledger), and `system start` ran it four times over the same unchanged file: itself, runworkers,
+# and the check child of each gunicorn master (the API's, the webhook listener's). Any change to the
+# file since (a checkpoint, a restore, an edit) and every later restart of a child checks again.
+CHECKED_ENV = "DUCTILE_LEDGER_CHECKED"
+
+
+def file_stamp(path: str) -> str | None:
+    """The SQLite file's device, inode, size, and modification and change times; None without one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def checked_by_the_starter(path: str) -> bool:
+    """Whether the process that started this one checked `path` as it is now (CHECKED_ENV)."""
+    stamp = os.environ.get(CHECKED_ENV)
+    return stamp is not None and stamp == file_stamp(path)
+
+
 def verify_integrity() -> None:
     """The start-up check of the daemons and `system start` (gunicorn's master has its own,
     `gateway.bootstrap.ledger_refusal`): a corrupted SQLite file is refused before anything runs
     on it (issue 12: runworkers ran 45 jobs on one). Raises DatabaseCorrupt with the finding. Not
-    on PostgreSQL, whose server checks its own pages, nor on an in-memory database."""
+    on PostgreSQL, whose server checks its own pages, nor on an in-memory database, nor on a file
+    the starting `system start` checked as it is now (CHECKED_ENV)."""
     from gateway.storage.sqlite3.base import is_file_database  # not at import: the backend loads Django's
 
-    if connection.vendor != "sqlite" or not is_file_database(str(connection.settings_dict["NAME"] or "")):
+    name = str(connection.settings_dict["NAME"] or "")
+    if connection.vendor != "sqlite" or not is_file_database(name) or checked_by_the_starter(name):
         return
     finding = integrity_finding(connection, START_CHECK)
     if finding is not None:
         raise DatabaseCorrupt(corrupted(describe_database(), finding))
+
+
+def pass_the_check_on() -> None:
+    """After `verify_integrity` passed in `system start`: the processes it starts from now on find
+    the stamp of the file as checked (CHECKED_ENV) in their environment."""
+    name = str(connection.settings_dict["NAME"] or "")
+    stamp = file_stamp(name) if connection.vendor == "sqlite" else None
+    if stamp is not None:
+        os.environ[CHECKED_ENV] = stamp
+    else:
+        os.environ.pop(CHECKED_ENV, None)
 
 
 def corrupted(where: str, finding: str) -> str:

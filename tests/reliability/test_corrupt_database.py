@@ -8,9 +8,11 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
+from gateway.storage.database import CHECKED_ENV, file_stamp
 from tests.support import REPO, cli_env, ductile, ductile_json, free_port, ledger
 
 pytestmark = [pytest.mark.slow]
@@ -61,11 +63,14 @@ def corrupted(request, config_dir, tmp_path):
         page = db.execute("PRAGMA page_size").fetchone()[0]
         numbers = [n for (n,) in db.execute("SELECT pageno FROM dbstat WHERE name = ? AND pageno > 1", [owner])]
     assert numbers, f"no page of {owner} past the first"
+    # The file as a `system start` would have passed its check on to its children before the damage.
+    checked = file_stamp(str(path))
+    time.sleep(0.05)  # the damage comes later than the check: past the clock tick file times are kept in
     with open(path, "r+b") as handle:
         for number in sorted(numbers)[:4]:
             handle.seek((number - 1) * page)  # dbstat counts pages from 1
             handle.write(bytes(range(256)) * (page // 256))
-    return config_dir, marker, finding
+    return config_dir, marker, finding, checked
 
 
 def refused(proc: subprocess.CompletedProcess[str]) -> str:
@@ -76,7 +81,7 @@ def refused(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_every_process_refuses_to_start_on_a_corrupted_ledger(corrupted):
-    cfg, marker, finding_at_start = corrupted
+    cfg, marker, finding_at_start, _ = corrupted
     code, report = ductile_json(cfg, "system", "selfcheck")
     [finding] = [c["detail"] for c in report["checks"] if c["name"] == "db_integrity"]
     assert code == 1 and "integrity_check" in finding, report
@@ -90,16 +95,32 @@ def test_every_process_refuses_to_start_on_a_corrupted_ledger(corrupted):
     # The API and the webhook listener, started by gunicorn as an operator might without the
     # supervisor: the worker refuses to load the app, and gunicorn stops.
     for app in ("ductile_site.wsgi:application", "gateway.http.webhooks.wsgi:application"):
-        argv = [sys.executable, "-m", "gunicorn", "-c", str(REPO / "ductile_site" / "gunicorn.py")]
-        gunicorn = subprocess.run(
-            [*argv, "--bind", f"127.0.0.1:{free_port()}", app],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=cli_env(cfg, DUCTILE_CONFIG_DIR=str(cfg.path)),
-            cwd=REPO,
-        )
-        text = refused(gunicorn)
+        text = refused(gunicorn_start(cfg, app))
         assert "refuses to start" in text and finding_at_start in text, (app, text)
 
+    assert not list(marker.iterdir()), "a job ran on the corrupted ledger"
+
+
+def gunicorn_start(cfg, app: str, **env: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "gunicorn", "-c", str(REPO / "ductile_site" / "gunicorn.py")]
+    return subprocess.run(
+        [*argv, "--bind", f"127.0.0.1:{free_port()}", app],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(cfg, DUCTILE_CONFIG_DIR=str(cfg.path), **env),
+        cwd=REPO,
+    )
+
+
+def test_a_check_handed_down_before_the_file_changed_does_not_let_a_process_start(corrupted):
+    """`system start` hands its children the stamp of the file it checked, so that they need not
+    read every page again; a stamp taken before the damage must not spare the damaged file."""
+    cfg, marker, finding_at_start, checked = corrupted
+    stale = {CHECKED_ENV: checked}
+    for argv in (["runworkers", "--once"], ["runscheduler", "--once"], ["system", "start"]):
+        text = refused(ductile(cfg, *argv, timeout=60, **stale))
+        assert "refuses to start" in text and finding_at_start in text, (argv, text)
+    text = refused(gunicorn_start(cfg, "ductile_site.wsgi:application", **stale))
+    assert "refuses to start" in text and finding_at_start in text, text
     assert not list(marker.iterdir()), "a job ran on the corrupted ledger"

@@ -24,7 +24,7 @@ from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPES
 from gateway.operations.doctor import ERROR, diagnose
 from gateway.operations.housekeeping import CLUSTER_LINGER, refresh_schedules, work_for_cluster
 from gateway.reports import breaker_report, queue_status, schedule_report
-from gateway.storage.database import describe_database
+from gateway.storage.database import describe_database, pass_the_check_on
 from ledger.models import CircuitBreaker, PluginInstanceRecord, ScheduleEntry
 from ledger.models.workers import PluginHealth
 
@@ -203,6 +203,7 @@ class Command(DuctileCommand):
 
     def start(self, options: dict[str, Any]) -> None:
         runtime = self.open_ledger(check_integrity=True)
+        pass_the_check_on()  # its children need not read every page of the ledger again
         for warning in (*runtime.config.warnings, *runtime.registry.warnings):
             self.stderr.write(f"warning: {warning}")
         for problem in runtime.tokens.problems:
