@@ -7,10 +7,22 @@ directory (`django_db_modify_db_settings`), so threads and subprocesses share it
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import time
 from pathlib import Path
 
 _TMP = Path(tempfile.mkdtemp(prefix="ductile-tests-"))
+# Every process of the suite, this one included, keeps its temporary files under _TMP: the wake-up
+# sockets of the daemons it kills, plugins' scratch, browser profiles, pytest's own tmp_path. Before,
+# each session left them in the system's temporary directory, beside its own directory of screenshots.
+(_TMP / "tmp").mkdir()
+os.environ["TMPDIR"] = tempfile.tempdir = str(_TMP / "tmp")
+# The screenshots are for looking at after the run (pytest_terminal_summary says where), so a
+# session's directory stays; the sessions of more than a day ago (none still running) go.
+for _old in _TMP.parent.glob("ductile-tests-*"):
+    if _old != _TMP and time.time() - _old.stat().st_mtime > 86400:
+        shutil.rmtree(_old, ignore_errors=True)
 os.environ.setdefault("DUCTILE_DB_PATH", str(_TMP / "ductile.db"))
 os.environ.setdefault("DUCTILE_TEST_SQLITE_PATH", str(_TMP / "test-ductile.db"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ductile_site.settings")
