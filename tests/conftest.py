@@ -21,7 +21,11 @@ os.environ["TMPDIR"] = tempfile.tempdir = str(_TMP / "tmp")
 # The screenshots are for looking at after the run (pytest_terminal_summary says where), so a
 # session's directory stays; the sessions of more than a day ago (none still running) go.
 for _old in _TMP.parent.glob("ductile-tests-*"):
-    if _old != _TMP and time.time() - _old.stat().st_mtime > 86400:
+    try:
+        stale = _old != _TMP and time.time() - _old.stat().st_mtime > 86400
+    except OSError:
+        continue  # another session pruned it first
+    if stale:
         shutil.rmtree(_old, ignore_errors=True)
 os.environ.setdefault("DUCTILE_DB_PATH", str(_TMP / "ductile.db"))
 os.environ.setdefault("DUCTILE_TEST_SQLITE_PATH", str(_TMP / "test-ductile.db"))
