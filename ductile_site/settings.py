@@ -182,7 +182,7 @@ LOGGING = {
     "formatters": {"json": {"()": "gateway.logs.JsonFormatter"}},
     "handlers": {"stdout": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "json"}},
     "loggers": {
-        "ductile": {"handlers": ["stdout"], "level": os.environ.get("DUCTILE_LOG_LEVEL", "INFO"), "propagate": False},
+        "ductile": {"handlers": ["stdout"], "level": "INFO", "propagate": False},
         "django-q": {"handlers": ["stdout"], "level": "WARNING", "propagate": False},
     },
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,22 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return _LINE_ENCODER.encode(line)
+
+
+# An operator's override of `service.log_level` for one process tree, without editing the config
+# (the config's seal makes that an act of its own): read as the level is applied.
+LEVEL_ENV = "DUCTILE_LOG_LEVEL"
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "warning": logging.WARNING}
+_LEVELS["error"] = logging.ERROR
+
+
+def apply_level(configured: str) -> None:
+    """The gateway's log lines from `service.log_level` (spec 000 §11.4; debug, info, warn or
+    error, in either case), unless DUCTILE_LOG_LEVEL names a level. Applied whenever a config is
+    loaded or reloaded, and once Django has configured logging (gateway.apps), which sets its
+    own."""
+    chosen = os.environ.get(LEVEL_ENV) or configured
+    logging.getLogger("ductile").setLevel(_LEVELS.get(chosen.lower(), logging.INFO))
 
 
 def logger(component: str) -> logging.Logger:

@@ -18,6 +18,7 @@ from gateway.config.model import GatewayConfig, typed_config
 from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.validity import process_memo, schema_errors
 from gateway.config.webhooks import Webhooks, parse_webhooks
+from gateway.logs import apply_level
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
@@ -152,6 +153,7 @@ class RuntimeHolder:
             return
         with self._lock:
             self._current, self.error = runtime, None
+        apply_level(runtime.config.service.log_level)
 
     def get(self) -> Runtime:
         current = self._current
@@ -165,6 +167,7 @@ class RuntimeHolder:
         new = build_runtime(self.config_dir)
         with self._lock:
             old, self._current = self._current, new
+        apply_level(new.config.service.log_level)
         return new, old
 
 

@@ -264,3 +264,31 @@ def test_a_command_runs_with_the_garbage_collector_on(cfg):
     proc = ductile(cfg, "shell", "--no-imports", "-c", "import gc; print(gc.isenabled(), gc.get_threshold()[0] > 0)")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "True"]
+
+
+@pytest.mark.parametrize(
+    ("level", "override", "shown"),
+    [
+        ("warn", None, {"WARNING"}),
+        ("ERROR", None, set()),
+        ("debug", None, {"DEBUG", "INFO", "WARNING"}),
+        ("warn", "info", {"INFO", "WARNING"}),  # DUCTILE_LOG_LEVEL, one process tree's override
+    ],
+)
+def test_service_log_level_chooses_which_lines_the_gateway_writes(cfg, level, override, shown):
+    """`service.log_level` (spec 000 §11.4): a job that succeeds logs at INFO, one that fails at
+    WARNING; below the level, a line is not written."""
+    cfg.service["log_level"] = level
+    cfg.write()
+    ledger(
+        cfg,
+        "enqueue",
+        [
+            {"plugin": "echo", "command": "poll", "submitted_by": "cli"},
+            {"plugin": "stress", "command": "poll", "submitted_by": "cli", "payload": {"mode": "error"}},
+        ],
+    )
+    run = ductile(cfg, "runworkers", "--once", **({"DUCTILE_LOG_LEVEL": override} if override else {}))
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert {line["level"] for line in lines if line.get("plugin") in ("echo", "stress")} == shown

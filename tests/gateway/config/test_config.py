@@ -1107,3 +1107,25 @@ def test_an_empty_plugin_entry_means_defaults(tmp_path):
     (tmp_path / "config.yaml").write_text("plugins:\n  echo:\n")
     config = load_gateway_config(tmp_path, {})
     assert config.plugins["echo"].enabled is True and config.plugins["echo"].uses == "echo"
+
+
+def test_a_reload_applies_the_new_log_level(config_dir, monkeypatch) -> None:
+    """SIGHUP's reload (RuntimeHolder.reload) takes a changed `service.log_level` at once, as the
+    rest of the config."""
+    import logging
+
+    from tests.support import installed_runtime
+
+    monkeypatch.delenv("DUCTILE_LOG_LEVEL", raising=False)
+    gateway_log = logging.getLogger("ductile")
+    before = gateway_log.level
+    config_dir.service["log_level"] = "warn"
+    try:
+        with installed_runtime(config_dir) as holder:
+            assert gateway_log.getEffectiveLevel() == logging.WARNING
+            config_dir.service["log_level"] = "error"
+            config_dir.write()
+            holder.reload()
+            assert gateway_log.getEffectiveLevel() == logging.ERROR
+    finally:
+        gateway_log.setLevel(before)
