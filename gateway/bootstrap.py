@@ -77,6 +77,31 @@ def choose_worker_settings() -> None:
         os.environ["DJANGO_SETTINGS_MODULE"] = WORKER_SETTINGS
 
 
+def run_worker_command(argv: list[str]) -> None:
+    """`runworkers` as Django's `execute_from_command_line` runs a command, without the two parts of
+    `django.setup()` only a web process uses: the URL resolver's script prefix (importing
+    django.urls) and Django's default logging, whose handlers print to the console under DEBUG and
+    mail the admins a request's error (their import loads django.core.mail, the debug views and
+    the template engine's filters). About 15 ms of the worker's ~0.2 s start, which the
+    throughput benchmark counts (docs/performance.md, item 46). Every line the worker writes goes
+    through settings.LOGGING, applied here as Django applies it. `--settings` and `--pythonpath`
+    are honoured before the settings are read, as Django's own start does."""
+    from django.apps import apps
+    from django.conf import settings
+    from django.core.management import load_command_class
+    from django.core.management.base import CommandParser, handle_default_options
+    from django.utils.module_loading import import_string
+
+    early = CommandParser(add_help=False, allow_abbrev=False)
+    early.add_argument("--settings")
+    early.add_argument("--pythonpath")
+    handle_default_options(early.parse_known_args(argv[2:])[0])
+    if settings.LOGGING_CONFIG and settings.LOGGING:
+        import_string(settings.LOGGING_CONFIG)(settings.LOGGING)
+    apps.populate(settings.INSTALLED_APPS)
+    load_command_class("gateway", argv[1]).run_from_argv(argv)
+
+
 def restart_with_every_app() -> NoReturn:
     """Run this command again from the start, on the gateway's full settings: the same
     interpreter, options and arguments (`sys.orig_argv`), this process's PID. Only before the

@@ -336,7 +336,7 @@ def look(plugin_count: int, vendor: str) -> str:
 
 
 RUNNING_COUNTS = "SELECT plugin, COUNT(*) FROM job_queue WHERE status = 'running' GROUP BY plugin"
-# Read by JobQuerySet.recover_lost: one probe of the running jobs' partial index.
+# Read by JobQuerySet.recover_lost: one probe of (status, created_at)'s `running` range.
 ANY_RUNNING = "SELECT 1 FROM job_queue WHERE status = 'running' LIMIT 1"
 
 

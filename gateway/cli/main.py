@@ -35,11 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # item 30). It is switched back on when Django's apps are ready (gateway.apps), before any
     # command runs; the imports are here, after it, for the same reason.
     gc.disable()
-    from gateway.bootstrap import choose_worker_settings, config_dir_from_argv, prepare_process
+    from gateway.bootstrap import choose_worker_settings, config_dir_from_argv, prepare_process, run_worker_command
     from gateway.config.errors import ConfigError
 
     argv = list(sys.argv if argv is None else argv)
-    if argv[1:2] == ["runworkers"]:
+    worker = argv[1:2] == ["runworkers"]
+    if worker:
         choose_worker_settings()
     prepare_process(config_dir_from_argv(argv[1:]))
     from django.core.management import execute_from_command_line
@@ -56,7 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The gateway's own commands report these themselves (gateway.cli.base); this is for Django's
     # (`migrate`, `createsuperuser`, `shell`): a sentence naming what is wrong, not a traceback.
     try:
-        execute_from_command_line(args)
+        if worker:
+            run_worker_command(args)
+        else:
+            execute_from_command_line(args)
     except ConfigError as exc:
         sys.stderr.write(f"error: configuration is invalid:\n{exc}\n")
         return 78

@@ -451,14 +451,8 @@ class Job(models.Model):
             # Read by JobQuerySet.claim_next, named in its SQL (ledger.sql.claim): the FIFO scan over
             # waiting jobs.
             models.Index(fields=["created_at", "id"], name="job_queue_claim_idx", condition=Q(status="queued")),
-            # Meant for claim_next's per-plugin running counts and lost(). SQLite's planner, which
-            # has no statistics, reads (status, created_at) for them instead, so there it is
-            # written at every claim and completion and read by nothing (docs/performance.md,
-            # item 43).
-            models.Index(
-                fields=["plugin", "command", "dedupe_key"], name="job_queue_running_idx", condition=Q(status="running")
-            ),
-            # Read by JobQuerySet._duplicate_of at every keyed enqueue.
+            # Read by JobQuerySet._duplicate_of at every keyed enqueue, and by the claim's check that
+            # no job of the same key is running (ledger.sql.claim).
             models.Index(
                 fields=["dedupe_key", "plugin", "command", "status"],
                 name="job_queue_dedupe_idx",
@@ -482,6 +476,10 @@ class Job(models.Model):
             # (also their filters' choices, by loose index scan); by pipeline (the jobs of the
             # pipeline's event_context rows); and its error-text search, over failed jobs only.
             models.Index(fields=["created_at"], name="job_queue_created_idx"),
+            # Also read, for its few `running` entries, by claim_next's per-plugin running counts,
+            # recover_lost's probe and lost() (ledger.sql.RUNNING_COUNTS, ANY_RUNNING). A partial
+            # index of running jobs for them was written at every claim and completion and read by
+            # nothing on SQLite, whose planner chose this one (migration 0010).
             models.Index(fields=["status", "created_at"], name="job_queue_status_created_idx"),
             models.Index(fields=["plugin", "created_at"], name="job_queue_plugin_created_idx"),
             models.Index(fields=["submitted_by", "created_at"], name="job_queue_submitter_idx"),

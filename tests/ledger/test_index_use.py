@@ -2,8 +2,10 @@
 NULL`) really read it on SQLite. SQLite uses a partial index only for a query whose conditions
 imply the index's own, so a reader that loses its `completed_at` condition falls back to reading
 every row of job_queue: the retention pass, the live views' latest failures and throughput, and
-`system selfcheck` would then slow down with the size of the ledger, unseen. And the claim reads
-the queued jobs' index in its own order (`job_queue_claim_idx`)."""
+`system selfcheck` would then slow down with the size of the ledger, unseen. The claim reads
+the queued jobs' index in its own order (`job_queue_claim_idx`), and the readers of running jobs
+read the `running` range of (status, created_at), the index that replaced a partial one of their
+own (migration 0010)."""
 
 from __future__ import annotations
 
@@ -63,3 +65,15 @@ def test_the_claim_takes_the_oldest_queued_job_in_the_claim_index_order_without_
     rows = connection.connection.execute("EXPLAIN QUERY PLAN " + sql.claim(1, False, "sqlite", "id"), params)
     plan = " ; ".join(str(row[-1]) for row in rows.fetchall())
     assert "job_queue_claim_idx" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_the_readers_of_running_jobs_read_the_running_range_of_status_and_created_at():
+    """A claim's per-plugin running counts, the recovery pass's probe and its lost-job scan run at
+    every claim or pass: without an index they would read every row of the ledger."""
+    connection.ensure_connection()
+    for text in (sql.RUNNING_COUNTS, sql.ANY_RUNNING):
+        rows = connection.connection.execute("EXPLAIN QUERY PLAN " + text)
+        plan = " ; ".join(str(row[-1]) for row in rows.fetchall())
+        assert "job_queue_status_created_idx (status=?)" in plan, plan
+    for plan in plans_of(lambda: list(Job.objects.lost(now=timezone.now()))):
+        assert "job_queue_status_created_idx (status=?" in plan, plan

@@ -83,13 +83,28 @@ def test_workers_started_first_migrate_a_fresh_database_and_refuse_one_behind(cf
 
 def test_workers_start_without_the_web_and_housekeeping_apps(cfg):
     """What the worker's settings leave out (~45 ms of its start, with croniter's, which also
-    spawned `file`): on a current database, nothing of the admin, DRF or django-q2 is imported."""
+    spawned `file`): on a current database, nothing of the admin, DRF or django-q2 is imported.
+    Nor what only a web process's set-up uses (gateway.bootstrap.run_worker_command, ~15 ms): the
+    URL resolver, Django's default log handlers with the mail and debug-page modules they load.
+    Its lines are the gateway's JSON all the same."""
     assert ductile(cfg, "system", "status").returncode == 0
     run = ductile(cfg, "runworkers", "--once", PYTHONPROFILEIMPORTTIME="1")
     assert run.returncode == 0, run.stderr[-2000:]
     imported = imported_modules(run.stderr)
     assert "ledger.models.jobs" in imported and "gateway.execution.workers" in imported
     assert not {"django.contrib.admin", "rest_framework", "django_q", "croniter"} & imported
+    assert not {"django.urls", "django.core.mail", "django.views.debug"} & imported
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert lines[-1]["component"] == "workers" and lines[-1]["message"].startswith("runworkers stopped after")
+
+
+def test_workers_take_the_settings_named_on_their_command_line(cfg):
+    """`--settings` is read before the settings are, as in any Django command: here the full
+    settings, whose apps include the admin."""
+    assert ductile(cfg, "system", "status").returncode == 0
+    run = ductile(cfg, "runworkers", "--once", "--settings", "ductile_site.settings", PYTHONPROFILEIMPORTTIME="1")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "django.contrib.admin" in imported_modules(run.stderr)
 
 
 def test_workers_hand_the_gil_back_every_half_millisecond(cfg):
