@@ -16,15 +16,18 @@ class GatewayConfig(AppConfig):
             # would otherwise walk all of it as young objects (~26 ms of every command's start).
             gc.freeze()
             gc.enable()
-        from gateway.logs import apply_level
+        from gateway.logs import apply_service_logging
         from gateway.runtime import RUNTIME
         from gateway.storage.wakeup import poke_local_waiters, poke_local_workers
         from ledger import wakeups
 
         # Django's logging set-up, just before this, set the level of settings.LOGGING. A process
         # whose config did not load (it reports why, and exits) logs at the default.
-        loaded = RUNTIME.error is None and RUNTIME.config_dir is not None
-        apply_level(RUNTIME.get().config.service.log_level if loaded else "info")
+        if RUNTIME.error is None and RUNTIME.config_dir is not None:
+            service = RUNTIME.get().config.service
+            apply_service_logging(service.log_level, service.log_format)
+        else:
+            apply_service_logging("info")
 
         # Every process that enqueues (CLI, API, scheduler, workers) pokes same-host workers, and
         # every process that finishes a job pokes same-host tree waiters (synchronous pipelines).

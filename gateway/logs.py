@@ -1,4 +1,5 @@
-"""JSON log lines on stdout: timestamp, level, component, plugin, job_id, message (spec §11.4)."""
+"""Log lines on stdout: timestamp, level, component, plugin, job_id, message (spec §11.4), as JSON
+or, with `service.log_format: text`, as `key=value` text for a person reading a terminal."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ _LINE_ENCODER = json.JSONEncoder(default=str)
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        return _LINE_ENCODER.encode(self.fields(record))
+
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
         line: dict[str, Any] = {
             "timestamp": datetime.fromtimestamp(record.created, UTC)
             .isoformat(timespec="milliseconds")
@@ -29,8 +33,28 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return _LINE_ENCODER.encode(line)
+        return line
 
+
+class TextFormatter(JsonFormatter):
+    """The same fields as `key=value` pairs (logfmt, as Go's slog text handler writes them): a
+    value with a space, a quote, an `=` or a control character is quoted, with JSON's escapes."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = self.fields(record)
+        head = {"time": line.pop("timestamp"), "level": line.pop("level"), "component": line.pop("component")}
+        head["msg"] = line.pop("message")
+        return " ".join(f"{key}={_text_value(value)}" for key, value in {**head, **line}.items())
+
+
+def _text_value(value: Any) -> str:
+    text = value if isinstance(value, str) else _LINE_ENCODER.encode(value)
+    if text and not any(c in text for c in ' "=') and text.isprintable():
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+_FORMATTERS: dict[str, type[JsonFormatter]] = {"json": JsonFormatter, "text": TextFormatter}
 
 # An operator's override of `service.log_level` for one process tree, without editing the config
 # (the config's seal makes that an act of its own): read as the level is applied.
@@ -39,13 +63,18 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING
 _LEVELS["error"] = logging.ERROR
 
 
-def apply_level(configured: str) -> None:
+def apply_service_logging(level: str, line_format: str = "json") -> None:
     """The gateway's log lines from `service.log_level` (spec 000 §11.4; debug, info, warn or
-    error, in either case), unless DUCTILE_LOG_LEVEL names a level. Applied whenever a config is
-    loaded or reloaded, and once Django has configured logging (gateway.apps), which sets its
-    own."""
-    chosen = os.environ.get(LEVEL_ENV) or configured
-    logging.getLogger("ductile").setLevel(_LEVELS.get(chosen.lower(), logging.INFO))
+    error, in either case), unless DUCTILE_LOG_LEVEL names a level, and `service.log_format`
+    (json or text) for the handlers that write our lines. Applied whenever a config is loaded or
+    reloaded, and once Django has configured logging (gateway.apps), which sets its own."""
+    chosen = os.environ.get(LEVEL_ENV) or level
+    gateway = logging.getLogger("ductile")
+    gateway.setLevel(_LEVELS.get(chosen.lower(), logging.INFO))
+    formatter = _FORMATTERS.get(line_format, JsonFormatter)
+    for handler in gateway.handlers:
+        if type(handler.formatter) in _FORMATTERS.values() and type(handler.formatter) is not formatter:
+            handler.setFormatter(formatter())
 
 
 def logger(component: str) -> logging.Logger:

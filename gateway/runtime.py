@@ -18,7 +18,7 @@ from gateway.config.model import GatewayConfig, typed_config
 from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.validity import process_memo, schema_errors
 from gateway.config.webhooks import Webhooks, parse_webhooks
-from gateway.logs import apply_level
+from gateway.logs import apply_service_logging
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
@@ -153,7 +153,7 @@ class RuntimeHolder:
             return
         with self._lock:
             self._current, self.error = runtime, None
-        apply_level(runtime.config.service.log_level)
+        apply_service_logging(runtime.config.service.log_level, runtime.config.service.log_format)
 
     def get(self) -> Runtime:
         current = self._current
@@ -167,7 +167,7 @@ class RuntimeHolder:
         new = build_runtime(self.config_dir)
         with self._lock:
             old, self._current = self._current, new
-        apply_level(new.config.service.log_level)
+        apply_service_logging(new.config.service.log_level, new.config.service.log_format)
         return new, old
 
 

@@ -307,3 +307,20 @@ def test_service_log_level_chooses_which_lines_the_gateway_writes(cfg, level, ov
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [json.loads(line) for line in run.stdout.splitlines()]
     assert {line["level"] for line in lines if line.get("plugin") in ("echo", "stress")} == shown
+
+
+def test_service_log_format_text_writes_key_value_lines_for_a_person(cfg):
+    """`service.log_format: text`: the same fields as `key=value` pairs, the time first, a value
+    with a space quoted (as Go's slog text handler writes them); JSON stays the default."""
+    import shlex
+
+    cfg.service["log_format"] = "text"
+    cfg.write()
+    ledger(cfg, "enqueue", [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}])
+    run = ductile(cfg, "runworkers", "--once")
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [dict(pair.split("=", 1) for pair in shlex.split(line)) for line in run.stdout.splitlines()]
+    assert all(list(line)[:4] == ["time", "level", "component", "msg"] for line in lines), run.stdout
+    done = [line for line in lines if line.get("plugin") == "echo" and line["msg"] == "job succeeded: poll"]
+    assert len(done) == 1 and done[0]["level"] == "INFO" and done[0]["component"] == "dispatch"
+    assert 'msg="job succeeded: poll"' in run.stdout
