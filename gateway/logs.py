@@ -59,8 +59,13 @@ _FORMATTERS: dict[str, type[JsonFormatter]] = {"json": JsonFormatter, "text": Te
 # An operator's override of `service.log_level` for one process tree, without editing the config
 # (the config's seal makes that an act of its own): read as the level is applied.
 LEVEL_ENV = "DUCTILE_LOG_LEVEL"
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "warning": logging.WARNING}
-_LEVELS["error"] = logging.ERROR
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def apply_service_logging(level: str, line_format: str = "json") -> None:
