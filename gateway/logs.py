@@ -68,14 +68,33 @@ _LEVELS = {
 }
 
 
+# The DUCTILE_LOG_LEVEL value last said to name no level: said once, not at every load of the config.
+_unknown_said: str | None = None
+
+
 def apply_service_logging(level: str, line_format: str = "json") -> None:
     """The gateway's log lines from `service.log_level` (spec 000 §11.4; debug, info, warn or
     error, in either case), unless DUCTILE_LOG_LEVEL names a level, and `service.log_format`
-    (json or text) for the handlers that write our lines. Applied whenever a config is loaded or
-    reloaded, and once Django has configured logging (gateway.apps), which sets its own."""
-    chosen = os.environ.get(LEVEL_ENV) or level
+    (json or text) for the handlers that write our lines. A DUCTILE_LOG_LEVEL that names no level
+    is said so in a line of its own rather than replaced unseen. Applied whenever a config is
+    loaded or reloaded, and once Django has configured logging (gateway.apps), which sets its own."""
+    global _unknown_said
+    override = os.environ.get(LEVEL_ENV) or None
+    unknown = override is not None and override.lower() not in _LEVELS
     gateway = logging.getLogger("ductile")
-    gateway.setLevel(_LEVELS.get(chosen.lower(), logging.INFO))
+    gateway.setLevel(_LEVELS.get((level if unknown or override is None else override).lower(), logging.INFO))
+    # Why wait for handlers: the first load of the config comes before logging is set up, and
+    # the line would go to Python's last-resort handler, without the fields of ours.
+    if unknown and override != _unknown_said and gateway.hasHandlers():
+        _unknown_said = override
+        # At ERROR, so that no configured level hides it: the operator asked for a level and got another.
+        logger("config").error(
+            "%s=%r is not a log level (%s); it is ignored and service.log_level %r applies",
+            LEVEL_ENV,
+            override,
+            ", ".join(_LEVELS),
+            level,
+        )
     formatter = _FORMATTERS.get(line_format, JsonFormatter)
     for handler in gateway.handlers:
         if type(handler.formatter) in _FORMATTERS.values() and type(handler.formatter) is not formatter:

@@ -309,6 +309,27 @@ def test_service_log_level_chooses_which_lines_the_gateway_writes(cfg, level, ov
     assert {line["level"] for line in lines if line.get("plugin") in ("echo", "stress")} == shown
 
 
+def test_an_unknown_log_level_override_is_said_and_the_config_level_applies(cfg):
+    """DUCTILE_LOG_LEVEL=verbose names no level: a line says which variable and value were
+    ignored, and service.log_level still decides (before, INFO applied silently)."""
+    cfg.service["log_level"] = "warn"
+    cfg.write()
+    ledger(
+        cfg,
+        "enqueue",
+        [
+            {"plugin": "echo", "command": "poll", "submitted_by": "cli"},
+            {"plugin": "stress", "command": "poll", "submitted_by": "cli", "payload": {"mode": "error"}},
+        ],
+    )
+    run = ductile(cfg, "runworkers", "--once", DUCTILE_LOG_LEVEL="verbose")
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    said = [line for line in lines if "DUCTILE_LOG_LEVEL" in line["message"]]
+    assert len(said) == 1 and "'verbose'" in said[0]["message"] and "'warn'" in said[0]["message"], run.stdout
+    assert {line["level"] for line in lines if line.get("plugin") in ("echo", "stress")} == {"WARNING"}
+
+
 def test_service_log_format_text_writes_key_value_lines_for_a_person(cfg):
     """`service.log_format: text`: the same fields as `key=value` pairs, the time first, a value
     with a space quoted (as Go's slog text handler writes them); JSON stays the default."""
