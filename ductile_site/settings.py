@@ -180,9 +180,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "gateway.logs.JsonFormatter"}},
+    "filters": {"raised": {"()": "gateway.logs.RaisedOnly"}},
     "handlers": {"stdout": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "json"}},
     "loggers": {
         "ductile": {"handlers": ["stdout"], "level": "INFO", "propagate": False},
         "django-q": {"handlers": ["stdout"], "level": "WARNING", "propagate": False},
+        # A request that raised outside the API's own handler (a console page): its exception, in
+        # our log. Django's default sends it to the admins' mail, here nowhere. Only what raised:
+        # the API's 5xx answers are logged by its handlers with why (gateway/http/api/errors.py).
+        "django.request": {"handlers": ["stdout"], "level": "ERROR", "filters": ["raised"], "propagate": False},
     },
 }

@@ -55,12 +55,16 @@ def leave_postgres_driver_unloaded() -> None:
 
 def start_check() -> None:
     """gunicorn's start-up check, run by its master in a child process (ductile_site/gunicorn.py):
-    exit 1 with the finding on stderr when the ledger must not be served."""
+    exit 1 with the finding on stderr when the ledger must not be served; then the static files
+    are collected if set-up did not."""
     prepare_process(config_dir=None)
     refusal = ledger_refusal()
     if refusal is not None:
         print(f"error: {refusal}", file=sys.stderr)
         sys.exit(1)
+    from gateway.http.static_collection import collect_if_needed
+
+    collect_if_needed()
 
 
 # Set by restart_with_every_app: the process started again must not choose the worker's settings.

@@ -54,6 +54,13 @@ def _text_value(value: Any) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+class RaisedOnly(logging.Filter):
+    """Records that carry an exception: of Django's request log, the requests that raised."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.exc_info is not None
+
+
 _FORMATTERS: dict[str, type[JsonFormatter]] = {"json": JsonFormatter, "text": TextFormatter}
 
 # An operator's override of `service.log_level` for one process tree, without editing the config

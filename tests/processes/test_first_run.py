@@ -3,8 +3,10 @@ database for a config that does not load, `--version`, console accounts, no syst
 
 from __future__ import annotations
 
+import re
 import stat
 import subprocess
+import urllib.request
 
 import pytest
 from django.contrib.auth.models import User
@@ -12,6 +14,7 @@ from django.urls import reverse
 
 from gateway.version import gateway_version
 from tests.support import REPO, ConfigDir, cli_env, ductile, ductile_json, start_workers, stop_gracefully, wait_for
+from tests.support.live_api import TOKEN, live_api
 
 
 @pytest.fixture
@@ -122,3 +125,22 @@ def test_an_account_logs_in_to_the_styled_console_and_can_view_the_jobs(client, 
     assert index.status_code == 200 and b"Ductile" in index.content
     assert client.get(reverse("admin:ledger_job_changelist")).status_code == 200
     assert client.get(reverse("admin:auth_user_changelist")).status_code == 403
+
+
+@pytest.mark.slow
+def test_a_gateway_started_without_set_up_collects_its_static_files_and_serves_styled_pages(cfg, tmp_path, monkeypatch):
+    """Installed or checked out without scripts/_env.sh, nothing is collected: every console page
+    was a 500 (with nothing in the log). The gateway's start collects them now, as set-up does."""
+    static_root = tmp_path / "static-root"
+    monkeypatch.setenv("DUCTILE_STATIC_ROOT", str(static_root))
+    with live_api(cfg, [{"name": "admin", "token": TOKEN, "scopes": ["*"]}]) as live:
+        base = f"http://127.0.0.1:{live.port}"
+        with urllib.request.urlopen(f"{base}/admin/login/", timeout=30) as page:
+            assert page.status == 200
+            login = page.read()
+        assert b'id="id_username"' in login
+        css = re.search(rb'href="(/static/admin/css/base\.[0-9a-f]{12}\.css)"', login)
+        assert css, login[:2000]
+        with urllib.request.urlopen(base + css[1].decode(), timeout=30) as served:
+            assert served.status == 200 and b"body" in served.read()
+    assert (static_root / "staticfiles.json").is_file()
