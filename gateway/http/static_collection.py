@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,12 +46,17 @@ def collect_if_needed() -> None:
     try:
         # Why a lock: `system start` starts the API's and the webhook listener's gunicorns at once,
         # and two collections into one directory race; the second finds the first's work done.
-        with open(root.with_name(root.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        # The directory itself is locked: a lock file would be left beside it, or served in it.
+        root.mkdir(parents=True, exist_ok=True)
+        directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(directory, fcntl.LOCK_EX)
             if collection_needed(root, sources) is None:
                 return
             django.setup()
             call_command("collectstatic", interactive=False, verbosity=0)
+        finally:
+            os.close(directory)
     except Exception as exc:  # whatever stops it, the API must start
         print(
             f"warning: static files not collected into {root} ({why}): {type(exc).__name__}: {exc};"
