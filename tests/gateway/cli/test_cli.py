@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -293,6 +294,13 @@ def test_a_command_runs_with_the_garbage_collector_on(cfg):
 def test_service_log_level_chooses_which_lines_the_gateway_writes(cfg, level, override, shown):
     """`service.log_level` (spec 000 §11.4): a job that succeeds logs at INFO, one that fails at
     WARNING; below the level, a line is not written."""
+    lines = run_a_success_and_a_failure(cfg, level, override)
+    assert {line["level"] for line in lines if line.get("plugin") in ("echo", "stress")} == shown
+
+
+def run_a_success_and_a_failure(cfg, level: str, override: str | None) -> list[dict]:
+    """`runworkers --once` on an echo job and a failing stress job under `service.log_level`
+    `level` (and DUCTILE_LOG_LEVEL `override`): its log lines."""
     cfg.service["log_level"] = level
     cfg.write()
     ledger(
@@ -303,30 +311,18 @@ def test_service_log_level_chooses_which_lines_the_gateway_writes(cfg, level, ov
             {"plugin": "stress", "command": "poll", "submitted_by": "cli", "payload": {"mode": "error"}},
         ],
     )
-    run = ductile(cfg, "runworkers", "--once", **({"DUCTILE_LOG_LEVEL": override} if override else {}))
+    env: dict[str, Any] = {"DUCTILE_LOG_LEVEL": override} if override else {}
+    run = ductile(cfg, "runworkers", "--once", **env)
     assert run.returncode == 0, run.stderr[-2000:]
-    lines = [json.loads(line) for line in run.stdout.splitlines()]
-    assert {line["level"] for line in lines if line.get("plugin") in ("echo", "stress")} == shown
+    return [json.loads(line) for line in run.stdout.splitlines()]
 
 
 def test_an_unknown_log_level_override_is_said_and_the_config_level_applies(cfg):
     """DUCTILE_LOG_LEVEL=verbose names no level: a line says which variable and value were
     ignored, and service.log_level still decides (before, INFO applied silently)."""
-    cfg.service["log_level"] = "warn"
-    cfg.write()
-    ledger(
-        cfg,
-        "enqueue",
-        [
-            {"plugin": "echo", "command": "poll", "submitted_by": "cli"},
-            {"plugin": "stress", "command": "poll", "submitted_by": "cli", "payload": {"mode": "error"}},
-        ],
-    )
-    run = ductile(cfg, "runworkers", "--once", DUCTILE_LOG_LEVEL="verbose")
-    assert run.returncode == 0, run.stderr[-2000:]
-    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    lines = run_a_success_and_a_failure(cfg, "warn", "verbose")
     said = [line for line in lines if "DUCTILE_LOG_LEVEL" in line["message"]]
-    assert len(said) == 1 and "'verbose'" in said[0]["message"] and "'warn'" in said[0]["message"], run.stdout
+    assert len(said) == 1 and "'verbose'" in said[0]["message"] and "'warn'" in said[0]["message"], lines
     assert {line["level"] for line in lines if line.get("plugin") in ("echo", "stress")} == {"WARNING"}
 
 
