@@ -64,10 +64,12 @@ def post_worker_init(worker: Any) -> None:
     _end_streams_on_stop()
     _freeze_startup_objects()
     # Imported here, in the worker: ledger.writes loads Django, which the master never does.
+    from gateway.storage.checkpoints import CheckpointThread
     from ledger.writes import hand_the_gil_back_sooner, share_transactions
 
     hand_the_gil_back_sooner()  # a write-gate holder gets the GIL back within 0.5 ms, not 5
     share_transactions()  # many request threads enqueue at once: one writer thread commits them together
+    CheckpointThread.start()  # and no COMMIT of theirs copies the log back into the file
 
 
 def _freeze_startup_objects() -> None:

@@ -38,6 +38,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: frees each request's objects as its response closes, not at the collector's next
+    # pass, which stops every thread of the worker (gateway/http/cycles.py).
+    "gateway.http.cycles.ReleaseAtClose",
     "django.middleware.security.SecurityMiddleware",
     # Static files (the admin's, the console's) are served by the gateway itself, from STATIC_ROOT
     # as collected at set-up: compressed, with far-future caching of the hashed names.
@@ -72,9 +75,9 @@ TEMPLATES = [
 # SQLite settings that keep "database is locked" away from users: WAL so readers never block
 # the writer, IMMEDIATE transactions so a transaction takes the write lock up front instead of
 # failing on upgrade, and a generous busy timeout so writers queue instead of erroring.
-# The automatic checkpoint is a backstop: `runworkers` checkpoints off the commit path
-# (gateway/storage/checkpoints.py), and a checkpoint inside a COMMIT holds the write gate. While a
-# `runworkers` of the host does, the other processes' write connections raise it to
+# The automatic checkpoint is a backstop: `runworkers` and the API's workers checkpoint off the
+# commit path (gateway/storage/checkpoints.py), and a checkpoint inside a COMMIT holds the write
+# gate. While a `runworkers` of the host does, the other processes' write connections raise it to
 # ledger.writes.BESIDE_CHECKPOINTER_PAGES; this is for writes no daemon follows.
 WAL_AUTOCHECKPOINT_PAGES = 4000
 SQLITE_OPTIONS: dict[str, Any] = {

@@ -117,20 +117,44 @@ def _autocheckpoint_pages(database: str) -> int:
         return 0
     now = time.monotonic()
     if now >= _looked[0]:
-        try:
-            fd = _beside_fd(database, _CHECKPOINTER)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pages = BESIDE_CHECKPOINTER_PAGES  # a daemon holds it
-        except OSError:
-            # No lock file to look at (a full disk, a directory in its place): the write goes on
-            # with the settings' backstop, as with no daemon; a daemon cannot announce itself then.
-            pages = _settings_pages
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            pages = _settings_pages
+        pages = BESIDE_CHECKPOINTER_PAGES if _announced(database) else _settings_pages
         _looked = (now + _LOOK_EVERY, pages)
     return _looked[1]
+
+
+def _announced(database: str) -> bool:
+    """Whether a process of the host announces that it checkpoints (call under `_lock`). No lock
+    file to look at (a full disk, a directory in its place) says no: nobody can announce then."""
+    try:
+        fd = _beside_fd(database, _CHECKPOINTER)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+def another_process_checkpoints() -> bool:
+    """Whether a daemon of the host announces its checkpoints (`checkpoints_elsewhere`), which copy
+    every process's pages of the log. False where nothing is announced (PostgreSQL, in memory)."""
+    database = _database(current())
+    if database is None:
+        return False
+    with _lock:
+        return _announced(database)
+
+
+# Called after each write transaction of this process commits (`count_commits`).
+_counting: Callable[[], None] | None = None
+
+
+def count_commits(callback: Callable[[], None] | None) -> None:
+    """`callback()` after each write transaction of this process commits, in the writing thread
+    with the gate still held: it must be quick (a checkpoint thread's count)."""
+    global _counting
+    _counting = callback
 
 
 # Stands in `connection.atomic_blocks` for `_lent_transaction`'s block, as its Atomic would (never entered).
@@ -211,6 +235,8 @@ def _lent_transaction(conn: BaseDatabaseWrapper, database: str) -> Iterator[None
     if committed:
         conn.errors_occurred = False
         conn.run_and_clear_commit_hooks()
+        if _counting is not None:
+            _counting()
 
 
 def _close_quietly(raw: Any) -> None:
@@ -348,11 +374,12 @@ class Announcement:
 
 
 @contextmanager
-def checkpoints_elsewhere() -> Iterator[Announcement]:
+def checkpoints_elsewhere(*, announce: bool = True) -> Iterator[Announcement]:
     """While a thread of this process checkpoints the WAL itself, off the commit path (runworkers'
-    main loop: gateway.storage.checkpoints), this process's COMMITs never checkpoint, and, while
-    the returned announcement holds (at first, and while the daemon claims jobs), the other
-    processes' of the host leave it to this one (`_autocheckpoint_pages`). SQLite's automatic
+    main loop, an API worker's checkpoint thread: gateway.storage.checkpoints), this process's
+    COMMITs never checkpoint, and, while the returned announcement holds (a daemon's: at first, and
+    while it claims jobs), the other processes' of the host leave it to this one
+    (`_autocheckpoint_pages`). Without `announce` the announcement never holds. SQLite's automatic
     checkpoint runs inside the COMMIT that finds the WAL long, so it copied pages and fsynced
     twice with the write gate held: 13-20 ms holds at 700 jobs/s, every other writer of the host
     waiting (docs/performance.md, item 42). Afterwards the write connection is closed, so the next
@@ -360,7 +387,7 @@ def checkpoints_elsewhere() -> Iterator[Announcement]:
     global _commits_checkpoint, _writer_raw, _writer_pages
     database = _database(current())
     fd = None
-    if database is not None:
+    if database is not None and announce:
         try:
             fd = _open_beside(database, _CHECKPOINTER)  # its own: closing it lets go of the lock
         except OSError:

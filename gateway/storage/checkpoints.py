@@ -16,14 +16,21 @@ that never stopped, and the log started over only after a checkpoint inside a CO
 (docs/performance.md, item 42). While a daemon checkpoints, the other processes' COMMITs keep an
 automatic checkpoint far past its length (`ledger.writes.BESIDE_CHECKPOINTER_PAGES`), a backstop;
 without one, the settings' (`ductile_site.settings.WAL_AUTOCHECKPOINT_PAGES`, four times SQLite's
-default), for the writes no daemon follows: an API or a CLI on its own.
+default), for the writes no daemon follows: a CLI's. The API's gunicorn workers, whose many
+threads' writes one writer thread commits, checkpoint as the daemon does on a thread of their own
+(`CheckpointThread`), and leave it to a daemon that announces its own.
 """
 
 from __future__ import annotations
 
-from django.db import connection
+import logging
+import threading
 
-from ledger.writes import holding_gate
+from django.db import DatabaseError, connection
+
+from ledger.writes import another_process_checkpoints, checkpoints_elsewhere, count_commits, holding_gate
+
+log = logging.getLogger("ductile.checkpoints")
 
 # The log's length, in pages, at which the daemon copies it back into the file (~32 MB). Why this
 # long: a checkpoint costs two fsyncs and a wake-up of the main loop whatever its length, and the
@@ -76,6 +83,10 @@ class Checkpointer:
         self._seen = claimed
         return True
 
+    def left_to_another(self, claimed: int) -> None:
+        """Another process copied the log meanwhile: the interval starts again from `claimed`."""
+        self._seen = claimed
+
 
 def jobs_between(jobs: int, logged: int) -> int:
     """The claims until the next checkpoint, when `jobs` claims filled `logged` pages of log."""
@@ -101,3 +112,46 @@ class Activity:
         if claimed != self._claimed:
             self._claimed, self._at = claimed, now
         return now - self._at < IDLE_AFTER
+
+
+class CheckpointThread:
+    """The checkpoints of a process of many writing threads (the API's and the webhook listener's
+    gunicorn workers), on a thread of its own, counted in the process's write transactions and
+    sized in pages as the daemon's (`Checkpointer`). Why: their COMMITs checkpointed whenever the
+    log passed the settings' backstop, with the write gate held and every request waiting for
+    that commit (one writer thread commits them together, `ledger.writes.shared`): at 500
+    requests/s every ~0.7 s, for 10-30 ms, nearly all of the API's slowest 1 %
+    (docs/performance.md, item 48). None while a daemon of the host announces its own: they copy
+    this process's pages too."""
+
+    def __init__(self) -> None:
+        self._commits = 0
+        self._due = threading.Event()
+        self._checkpointer = Checkpointer()
+        threading.Thread(target=self._run, name="ductile-checkpoints", daemon=True).start()
+
+    @classmethod
+    def start(cls) -> None:
+        """A checkpoint thread for this process, counting its commits (none but on SQLite)."""
+        if connection.vendor == "sqlite":
+            count_commits(cls().committed)
+
+    def committed(self) -> None:
+        """After each write transaction of the process (`ledger.writes.count_commits`)."""
+        self._commits += 1
+        if self._checkpointer.due(self._commits):
+            self._due.set()
+
+    def _run(self) -> None:
+        with checkpoints_elsewhere(announce=False):
+            while True:
+                self._due.wait()
+                self._due.clear()
+                commits = self._commits
+                try:
+                    if another_process_checkpoints():
+                        self._checkpointer.left_to_another(commits)
+                    else:
+                        self._checkpointer.after(commits)
+                except DatabaseError as exc:  # tried again at the next commit
+                    log.warning("checkpoint of the ledger's log failed: %s", exc)

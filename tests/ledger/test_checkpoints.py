@@ -336,3 +336,71 @@ def test_an_idle_daemon_leaves_the_checkpoints_to_the_writers(config_dir, tmp_pa
     finally:
         daemon.terminate()
         assert daemon.wait(timeout=30) == 0, output.finish()
+
+
+# The API's gunicorn workers: request threads write through one writer thread (`shared`), whose
+# commits leave the checkpoints to a thread of their own.
+SHARED_SCRIPT = (
+    SET_UP
+    + """from gateway.storage.checkpoints import Checkpointer, CheckpointThread
+from ledger import writes
+
+ran_on = []
+checkpoint = Checkpointer.after
+def recorded(self, claimed, **options):
+    ran = checkpoint(self, claimed, **options)
+    if ran:
+        ran_on.append(threading.current_thread().name)
+    return ran
+Checkpointer.after = recorded
+left = []
+leave = Checkpointer.left_to_another
+def left_to_another(self, claimed):
+    left.append(threading.current_thread().name)
+    leave(self, claimed)
+Checkpointer.left_to_another = left_to_another
+
+writes.share_transactions()
+CheckpointThread.start()
+print(json.dumps({"phase": "ready"}), flush=True)
+sys.stdin.readline()
+for _ in range(int(sys.argv[1])):
+    writes.shared(lambda: enqueue(pad=3000))
+deadline = time.monotonic() + 10
+while not (ran_on or left) and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(json.dumps({"ran_on": sorted(set(ran_on)), "left_on": sorted(set(left))}), flush=True)
+sys.stdin.readline()
+"""
+)
+
+
+def shared_writer(env: dict[str, str], jobs: int):
+    return script(SHARED_SCRIPT.replace("int(sys.argv[1])", str(jobs)), env)
+
+
+def test_an_api_workers_commits_leave_the_checkpoints_to_its_checkpoint_thread(config_dir, tmp_path):
+    """Its COMMITs checkpointed each time the log passed the settings' backstop, with the gate
+    held and every request waiting for that commit; now a thread of its own copies the log."""
+    database = str(tmp_path / "ledger.db")
+    with shared_writer(script_env(config_dir, Path(database)), 1500) as writer:
+        assert said(writer) == {"phase": "ready"}
+        go_on(writer)
+        assert said(writer) == {"ran_on": ["ductile-checkpoints"], "left_on": []}
+        assert jobs_in_the_file_alone(database, tmp_path) > 0
+        # 1,500 jobs of ~15 pages of log each: checkpointed every ~8,000 pages, so the log started
+        # over and never grew to what they wrote.
+        assert Path(database + "-wal").stat().st_size < 1500 * 15 * 4096 / 2
+
+
+def test_an_api_worker_leaves_the_checkpoints_to_a_daemon_that_does_them(config_dir, tmp_path):
+    database = str(tmp_path / "ledger.db")
+    env = script_env(config_dir, Path(database))
+    with shared_writer(env, 600) as writer:
+        assert said(writer) == {"phase": "ready"}
+        with script(DAEMON_SCRIPT, env) as daemon:
+            assert said(daemon) == {"phase": "checkpointing"}
+            go_on(writer)
+            assert said(writer) == {"ran_on": [], "left_on": ["ductile-checkpoints"]}
+            assert Path(database + "-wal").stat().st_size > WAL_AUTOCHECKPOINT_PAGES * 4096
+            assert jobs_in_the_file_alone(database, tmp_path) == 0
