@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import DatabaseError, connection
 
@@ -114,6 +115,10 @@ class Activity:
         return now - self._at < IDLE_AFTER
 
 
+# Seconds a checkpoint thread waits after a failed checkpoint before it may try again.
+RETRY_AFTER = 1.0
+
+
 class CheckpointThread:
     """The checkpoints of a process of many writing threads (the API's and the webhook listener's
     gunicorn workers), on a thread of its own, counted in the process's write transactions and
@@ -153,5 +158,8 @@ class CheckpointThread:
                         self._checkpointer.left_to_another(commits)
                     else:
                         self._checkpointer.after(commits)
-                except DatabaseError as exc:  # tried again at the next commit
+                except DatabaseError as exc:
                     log.warning("checkpoint of the ledger's log failed: %s", exc)
+                    # Tried again at a commit after this pause: not at every commit (hundreds a
+                    # second) while the cause lasts (a full disk), each with its warning.
+                    time.sleep(RETRY_AFTER)

@@ -404,3 +404,47 @@ def test_an_api_worker_leaves_the_checkpoints_to_a_daemon_that_does_them(config_
             assert said(writer) == {"ran_on": [], "left_on": ["ductile-checkpoints"]}
             assert Path(database + "-wal").stat().st_size > WAL_AUTOCHECKPOINT_PAGES * 4096
             assert jobs_in_the_file_alone(database, tmp_path) == 0
+
+
+FAILING_SCRIPT = (
+    SET_UP
+    + """import logging
+from django.db import OperationalError
+from gateway.storage.checkpoints import FIRST_AFTER_JOBS, Checkpointer, CheckpointThread
+from ledger import writes
+
+def fails(self, claimed, **options):
+    raise OperationalError("database or disk is full")
+Checkpointer.after = fails
+warnings = []
+class Count(logging.Handler):
+    def emit(self, record):
+        warnings.append(record.getMessage())
+logging.getLogger("ductile.checkpoints").addHandler(Count())
+
+writes.share_transactions()
+CheckpointThread.start()
+started = time.monotonic()
+for _ in range(FIRST_AFTER_JOBS + 300):  # due from the 100th on: every commit after it asks again
+    writes.shared(lambda: enqueue())
+time.sleep(0.2)
+print(json.dumps({"warnings": warnings, "seconds": time.monotonic() - started}), flush=True)
+"""
+)
+
+
+def test_a_failing_checkpoint_is_retried_after_a_pause_not_at_every_commit(config_dir, tmp_path):
+    """A checkpoint that fails (a full disk) says so, and the writes go on; the thread tries again
+    a second later, not at each of the hundreds of commits a second meanwhile, each with a warning."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FAILING_SCRIPT],
+        env=script_env(config_dir, tmp_path / "ledger.db"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["warnings"], result
+    assert set(result["warnings"]) == {"checkpoint of the ledger's log failed: database or disk is full"}
+    assert len(result["warnings"]) <= result["seconds"] + 1, result
