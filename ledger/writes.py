@@ -424,11 +424,18 @@ class _Call:
 
 class _Writer:
     """One thread that runs every thread's write of the process: all the calls waiting when it
-    starts a transaction go into that one transaction, each in a savepoint of its own (one call's
-    error is that call's alone), and every caller is answered after the commit. Why: with many
-    request threads, each holding the gate through its own BEGIN...COMMIT while it waits for the
-    GIL, writers queued behind one another for up to 140 ms (docs/hot-path-profile.md, "API while
-    workers drain"); one writer holds the gate once for all of them."""
+    starts a transaction go into that one transaction, and every caller is answered after the
+    commit. Why: with many request threads, each holding the gate through its own BEGIN...COMMIT
+    while it waits for the GIL, writers queued behind one another for up to 140 ms
+    (docs/hot-path-profile.md, "API while workers drain"); one writer holds the gate once for all
+    of them.
+
+    One call's error is that call's alone, without a savepoint around each call: a savepoint and
+    its release cost ~0.12 ms of the writer's ~0.6 ms per call at 500 requests/s, a fifth, while
+    calls fail rarely (docs/performance.md, item 49). A transaction one of its calls (or its
+    COMMIT) failed is rolled back as a whole, and each of its calls is run again in a transaction
+    of its own. So a call may run twice, the first time rolled back: its effects outside the
+    ledger (a wake-up poke, a log line) must bear that."""
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
@@ -472,16 +479,15 @@ class _Writer:
         try:
             with writing():
                 for call in calls:
-                    try:
-                        with transaction.atomic():
-                            call.result = call.fn()
-                    except BaseException as exc:  # the caller's to handle, whatever it is
-                        call.error = exc
-        except BaseException as exc:  # the commit itself failed: nothing of any call was kept
-            for call in calls:
-                if call.error is None:
-                    call.error, call.result = exc, None
+                    call.result = call.fn()
+        except BaseException as exc:  # the caller's to handle, whatever it is
             connection.close_if_unusable_or_obsolete()
+            if len(calls) == 1:
+                calls[0].error = exc
+            else:  # nothing of any call was kept: each again, alone (the class's docstring)
+                for call in calls:
+                    call.result = None
+                    self._commit([call])
         finally:
             for call in calls:
                 call.done.set()

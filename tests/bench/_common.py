@@ -159,6 +159,22 @@ def helper(config: BenchConfig, *args: str, timeout: float = 300, stdin: str | N
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (utime and stime, fields 14 and 15 of proc_pid_stat(5))."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """`cpu_seconds` of a process and its children (gunicorn's master and its workers)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    total = 0.0
+    for member in (pid, *map(int, children)):
+        with contextlib.suppress(OSError):  # a child that has just exited
+            total += cpu_seconds(member)
+    return total
+
+
 def start_workers(
     config: BenchConfig, log_path: Path, *args: str, prefix: list[str] | None = None
 ) -> subprocess.Popen[bytes]:

@@ -53,6 +53,9 @@ Numbers, per phase:
 - `loadavg_1m`: the 1-minute load average just before and just after the phase (the machine is
   shared; the load before says how busy it was before the phase added its own).
 - `client_cpu_s`: the fixed-rate client's own CPU time (it shares the cores with the server).
+- `api_cpu_ms_per_request`: fixed_rate: the CPU of the API's processes (gunicorn's master and
+  workers) over the phase, per answer. Steadier than the latency on a machine whose speed moves:
+  compare it with `client_cpu_s` of the same run, which moves with the machine too.
 Per variant:
 - `queue_check`, after the load stops, over all phases: `accepted` (202 answers),
   `job_ids_returned` (distinct), `job_ids_missing` (returned but not a `job_queue` row: must be
@@ -98,6 +101,7 @@ from _common import (
     start_workers,
     stop_process,
     temp_dir,
+    tree_cpu_seconds,
     wait_until,
 )
 
@@ -303,8 +307,13 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             before = loadavg()
             rate = args.rate or RATE[variant]
             window_start = time.time_ns()
+            cpu_before = tree_cpu_seconds(api.pid)
             phases["fixed_rate"] = fixed_rate(url, base / "ids-rate", rate=rate, seconds=args.duration, **opts)
+            api_cpu = tree_cpu_seconds(api.pid) - cpu_before
             phases["fixed_rate"]["loadavg_1m"] = {"before": before, "after": loadavg()}
+            phases["fixed_rate"]["api_cpu_ms_per_request"] = round(
+                1000 * api_cpu / max(phases["fixed_rate"]["requests"], 1), 3
+            )
             window = (window_start, time.time_ns())
             if not args.skip_saturation:
                 before = loadavg()

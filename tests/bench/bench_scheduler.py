@@ -82,6 +82,7 @@ from _common import (
     PYTHON,
     REPO,
     BenchConfig,
+    cpu_seconds,
     emit,
     helper,
     machine,
@@ -490,11 +491,6 @@ def run_ticks(base: Path, database_url: str | None, history: int, sync_repeat: i
 # -- 2. fire time after due, the real process ----------------------------------------------------
 
 
-def proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_fire(base: Path, database_url: str | None, scenario: str, window: float, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     t_due = round(time.time() + LEAD_S, 3)
@@ -528,7 +524,7 @@ def run_fire(base: Path, database_url: str | None, scenario: str, window: float,
         started_wall = time.time()
         if started_wall >= t_due:
             raise RuntimeError(f"runscheduler started {started_wall - t_due:.1f} s after the first due time")
-        cpu_before = proc_cpu_s(proc.pid)
+        cpu_before = cpu_seconds(proc.pid)
         deadline = time.monotonic() + (max(dues) - time.time()) + 120
         while time.monotonic() < deadline:
             offsets.append(time.time() - time.monotonic())
@@ -538,7 +534,7 @@ def run_fire(base: Path, database_url: str | None, scenario: str, window: float,
                 raise RuntimeError(f"runscheduler exited {proc.returncode}:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.2)
         time.sleep(0.5)
-        cpu_window = proc_cpu_s(proc.pid) - cpu_before
+        cpu_window = cpu_seconds(proc.pid) - cpu_before
     finally:
         rc = stop_process(proc)
         if workers is not None:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -25,7 +26,6 @@ import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from _common import (
@@ -35,6 +35,7 @@ from _common import (
     REPO,
     BenchConfig,
     clean_env,
+    cpu_seconds,
     emit,
     helper,
     machine,
@@ -84,14 +85,6 @@ def plugin_env() -> dict[str, str]:
     return env
 
 
-def daemon_cpu_seconds(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 # -- ours ------------------------------------------------------------------------------------------
 
 
@@ -106,7 +99,8 @@ def run_ours(jobs: int) -> dict[str, Any]:
         try:
             deadline = time.monotonic() + max(120, jobs / 20)
             while proc.poll() is None and time.monotonic() < deadline:
-                cpu = daemon_cpu_seconds(proc.pid) or cpu  # the last reading before exit
+                with contextlib.suppress(OSError):  # gone: the last reading before its exit stands
+                    cpu = cpu_seconds(proc.pid)
                 time.sleep(0.05)
         finally:
             rc = stop_process(proc)

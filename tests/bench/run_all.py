@@ -401,6 +401,7 @@ def add_api(add: Callable[..., None], r: dict[str, Any], same_run: str) -> None:
     drained = r.get("workers", {})
     note = (
         f"p50 {rate['latency_ms']['p50']} ms, served {served}/{offered} per s, errors {errors} ({statuses}),"
+        f" API CPU {rate['api_cpu_ms_per_request']} ms per request (client {rate['client_cpu_s']} s),"
         f" job ids missing from the ledger {check['job_ids_missing']}"
         + (f", workers finished {drained['succeeded_by_end']}" if drained else "")
         + (f" (backlog left {drained['backlog_left']})" if "backlog_left" in drained else "")

@@ -4,9 +4,10 @@ thread; each caller gets its own answer, or its own error, after the commit (iss
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -31,35 +32,44 @@ def enqueue() -> str:
     return Job.objects.enqueue(spec, default_dedupe_ttl=0).job_id
 
 
-def test_calls_waiting_together_are_committed_in_one_transaction_each_with_its_answer(sharing: None) -> None:
+def in_one_batch(calls: list[Callable[[], object]]) -> None:
+    """Run each of `calls` on a thread of its own while the writer is held, so that all of them
+    wait for it together and go into its next transaction."""
     entered, gate = threading.Event(), threading.Event()
-    seen: dict[int, Any] = {}
 
-    def first() -> None:
+    def hold() -> None:
         entered.set()
-        gate.wait(10)  # holds the writer while the others queue up
+        gate.wait(10)
+
+    holder = threading.Thread(target=writes.shared, args=(hold,))
+    holder.start()
+    # Why wait: a call queued before `hold` would be taken into the writer's batch with it, and
+    # never counted as waiting below.
+    assert entered.wait(10)
+    threads = [threading.Thread(target=call) for call in calls]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while writes._writer is not None and writes._writer._calls.qsize() < len(calls) and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    gate.set()
+    for thread in [holder, *threads]:
+        thread.join(10)
+
+
+def test_calls_waiting_together_are_committed_in_one_transaction_each_with_its_answer(sharing: None) -> None:
+    seen: dict[int, Any] = {}
 
     def one(n: int) -> str:
         seen[n] = connection.atomic_blocks[0]  # the transaction this call runs in
         return enqueue()
 
     results: dict[int, str] = {}
-    holder = threading.Thread(target=writes.shared, args=(first,))
-    holder.start()
-    # Why wait: a call queued before `first` would be taken into the writer's batch with it, and
-    # never counted as waiting below.
-    assert entered.wait(10)
-    threads = [
-        threading.Thread(target=lambda n=n: results.__setitem__(n, writes.shared(lambda: one(n)))) for n in range(5)
-    ]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 10
-    while writes._writer is not None and writes._writer._calls.qsize() < 5 and time.monotonic() < deadline:
-        threading.Event().wait(0.01)
-    gate.set()
-    for thread in [holder, *threads]:
-        thread.join(10)
+
+    def record(n: int) -> None:
+        results[n] = writes.shared(lambda: one(n))
+
+    in_one_batch([functools.partial(record, n) for n in range(5)])
 
     assert sorted(results) == list(range(5)) and len(set(results.values())) == 5
     assert Job.objects.filter(pk__in=results.values()).count() == 5
@@ -67,6 +77,9 @@ def test_calls_waiting_together_are_committed_in_one_transaction_each_with_its_a
 
 
 def test_one_callers_error_is_its_own(sharing: None) -> None:
+    """Without a savepoint per call: the batch is rolled back whole and each call runs again
+    alone, so the others' jobs are committed once each and the failed call's not at all."""
+
     def broken() -> str:
         enqueue()
         raise ValueError("this call fails")
@@ -74,21 +87,17 @@ def test_one_callers_error_is_its_own(sharing: None) -> None:
     errors: list[BaseException] = []
     answers: list[str] = []
 
-    def call(fn: Any) -> None:
+    def call(fn: Callable[[], str]) -> None:
         try:
             answers.append(writes.shared(fn))
         except ValueError as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=call, args=(fn,)) for fn in (broken, enqueue, enqueue)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
+    in_one_batch([functools.partial(call, fn) for fn in (enqueue, broken, enqueue)])
 
     assert [str(e) for e in errors] == ["this call fails"]
     assert len(answers) == 2
-    assert Job.objects.count() == 2  # the failed call's enqueue was rolled back with it
+    assert sorted(Job.objects.values_list("id", flat=True)) == sorted(answers)
 
 
 class Abort(BaseException):
