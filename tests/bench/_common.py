@@ -244,6 +244,28 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[int(rank) - 1]
 
 
+# The probe's loop: ~7.6 ms of pure Python at best on the AMD EPYC VM of docs/performance.md.
+PROBE_LOOP = 300_000
+
+
+def speed_probe(seconds: float) -> dict[str, float]:
+    """How fast this machine runs Python now: a fixed loop, timed again and again for `seconds`.
+    Why: on a shared VM the speed moves by tens of percent within minutes (another tenant on the
+    same physical cores), and the load average, which counts this machine's tasks only, does not
+    show it. `loop_ms_min` is the machine at its best in the window, `loop_ms_median` as it was
+    most of the time; compare them across runs, not with other machines."""
+    times: list[float] = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until or not times:
+        started = time.perf_counter()
+        total = 0
+        for i in range(PROBE_LOOP):
+            total += i
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return {"loop_ms_min": round(times[0], 1), "loop_ms_median": round(times[len(times) // 2], 1)}
+
+
 def machine() -> dict[str, Any]:
     cpu_model = "unknown"
     with contextlib.suppress(OSError):

@@ -10,7 +10,10 @@ on stdout. Both say what was measured where:
 - `provenance`: the commit (`git rev-parse --short HEAD`), whether the work tree was dirty (and
   which files), the date at start and end, the duration;
 - `machine`: cores, CPU model, RAM, kernel, Python, SQLite, and the 1-minute load average at the
-  start and at the end of the whole run and around each benchmark (the machine may be shared).
+  start and at the end of the whole run and around each benchmark (the machine may be shared);
+- `speed`: before each benchmark and at the end, how fast the machine ran a fixed Python loop
+  over PROBE_SECONDS (`_common.speed_probe`): on a shared VM the speed moves by tens of percent
+  within minutes, which the load average does not show, and every figure moves with it.
 
 Every throughput and API figure is given with the raw-spawn ceiling and django-q2 of the *same*
 run (bench_throughput.py, run first), because only ratios within one run compare across machines.
@@ -49,9 +52,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, machine
+from _common import REPO, machine, speed_probe
 
 BENCH = Path(__file__).resolve().parent
+# Seconds of `speed_probe` before each benchmark: ~100 loops, enough for a minimum and a median.
+PROBE_SECONDS = 2.0
 
 FULL: dict[str, list[str]] = {
     "throughput": ["bench_throughput.py", "--repeat", "3"],
@@ -151,9 +156,14 @@ def provenance() -> dict[str, Any]:
 def run_plan(plan: dict[str, list[str]], out: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, cmd in plan.items():
+        speed = speed_probe(PROBE_SECONDS)
         load = os.getloadavg()[0]
         started = time.monotonic()
-        print(f"== {name}: {' '.join(cmd)} (load {load:.2f})", flush=True)
+        print(
+            f"== {name}: {' '.join(cmd)} (load {load:.2f}; probe loop {speed['loop_ms_min']} ms at best,"
+            f" {speed['loop_ms_median']} ms median)",
+            flush=True,
+        )
         proc = subprocess.run(
             [sys.executable, str(BENCH / cmd[0]), *cmd[1:], "--out", str(out / f"{name}.json")],
             stdout=subprocess.DEVNULL,
@@ -168,6 +178,7 @@ def run_plan(plan: dict[str, list[str]], out: Path) -> dict[str, Any]:
         results[name]["_run"] = {
             "seconds": round(time.monotonic() - started, 1),
             "loadavg_1m_before": round(load, 2),
+            "speed_before": speed,
             "loadavg_1m_after": round(os.getloadavg()[0], 2),
         }
     return results
@@ -463,6 +474,7 @@ def main() -> None:
             "date_utc_end": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ"),
             "seconds": round(time.monotonic() - started, 1),
             "loadavg_1m_end": round(os.getloadavg()[0], 2),
+            "speed_end": speed_probe(PROBE_SECONDS),
             "mode": "quick" if args.quick else "full",
         }
     )
@@ -482,6 +494,11 @@ def main() -> None:
         f" {where['date_utc_start']} .. {where['date_utc_end']} ({where['seconds']} s)\n"
         f"machine: {m['cores']} cores, {m['cpu_model']}, {m['ram_gib']} GiB, Python {m['python']},"
         f" SQLite {m['sqlite']}; load (1 min) {m['loadavg_1m_at_start']} at start, {where['loadavg_1m_end']} at end"
+    )
+    medians = [r["_run"]["speed_before"]["loop_ms_median"] for r in results.values()]
+    print(
+        f"speed: the probe loop's median {min(medians)}-{max(medians)} ms before the benchmarks,"
+        f" {where['speed_end']['loop_ms_median']} ms at the end (best {where['speed_end']['loop_ms_min']} ms)"
     )
     print("\n".join(f.line() for f in found))
     print(f"targets: {summary['targets_met']} met, {len(summary['targets_missed'])} missed; results: {out}")
