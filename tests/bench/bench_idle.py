@@ -16,12 +16,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import NOP_SCRIPT, BenchConfig, emit, helper, machine, start_workers, stop_process, temp_dir, wait_until
-
-
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat(5))
+from _common import (
+    NOP_SCRIPT,
+    BenchConfig,
+    cpu_seconds,
+    emit,
+    helper,
+    machine,
+    start_workers,
+    stop_process,
+    temp_dir,
+    wait_until,
+)
 
 
 def status(pid: int) -> dict[str, str]:
@@ -41,21 +47,20 @@ def run(settle: float, window: float) -> dict[str, Any]:
         try:
             wait_until(lambda: b"runworkers started" in log_path.read_bytes(), timeout=60, what="runworkers start")
             time.sleep(settle)
-            tick = os.sysconf("SC_CLK_TCK")
-            before, t0 = cpu_ticks(proc.pid), time.monotonic()
+            before, t0 = cpu_seconds(proc.pid), time.monotonic()
             time.sleep(window)
-            after, t1 = cpu_ticks(proc.pid), time.monotonic()
+            after, t1 = cpu_seconds(proc.pid), time.monotonic()
             st = status(proc.pid)
             alive = proc.poll() is None
         finally:
             rc = stop_process(proc)
-        cpu_seconds = (after - before) / tick
+        used = after - before
         return {
             "settle_seconds": settle,
             "window_seconds": round(t1 - t0, 2),
-            "clock_ticks_per_s": tick,
-            "cpu_seconds": round(cpu_seconds, 3),
-            "cpu_percent_of_one_core": round(100 * cpu_seconds / (t1 - t0), 2),
+            "clock_ticks_per_s": os.sysconf("SC_CLK_TCK"),
+            "cpu_seconds": round(used, 3),
+            "cpu_percent_of_one_core": round(100 * used / (t1 - t0), 2),
             "rss_mb": round(int(st["VmRSS"].split()[0]) / 1024, 1),
             "rss_peak_mb": round(int(st["VmHWM"].split()[0]) / 1024, 1),
             "threads": int(st["Threads"]),
