@@ -37,7 +37,7 @@ os.environ.setdefault("XDG_CACHE_HOME", str(_TMP / "cache"))
 import pytest  # noqa: E402
 
 from tests.support import ConfigDir, installed_runtime  # noqa: E402
-from tests.support.browser import SCREENSHOTS, browser  # noqa: E402, F401 - the `browser` fixture
+from tests.support.browser import SCREENSHOTS, browser, page_as_text  # noqa: E402, F401 - the `browser` fixture
 
 
 @pytest.fixture(scope="session")
@@ -105,9 +105,13 @@ def fresh_live_state(monkeypatch):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """Each phase's report kept on the test, so a fixture's teardown can tell a failed test (the
-    `browser` fixture then saves the page it failed on)."""
+    `browser` fixture then saves the page it failed on). A failed browser test's report also
+    carries that page's address and text: CI's output is all a reader of a remote run gets."""
     report = yield
     setattr(item, f"report_{report.when}", report)
+    page = item.funcargs.get("browser") if report.when == "call" and report.failed else None
+    if page is not None:
+        report.sections.append(("the page the test failed on", page_as_text(page)))
     return report
 
 

@@ -146,6 +146,17 @@ def browser(request, tmp_path) -> Iterator[Page]:
         driver.quit()
 
 
+def page_as_text(page: Page, limit: int = 4000) -> str:
+    """The page's address, title and visible text, for a failure's report."""
+    from selenium.common.exceptions import WebDriverException
+
+    try:
+        driver = page.driver
+        return f"{driver.current_url}\n{driver.title}\n\n{page.text[:limit]}"
+    except WebDriverException as error:
+        return f"(the browser could not give its page: {error.msg})"
+
+
 def _save_failed_page(page: Page, test: str) -> None:
     from selenium.common.exceptions import WebDriverException
 
