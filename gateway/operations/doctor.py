@@ -19,15 +19,23 @@ from gateway.runtime import Runtime
 ERROR, WARNING, INFO = "error", "warning", "info"
 
 
+# A finding's severity as a check's status in the original's /system/doctor shape.
+_STATUS = {ERROR: "fail", WARNING: "warn", INFO: "ok"}
+
+
 @dataclass(frozen=True)
 class Finding:
     check: str
     severity: str
     message: str
     where: str | None = None
+    key: str | None = None  # the config key it is about, dotted (`plugins.ghost`)
 
     def as_dict(self) -> dict[str, Any]:
         return {"check": self.check, "severity": self.severity, "message": self.message, "where": self.where}
+
+    def as_check(self) -> dict[str, Any]:
+        return {"name": self.check, "status": _STATUS[self.severity], "detail": self.message, "field": self.key}
 
 
 def diagnose(runtime: Runtime) -> list[Finding]:
@@ -51,11 +59,12 @@ class _Doctor:
         self.findings: list[Finding] = []
 
     def add(self, check: str, severity: str, message: str, path: tuple[str | int, ...] | None = None) -> None:
-        where = None
+        where = key = None
         if path is not None:
             problem = self.config.problem(path, "")
-            where = f"{problem.file}" + (f":{problem.line}" if problem.line else "") + f" key {problem.key}"
-        self.findings.append(Finding(check, severity, message, where))
+            key = problem.key
+            where = f"{problem.file}" + (f":{problem.line}" if problem.line else "") + f" key {key}"
+        self.findings.append(Finding(check, severity, message, where, key))
 
     def skipped_plugins(self) -> None:
         for name, reason in self.runtime.registry.skipped.items():

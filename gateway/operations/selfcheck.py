@@ -14,10 +14,16 @@ with the gateway stopped: exit 0 healthy, 1 when a check failed.
    plus one housekeeping interval (rows wait up to that long for the hourly prune).
 
 Nothing here writes: a missing SQLite file is reported, never created.
+
+`GET /system/selfcheck` asks the same of a serving API process (`serving=True`), as the original's
+does: `config_load` loads the files on disk afresh (what a reload or a restart would get, not what
+this process runs on), the PID lock held by the gateway this process belongs to is the healthy
+state, not a failure, and checks 4-6 are skipped while that gateway runs.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -33,7 +39,7 @@ from gateway.config.loader import ROOT_FILE
 from gateway.daemon.supervisor import pid_file_for, running_pid
 from gateway.operations.backups.snapshot import sqlite_file
 from gateway.operations.housekeeping import PRUNE_EVERY_MINUTES
-from gateway.runtime import RUNTIME
+from gateway.runtime import RUNTIME, build_runtime
 from gateway.storage.database import describe_database, integrity_finding, pending_migrations
 from ledger.models import Job
 
@@ -58,7 +64,7 @@ class Check:
         }
 
 
-def selfcheck() -> list[Check]:
+def selfcheck(*, serving: bool = False) -> list[Check]:
     checks = []
     config_dir = RUNTIME.config_dir
     if config_dir is None or not (config_dir / ROOT_FILE).is_file():
@@ -72,16 +78,18 @@ def selfcheck() -> list[Check]:
         )
     checks.append(Check("config_discovery", "ok", "config directory resolved", str(config_dir)))
     try:
-        config = RUNTIME.get().config
+        config = build_runtime(config_dir).config if serving else RUNTIME.get().config
     except ConfigError as exc:
         checks.append(Check("config_load", "fail", str(exc) or "the config did not load", str(config_dir)))
         return checks + _skipped(
             ("pid_lock", "db_integrity", "db_schema", "queue_terminal_freshness"), "skipped: the config did not load"
         )
     checks.append(Check("config_load", "ok", "configuration loaded", str(config_dir)))
-    pid_check = _pid_lock(pid_file_for(config))
+    pid_check = _pid_lock(pid_file_for(config), serving)
     checks.append(pid_check)
-    if pid_check.status == "fail":
+    if pid_check.status == "fail" or serving:
+        # Why skip on a serving API even without a PID file: this process is itself a gateway
+        # writing the database, so the reason for the skip holds for it too.
         return checks + _skipped(("db_integrity", "db_schema", "queue_terminal_freshness"), SKIPPED_RUNNING)
     try:
         checks += _database_checks(config.service.job_queue_retention)
@@ -94,7 +102,7 @@ def _skipped(names: tuple[str, ...], detail: str) -> list[Check]:
     return [Check(name, "skipped", detail) for name in names]
 
 
-def _pid_lock(pid_file: Path) -> Check:
+def _pid_lock(pid_file: Path, serving: bool) -> Check:
     path = str(pid_file)
     try:
         pid = running_pid(pid_file)
@@ -103,9 +111,30 @@ def _pid_lock(pid_file: Path) -> Check:
     except OSError as exc:
         return Check("pid_lock", "fail", f"cannot read the PID file: {exc.strerror}", path)
     if pid is not None:
-        return Check("pid_lock", "fail", f"a gateway is running (pid {pid}) and holds the PID lock", path)
+        if serving and pid in _ancestors():
+            return Check("pid_lock", "ok", f"held by this API's own gateway (pid {pid})", path)
+        whose = "another gateway" if serving else "a gateway"
+        return Check("pid_lock", "fail", f"{whose} is running (pid {pid}) and holds the PID lock", path)
     detail = "stale PID file: its process is gone" if pid_file.exists() else "no PID file: no gateway running"
+    if serving:
+        detail += " under `system start`; this API runs on its own"
     return Check("pid_lock", "ok", detail, path)
+
+
+def _ancestors() -> set[int]:
+    """This process's parent, its parent's, and so on (under `system start`: gunicorn's master,
+    then the supervisor, whose PID the lock file holds)."""
+    found: set[int] = set()
+    pid = os.getppid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                line = stat.read()
+        except OSError:
+            break  # gone meanwhile, or no /proc: the chain ends here
+        pid = int(line[line.rindex(b")") + 2 :].split()[1])
+    return found
 
 
 def _database_checks(queue_retention: float) -> list[Check]:

@@ -101,6 +101,18 @@ def test_a_plugin_trigger_runs_to_completion_through_the_whole_tree(system):
     assert api.call("GET", "/healthz", token=None)[1]["workers"] >= 1
 
 
+def test_the_served_selfcheck_knows_the_lock_is_its_own_gateways(system):
+    """GET /system/selfcheck from a gunicorn worker: the PID file names `system start`, two
+    processes up the tree, which is this gateway holding its own lock (healthy); the database
+    checks are skipped while it runs, as the CLI's are."""
+    api, proc, _ = system
+    code, body = api.call("GET", "/system/selfcheck")
+    assert code == 200 and body["ok"] is True, body
+    checks = {c["name"]: c for c in body["checks"]}
+    assert checks["pid_lock"]["status"] == "ok" and f"pid {proc.pid}" in checks["pid_lock"]["detail"]
+    assert [checks[n]["status"] for n in ("db_integrity", "db_schema", "queue_terminal_freshness")] == ["skipped"] * 3
+
+
 def test_synchronous_pipelines_answer_with_the_result_or_202_past_their_timeout(system):
     api, _, _ = system
     code, answer = api.call("POST", "/pipeline/quick", {"payload": {"who": "ada"}})

@@ -1,5 +1,6 @@
 """Operations endpoints (spec 000 "API Reference" §10 and §12, idiom 8 "Diagnostics"): the
-redacted config, stopwatch percentiles, the topology graph, the live event stream and reload."""
+redacted config, stopwatch percentiles, the topology graph, the live event stream, reload, doctor
+and selfcheck."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -195,7 +197,10 @@ def _event_id(raw: str) -> int:
 
 
 class SystemDoctor(Endpoint):
-    """`system doctor` over HTTP (idiom 8, "Diagnostics"): what loads but cannot work as meant."""
+    """`system doctor` over HTTP (idiom 8, "Diagnostics"): what loads but cannot work as meant.
+    `healthy` and `findings` as `system doctor --json` prints them; `ok`, `captured_at` and
+    `checks` ({name, status: fail | warn | ok, detail, field}) in the shape the original's
+    /system/doctor and /system/selfcheck share, so a client of either reads both."""
 
     @extend_schema(
         operation_id="system_doctor",
@@ -206,7 +211,42 @@ class SystemDoctor(Endpoint):
     def get(self, request: Request) -> Response:
         findings = diagnose(self.runtime)
         healthy = not any(f.severity == DOCTOR_ERROR for f in findings)
-        return Response({"healthy": healthy, "findings": [f.as_dict() for f in findings]})
+        return Response(
+            {
+                "healthy": healthy,
+                "findings": [f.as_dict() for f in findings],
+                "ok": healthy,
+                "captured_at": ts(timezone.now()),
+                "checks": [f.as_check() for f in findings],
+            }
+        )
+
+
+class SystemSelfcheck(Endpoint):
+    """`system selfcheck` asked of the serving gateway (idiom 8, "Diagnostics"): the config on disk
+    loads, and the PID lock is this gateway's own; the database checks are skipped while it runs
+    (gateway/operations/selfcheck.py). `ok` is false only when a check failed: skipped checks leave
+    it true."""
+
+    @extend_schema(
+        operation_id="system_selfcheck",
+        tags=["operations"],
+        summary="The selfcheck invariants as the running gateway sees them (database checks skipped while it runs)",
+        responses={200: OpenApiTypes.OBJECT, **errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        # Imported here: at module level every API worker would load django-q2's scheduler and the
+        # backup code with it (52 modules) for an endpoint asked now and then.
+        from gateway.operations.selfcheck import selfcheck
+
+        checks = selfcheck(serving=True)
+        return Response(
+            {
+                "ok": all(c.status != "fail" for c in checks),
+                "captured_at": ts(timezone.now()),
+                "checks": [c.as_dict() for c in checks],
+            }
+        )
 
 
 class SystemReload(Endpoint):

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from types import MappingProxyType
@@ -130,6 +133,9 @@ def as_(client, name):
         (None, "get", "/system/doctor", 401),
         ("plugin-ro", "get", "/system/doctor", 403),
         ("admin", "get", "/system/doctor", 200),
+        (None, "get", "/system/selfcheck", 401),
+        ("reader", "get", "/system/selfcheck", 403),
+        ("admin", "get", "/system/selfcheck", 200),
     ],
 )
 def test_scope_matrix(api, token, method, path, code):
@@ -419,6 +425,58 @@ def test_system_doctor_answers_what_the_cli_answers(api, ops):
     assert (
         finding["severity"] == "error" and "'ghost'" in finding["message"] and "key plugins.ghost" in finding["where"]
     )
+    # The same findings in the shape the original's /system/doctor answers, for its clients.
+    assert body["ok"] is False and body["captured_at"].endswith("Z")
+    (check,) = [c for c in body["checks"] if c["name"] == "plugin_not_discovered"]
+    assert check == {
+        "name": "plugin_not_discovered",
+        "status": "fail",
+        "detail": finding["message"],
+        "field": "plugins.ghost",
+    }
+    assert {c["status"] for c in body["checks"]} <= {"fail", "warn", "ok"}
+
+
+SELFCHECK = ["config_discovery", "config_load", "pid_lock", "db_integrity", "db_schema", "queue_terminal_freshness"]
+
+
+def selfcheck_of(api) -> tuple[bool, dict[str, dict]]:
+    body = as_(api, "admin").get("/system/selfcheck").json()
+    assert [c["name"] for c in body["checks"]] == SELFCHECK and body["captured_at"].endswith("Z")
+    return body["ok"], {c["name"]: c for c in body["checks"]}
+
+
+def test_system_selfcheck_is_the_running_gateways_view(api, ops):
+    """The lock held by the gateway this API belongs to is healthy, a live stranger's is not; the
+    database checks wait for the gateway to stop; the config is the one on disk now."""
+    pid_file = RUNTIME.get().config.state_path.parent / "ductile.pid"
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(f"{os.getppid()}\n")  # the process that started this one, as `system start` starts gunicorn
+    ok, checks = selfcheck_of(api)
+    assert ok is True
+    assert checks["pid_lock"]["status"] == "ok" and f"pid {os.getppid()}" in checks["pid_lock"]["detail"]
+    for name in ("db_integrity", "db_schema", "queue_terminal_freshness"):
+        assert checks[name]["status"] == "skipped" and "quiesce" in checks[name]["detail"]
+
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pid_file.write_text(f"{stranger.pid}\n")
+        ok, checks = selfcheck_of(api)
+        assert ok is False
+        assert (
+            checks["pid_lock"]["status"] == "fail"
+            and f"another gateway is running (pid {stranger.pid})" in (checks["pid_lock"]["detail"])
+        )
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+    ops.service["max_workers"] = "many"  # broken on disk; this process keeps the config it runs on
+    ops.write()
+    ok, checks = selfcheck_of(api)
+    assert ok is False
+    assert checks["config_load"]["status"] == "fail" and "service.max_workers" in checks["config_load"]["detail"]
+    assert as_(api, "admin").get("/system/doctor").status_code == 200
 
 
 # -- /events over real HTTP ------------------------------------------------------------------
