@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +15,7 @@ from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, typed_config
+from gateway.config.relay import Relay, parse_relay
 from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.validity import process_memo, schema_errors
 from gateway.config.webhooks import Webhooks, parse_webhooks
@@ -23,7 +24,8 @@ from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
-from pipelines.dsl import PipelineErrors, PipelineSet, compile_pipelines
+from pipelines.dsl import SWITCH, PipelineErrors, PipelineSet, compile_pipelines
+from pipelines.relay import RELAY
 from pipelines.routing import RouteRule, RoutingTable
 
 
@@ -40,8 +42,18 @@ class Runtime:
     plugin_seal: PluginSeal = field(default_factory=PluginSeal)
     # The webhook listener's endpoints, parsed once per load.
     webhooks: Webhooks = field(default_factory=Webhooks)
+    # relay-instances.yaml and relay-ingress.yaml, parsed once per load.
+    relay: Relay = field(default_factory=Relay)
     # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
     loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def claim_caps(self) -> dict[str, int]:
+        """What a worker may claim: the registry's caps, plus `relay:` steps' sends when this
+        gateway has somewhere to relay to (each waits on the network, as a plugin would)."""
+        caps = self.registry.claim_caps()
+        if self.relay.instances:
+            caps[RELAY] = caps[SWITCH]
+        return caps
 
 
 def build_runtime(
@@ -74,12 +86,14 @@ def _assemble(
     warned = plugin_seal.warnings if config.service.strict_mode else (*plugin_seal.problems, *plugin_seal.warnings)
     registry = replace(registry, warnings=(*registry.warnings, *warned))
     routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
+    tokens = load_tokens(config)
+    relay, relay_problems = parse_relay(config, tokens.secrets)
+    problems += relay_problems
     try:
-        pipelines = compile_config_pipelines(config, registry)
+        pipelines = compile_config_pipelines(config, registry, relay.instances)
     except ConfigError as exc:
         problems += exc.problems
         pipelines = PipelineSet()
-    tokens = load_tokens(config)
     if config.service.strict_mode:
         problems += [*plugin_seal.problems, *strict_refusals(config, registry, tokens)]
     # webhooks.yaml is a high-security file: a bad one stops every process (exit 78).
@@ -97,6 +111,7 @@ def _assemble(
         tokens=tokens,
         plugin_seal=plugin_seal,
         webhooks=webhooks,
+        relay=relay,
     )
 
 
@@ -127,10 +142,15 @@ def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegi
     return problems
 
 
-def compile_config_pipelines(config: GatewayConfig, registry: Registry) -> PipelineSet:
-    """Compile `pipelines:` against the configured plugins; errors name file, line and key."""
+def compile_config_pipelines(
+    config: GatewayConfig, registry: Registry, relay_targets: Iterable[str] = ()
+) -> PipelineSet:
+    """Compile `pipelines:` against the configured plugins and relay instances; errors name file,
+    line and key."""
     try:
-        return compile_pipelines(thaw(config.pipelines), plugin_commands(registry), parse_duration, schema_errors)
+        return compile_pipelines(
+            thaw(config.pipelines), plugin_commands(registry), parse_duration, schema_errors, relay_targets
+        )
     except PipelineErrors as exc:
         raise ConfigError(config.problem(p.path, p.message) for p in exc.problems) from exc
 

@@ -19,8 +19,10 @@ from typing import Any
 import blake3
 
 from pipelines import predicates, templates
+from pipelines import relay as relay_step
 from pipelines.baggage import BaggageError, BaggageSpec
 from pipelines.baggage import parse as parse_baggage
+from pipelines.relay import RELAY, RelaySpec
 
 HOOK_SIGNALS = ("job.completed", "job.failed", "job.timed_out")
 DEFAULT_MAX_DEPTH = 20
@@ -35,12 +37,13 @@ _STEP_KINDS = ("uses", "call", "steps", "split", "relay")
 @dataclass(frozen=True)
 class Node:
     id: str
-    kind: str  # uses | switch
+    kind: str  # uses | switch | relay
     plugin: str = ""
     command: str = "handle"
     with_: Mapping[str, Any] | None = None
     baggage: BaggageSpec = field(default_factory=BaggageSpec)
     condition: Mapping[str, Any] | None = None
+    relay: RelaySpec | None = None
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,8 @@ class Pipeline:
 
 
 def _describe(node: Node) -> dict[str, Any]:
-    if node.kind == "switch":
-        return {"kind": "uses", "step": node.id, "plugin": SWITCH, "command": "handle"}
+    if node.relay is not None:
+        return {"kind": "relay", "step": node.id, "to": node.relay.to, "event": node.relay.event}
     return {"kind": "uses", "step": node.id, "plugin": node.plugin, "command": node.command}
 
 
@@ -117,6 +120,7 @@ def _node_body(node: Node) -> dict[str, Any]:
         "with": node.with_,
         "baggage": {"claims": baggage.claims, "from": baggage.bulk_from, "namespace": baggage.namespace},
         "if": node.condition,
+        "relay": None if node.relay is None else {**vars(node.relay), "baggage": vars(node.relay.baggage)},
     }
 
 
@@ -184,6 +188,7 @@ def compile_pipelines(
     plugin_commands: Mapping[str, Iterable[str] | None],
     parse_duration: Any = float,
     schema_errors: Callable[[Mapping[str, Any], Any], Iterable[Any]] | None = None,
+    relay_targets: Iterable[str] = (),
 ) -> PipelineSet:
     """Validate and compile every pipeline; raises PipelineErrors naming pipeline, step and key.
 
@@ -194,7 +199,9 @@ def compile_pipelines(
 
     `schema_errors(schema, document)` gives jsonschema's errors; by default the document is
     validated as it is (the gateway passes one that remembers what passed before:
-    gateway.config.validity)."""
+    gateway.config.validity).
+
+    `relay_targets`: the enabled instances of relay-instances.yaml a `relay:` step may name."""
     data = [dict(p) if isinstance(p, Mapping) else p for p in raw]
     problems = [_schema_problem(error) for error in (schema_errors or _validate)(pipeline_schema(), data)]
     if problems:
@@ -213,7 +220,7 @@ def compile_pipelines(
             by_name[spec["name"]] = index
     compiled: dict[str, Pipeline] = {}
     for index, spec in enumerate(data):
-        builder = _Builder(data, by_name, commands, index)
+        builder = _Builder(data, by_name, commands, index, frozenset(relay_targets))
         pipeline = builder.pipeline(spec, parse_duration)
         problems += builder.problems
         if pipeline is not None and by_name[pipeline.name] == index:
@@ -312,8 +319,10 @@ class _Builder:
         by_name: Mapping[str, int],
         commands: Mapping[str, frozenset[str] | None],
         index: int,
+        relay_targets: frozenset[str],
     ):
         self.data, self.by_name, self.commands, self.index = data, by_name, commands, index
+        self.relay_targets = relay_targets
         self.problems: list[PipelineProblem] = []
         self.nodes: dict[str, Node] = {}
         self.edges: dict[str, list[tuple[str | None, str]]] = {}
@@ -395,12 +404,12 @@ class _Builder:
         for key in ("with", "baggage"):
             if key in step and kind != "uses":
                 self.fail((*path, key), f"{key} is only valid on uses steps")
-        if kind == "relay":
-            self.fail((*path, "relay"), "relay steps need relay-instances.yaml, which this gateway does not load yet")
-            return [], []
-        step_id = self.node_id(step.get("id"), path, prefix) if kind in ("uses", "call") or "if" in step else ""
+        named = kind in ("uses", "call", "relay") or "if" in step
+        step_id = self.node_id(step.get("id"), path, prefix) if named else ""
         if kind == "uses":
             entries, exits = self.uses(step, path, step_id)
+        elif kind == "relay":
+            entries, exits = self.relay(step["relay"], (*path, "relay"), step_id)
         elif kind == "call":
             clashed = any(p.path == (*path, "id") for p in self.problems)  # do not inline a clash twice
             entries, exits = ([], []) if clashed else self.call(step["call"], (*path, "call"), prefix=f"{step_id}/")
@@ -482,6 +491,19 @@ class _Builder:
         else:
             self.fail((*path, "id"), f"step id {preferred!r} is used twice in this pipeline")
         return node_id
+
+    def relay(self, raw: Any, path: KeyPath, node_id: str) -> tuple[list[str], Exits]:
+        """A `relay:` step: one `core.relay` hop that sends, then moves the pipeline on."""
+        try:
+            spec = relay_step.parse(raw)
+        except relay_step.RelayStepError as exc:
+            self.fail((*path, *exc.path), exc.message)
+            return [], []
+        if spec.to not in self.relay_targets:
+            known = ", ".join(sorted(self.relay_targets)) or "none"
+            self.fail((*path, "to"), f"unknown relay instance {spec.to!r} (enabled in relay-instances.yaml: {known})")
+        self.nodes[node_id] = Node(id=node_id, kind="relay", plugin=RELAY, relay=spec)
+        return [node_id], [(node_id, None)]
 
     def uses(self, step: Mapping[str, Any], path: KeyPath, node_id: str) -> tuple[list[str], Exits]:
         target = step["uses"]

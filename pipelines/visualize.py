@@ -59,6 +59,9 @@ def mermaid(pipeline: Pipeline) -> str:
     for node in pipeline.nodes.values():
         if node.kind == "switch":
             lines.append(f'    {ids[node.id]}{{"{mermaid_label(node_label(pipeline, node.id))}"}}')
+        elif node.relay is not None:
+            sends = f"relay {node.relay.event} to {node.relay.to}"
+            lines.append(f'    {ids[node.id]}[/"{mermaid_label(node.id)}<br/>{mermaid_label(sends)}"/]')
         else:
             label = f"{mermaid_label(node.id)}<br/>{mermaid_label(node.plugin)}.{mermaid_label(node.command)}"
             lines.append(f'    {ids[node.id]}["{label}"]')

@@ -18,6 +18,8 @@ from gateway.execution.protocol import build_request, judge, shown
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
+from gateway.relay.sender import RelayFailed, send
+from gateway.relay.wire import Envelope
 from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
 from ledger import wakeups
@@ -26,8 +28,9 @@ from ledger.models import AttemptOutcome, EventContext, Job, LostJob, PluginStat
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from ledger.writes import writing
-from pipelines.dsl import SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
+from pipelines.dsl import STEP_SUCCEEDED, SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
 from pipelines.predicates import evaluate
+from pipelines.relay import RELAY, RelayStepError, project
 from pipelines.router import (
     Position,
     carry_forward,
@@ -86,6 +89,8 @@ class Executor:
         position = self._position(job)
         if job.plugin == SWITCH:
             return self._switch(job, runtime, position)
+        if job.plugin == RELAY:
+            return self._relay(job, runtime, position)
         instance = runtime.registry.instances.get(job.plugin)
         refusal = intake.refusal(runtime, job.plugin, job.command)
         if refusal is None:
@@ -206,9 +211,7 @@ class Executor:
         node = self._node(runtime, position)
         if pipeline is None or node is None or node.condition is None:
             error = f"core.switch: pipeline step {position.pipeline}:{position.node} is no longer configured"
-            outcome = AttemptOutcome(JobStatus.FAILED, error=error, retryable=False)
-            outcome.events.append(preflight_event(job, "fail", error))
-            return self._record(job, outcome, runtime)
+            return self._refuse(job, runtime, error)
         gated_plugin = runtime.registry.instances.get(pipeline.gated_plugin(node.id) or "")
         payload = (job.event or {}).get("payload") or {}
         scope = {
@@ -222,6 +225,60 @@ class Executor:
         outcome = AttemptOutcome(JobStatus.SUCCEEDED, response_text=json.dumps(response))
         outcome.events.append(preflight_event(job, "run", ""))
         self._route(job, [event], runtime, position, outcome)
+        return self._record(job, outcome, runtime)
+
+    # -- core.relay --------------------------------------------------------------------------
+
+    def _relay(self, job: Job, runtime: Runtime, position: Position) -> Job | None:
+        """A `relay:` step (DSL reference §3.5): send the projected event to the named instance,
+        then move the pipeline on with the receiver's acceptance. Not accepted is a failed attempt,
+        retried by the job's policy unless the receiver refused it (the sender owns the failure
+        until the receiver's 202; a retry carries the same dedupe key)."""
+        node = self._node(runtime, position)
+        if node is None or node.relay is None:
+            error = f"core.relay: pipeline step {position.pipeline}:{position.node} is no longer configured"
+            return self._refuse(job, runtime, error)
+        spec = node.relay
+        try:
+            projection = project(spec, job.event or {}, position.context or {})
+        except RelayStepError as exc:
+            return self._refuse(job, runtime, f"core.relay: step {position.node!r}: {exc}")
+        origin = {
+            "instance": runtime.config.service.name,
+            "plugin": job.plugin,
+            "job_id": job.id,
+            "event_id": str((job.event or {}).get("event_id") or ""),
+        }
+        envelope = Envelope(spec.event, projection.payload, projection.dedupe_key, origin, projection.baggage)
+        try:
+            accepted = send(runtime.relay, runtime.config.service.name, spec.to, envelope)
+        except RelayFailed as exc:
+            outcome = AttemptOutcome(JobStatus.FAILED, error=f"core.relay: {exc}", retryable=exc.retryable)
+            outcome.events.append(preflight_event(job, "run", ""))
+            return self._record(job, outcome, runtime)
+        event = {
+            "type": STEP_SUCCEEDED,
+            "payload": {
+                "relay_to": spec.to,
+                "relay_event_type": spec.event,
+                "relay_receiver_event_id": accepted.receiver_event_id,
+                "relay_receiver_peer": accepted.peer,
+                "relay_receiver_job_id": accepted.job_id,
+                "relay_acceptance_status": accepted.status,
+            },
+        }
+        result = {"status": "relayed", "to": spec.to, "event": spec.event, "accepted": accepted.as_dict()}
+        outcome = AttemptOutcome(
+            JobStatus.SUCCEEDED, response_text=json.dumps({"status": "ok", "result": result, "events": [event]})
+        )
+        outcome.events.append(preflight_event(job, "run", ""))
+        self._route(job, [event], runtime, position, outcome)
+        return self._record(job, outcome, runtime)
+
+    def _refuse(self, job: Job, runtime: Runtime, error: str) -> Job | None:
+        """An in-process step that cannot run as configured: failed for good, with why."""
+        outcome = AttemptOutcome(JobStatus.FAILED, error=error, retryable=False)
+        outcome.events.append(preflight_event(job, "fail", error))
         return self._record(job, outcome, runtime)
 
     # -- routing -----------------------------------------------------------------------------

@@ -415,7 +415,7 @@ class WorkerDaemon:
         return self._queue.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl)
 
     def _caps(self, runtime: Runtime) -> dict[str, int]:
-        caps = runtime.registry.claim_caps()
+        caps = runtime.claim_caps()
         if self.plugins is not None:
             caps = {name: cap for name, cap in caps.items() if name in self.plugins}
         return caps

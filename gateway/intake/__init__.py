@@ -16,12 +16,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from gateway.config.model import RetryPolicy
 from gateway.plugins.registry import PluginInstance
 from gateway.runtime import Runtime
 from ledger.models import EnqueueResult, Job, JobSpec
 from ledger.storable import Unstorable, check_storable, storable_text
 from ledger.submitters import Submitter
 from ledger.writes import shared
+from pipelines.relay import RELAY
 from pipelines.router import Successor, stamp_upstream
 
 DEDUPE_KEY_MAX = int(Job._meta.get_field("dedupe_key").max_length or 512)
@@ -63,6 +65,10 @@ def resolve(runtime: Runtime, plugin: str, command: str) -> PluginInstance:
 
 def _attempts(runtime: Runtime, plugin: str, fallback: int = 1) -> int:
     instance = runtime.registry.instances.get(plugin)
+    if instance is None and plugin == RELAY:
+        # A relay step's send may meet a network down or a receiver restarting: the default
+        # retry policy, as for a plugin (the sender owns a failure until the receiver's 202).
+        return RetryPolicy.max_attempts
     return instance.config.retry.max_attempts if instance else fallback
 
 

@@ -42,8 +42,11 @@ def pipe(name="p", steps=None, **fields):
     }
 
 
+RELAY_TARGETS = ("lab",)  # the enabled instances of relay-instances.yaml
+
+
 def build(*pipelines, plugins=PLUGINS) -> PipelineSet:
-    return compile_pipelines(list(pipelines), plugins, parse_duration)
+    return compile_pipelines(list(pipelines), plugins, parse_duration, relay_targets=RELAY_TARGETS)
 
 
 def problems(*pipelines, plugins=PLUGINS) -> dict[str, str]:
@@ -293,9 +296,32 @@ STEP_REFUSALS = [
         "must reference payload.* or context.*",
     ),
     (
-        [{"id": "lab", "relay": {"to": "lab", "event": "backup.ready"}}],
-        "pipelines[0].steps[0].relay",
-        "relay steps need relay-instances.yaml",
+        [{"relay": {"to": "nowhere", "event": "backup.ready"}}],
+        "pipelines[0].steps[0].relay.to",
+        "unknown relay instance 'nowhere' (enabled in relay-instances.yaml: lab)",
+    ),
+    ([{"relay": {"to": "lab"}}], "pipelines[0].steps[0].relay.event", "missing 'event': the remote event type"),
+    ([{"relay": {"to": "lab", "event": "Backup Ready"}}], "pipelines[0].steps[0].relay.event", "lower-case dotted"),
+    ([{"relay": {"to": "lab", "event": "b.r", "tos": "x"}}], "pipelines[0].steps[0].relay.tos", "unknown key 'tos'"),
+    (
+        [{"relay": {"to": "lab", "event": "b.r", "with": {"token": "config.token"}}}],
+        "pipelines[0].steps[0].relay.with.token",
+        "must reference payload.* or context.*",
+    ),
+    (
+        [{"relay": {"to": "lab", "event": "b.r", "dedupe_key": "{payload.id"}}],
+        "pipelines[0].steps[0].relay.dedupe_key",
+        "unbalanced braces",
+    ),
+    (
+        [{"relay": {"to": "lab", "event": "b.r", "baggage": {"ductile.x": "payload.a"}}}],
+        "pipelines[0].steps[0].relay.baggage.ductile.x",
+        "reserved",
+    ),
+    (
+        [{"relay": {"to": "lab", "event": "b.r"}, "with": {"a": "{payload.a}"}}],
+        "pipelines[0].steps[0].with",
+        "with is only valid on uses steps",
     ),
 ]
 
@@ -683,6 +709,24 @@ def test_shape_lists_entry_edge_and_terminal_routes():
     }
     assert [r for r in routes if r.startswith("entry:")] == ["entry:first"]
     assert [r for r in routes if r.startswith("terminal:")] == ["terminal:inner/r"]
+
+
+def test_a_relay_step_is_one_core_relay_node_the_pipeline_moves_on_from():
+    relay = {"to": "lab", "event": "backup.ready", "with": {"id": "payload.archive"}, "dedupe_key": "{payload.archive}"}
+    compiled = build(
+        pipe("p", steps=[{"id": "make", "uses": "echo"}, {"id": "ship", "relay": relay}, {"uses": "probe"}])
+    )
+    pipeline = compiled.pipelines["p"]
+    ship = pipeline.nodes["ship"]
+    assert (ship.kind, ship.plugin, ship.command) == ("relay", "core.relay", "handle")
+    assert ship.relay is not None and (ship.relay.to, ship.relay.event) == ("lab", "backup.ready")
+    assert pipeline.next_nodes("make", "echo.poll") == ["ship"] and pipeline.next_nodes("ship", "x") == ["step_1"]
+    routes = {r["id"]: r for r in pipeline.shape()["routes"]}
+    assert routes["edge:make->ship"]["to"] == {"kind": "relay", "step": "ship", "to": "lab", "event": "backup.ready"}
+    assert '    n_ship[/"ship<br/>relay backup.ready to lab"/]' in mermaid(pipeline).splitlines()
+    # What it sends decides behaviour: another event type is another fingerprint.
+    other = build(pipe("p", steps=[{"id": "make", "uses": "echo"}, {"id": "ship", "relay": {**relay, "event": "b.x"}}]))
+    assert compiled.fingerprint() != other.fingerprint()
 
 
 def test_shape_of_a_hook_and_of_a_switch_that_can_end_the_run():

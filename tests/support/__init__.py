@@ -334,7 +334,7 @@ def run_until_idle(holder: RuntimeHolder, *, limit: int = 50, plugins: Collectio
     worker.start()
     worker.join()
     if daemon.claimed >= limit:
-        caps = holder.get().registry.claim_caps()
+        caps = holder.get().claim_caps()
         if Job.objects.look(list(plugins or caps), timezone.now()).due:
             raise AssertionError(f"the queue was not idle after {limit} jobs")
     return daemon.claimed

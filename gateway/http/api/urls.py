@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django.urls import include, path
+from django.urls import include, path, re_path
 
-from gateway.http.api import views
+from gateway.http.api import relay, views
 
 urlpatterns = [
     path("", include("gateway.http.api.openapi_urls")),
@@ -23,4 +23,7 @@ urlpatterns = [
     path("job-logs", views.JobLogs.as_view(), name="job-logs"),
     path("analytics/queue", views.AnalyticsQueue.as_view(), name="analytics-queue"),
     path("analytics/summary", views.AnalyticsSummary.as_view(), name="analytics-summary"),
+    path("ingest/peer/<str:peer>", relay.RelayIngress.as_view(), name="relay-ingress"),
+    # Last of every route: a `remote_ingress.listen_path` other than the default; 404 otherwise.
+    re_path(r"^(?P<prefix>.+)/(?P<peer>[^/]+)$", relay.configured_ingress),
 ]

@@ -184,7 +184,7 @@ class Command(DuctileCommand):
             while True:
                 job = Job.objects.claim_next(
                     worker_id=worker.id,
-                    caps=runtime.registry.claim_caps(),
+                    caps=runtime.claim_caps(),
                     lease_ttl=runtime.config.service.lease_ttl,
                     only=job_id,
                 )

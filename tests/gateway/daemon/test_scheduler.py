@@ -99,7 +99,7 @@ def test_catch_up_after_three_hours_of_downtime(config_dir, policy, expected):
 
 def claim_one():
     runtime = RUNTIME.get()
-    return Job.objects.claim_next(worker_id="w-slow", caps=runtime.registry.claim_caps(), lease_ttl=600)
+    return Job.objects.claim_next(worker_id="w-slow", caps=runtime.claim_caps(), lease_ttl=600)
 
 
 @pytest.mark.parametrize("policy", ["skip", "queue", "cancel"])

@@ -143,7 +143,7 @@ def test_the_pipelines_stream_sends_runs_and_the_steps_of_each_pipelines_latest_
         assert got["steps"]["greet"]["job_id"] == second and got["steps"]["greet"]["status"] == "queued"
         got = dict(frames(chosen, 2))
         assert got["steps"]["greet"]["job_id"] == first
-        job = Job.objects.claim_next(worker_id="w1", caps=holder.get().registry.claim_caps(), lease_ttl=60)
+        job = Job.objects.claim_next(worker_id="w1", caps=holder.get().claim_caps(), lease_ttl=60)
         assert job is not None and job.id == first
         Executor(holder, "w1").execute(job)
         # The chosen run moved; the list of runs changed too (its status): both are sent again.

@@ -1,0 +1,1 @@
+"""Remote Event Relay: the wire, sending and accepting (spec 000 "Remote Event Relay")."""
