@@ -10,12 +10,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, typed_config
-from gateway.config.relay import Relay, parse_relay
 from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.validity import process_memo, schema_errors
 from gateway.config.webhooks import Webhooks, parse_webhooks
@@ -24,9 +24,11 @@ from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
-from pipelines.dsl import SWITCH, PipelineErrors, PipelineSet, compile_pipelines
-from pipelines.relay import RELAY
+from pipelines.dsl import RELAY, SWITCH, PipelineErrors, PipelineSet, compile_pipelines
 from pipelines.routing import RouteRule, RoutingTable
+
+if TYPE_CHECKING:
+    from gateway.config.relay import Relay
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,9 @@ class Runtime:
     plugin_seal: PluginSeal = field(default_factory=PluginSeal)
     # The webhook listener's endpoints, parsed once per load.
     webhooks: Webhooks = field(default_factory=Webhooks)
-    # relay-instances.yaml and relay-ingress.yaml, parsed once per load.
-    relay: Relay = field(default_factory=Relay)
+    # relay-instances.yaml and relay-ingress.yaml, parsed once per load; None when the config
+    # has neither (no instances to send to, no ingress).
+    relay: Relay | None = None
     # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
     loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -51,7 +54,7 @@ class Runtime:
         """What a worker may claim: the registry's caps, plus `relay:` steps' sends when this
         gateway has somewhere to relay to (each waits on the network, as a plugin would)."""
         caps = self.registry.claim_caps()
-        if self.relay.instances:
+        if self.relay is not None and self.relay.instances:
             caps[RELAY] = caps[SWITCH]
         return caps
 
@@ -87,10 +90,15 @@ def _assemble(
     registry = replace(registry, warnings=(*registry.warnings, *warned))
     routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
     tokens = load_tokens(config)
-    relay, relay_problems = parse_relay(config, tokens.secrets)
-    problems += relay_problems
+    relay = None
+    if "instances" in config.document or "remote_ingress" in config.document:
+        # Imported here: every process loads a config at its start, and few relay.
+        from gateway.config.relay import parse_relay
+
+        relay, relay_problems = parse_relay(config, tokens.secrets)
+        problems += relay_problems
     try:
-        pipelines = compile_config_pipelines(config, registry, relay.instances)
+        pipelines = compile_config_pipelines(config, registry, relay.instances if relay else ())
     except ConfigError as exc:
         problems += exc.problems
         pipelines = PipelineSet()

@@ -14,19 +14,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import blake3
 
 from pipelines import predicates, templates
-from pipelines import relay as relay_step
 from pipelines.baggage import BaggageError, BaggageSpec
 from pipelines.baggage import parse as parse_baggage
-from pipelines.relay import RELAY, RelaySpec
+
+if TYPE_CHECKING:
+    from pipelines.relay import RelaySpec
 
 HOOK_SIGNALS = ("job.completed", "job.failed", "job.timed_out")
 DEFAULT_MAX_DEPTH = 20
 SWITCH = "core.switch"
+RELAY = "core.relay"  # the hop a `relay:` step compiles to (pipelines/relay.py)
 SWITCH_TRUE, SWITCH_FALSE = "ductile.switch.true", "ductile.switch.false"
 STEP_SUCCEEDED = "ductile.step.succeeded"
 SWITCH_SUFFIX = "__switch"
@@ -494,6 +496,9 @@ class _Builder:
 
     def relay(self, raw: Any, path: KeyPath, node_id: str) -> tuple[list[str], Exits]:
         """A `relay:` step: one `core.relay` hop that sends, then moves the pipeline on."""
+        # Imported here: every process compiles pipelines at its start, and few relay.
+        from pipelines import relay as relay_step
+
         try:
             spec = relay_step.parse(raw)
         except relay_step.RelayStepError as exc:

@@ -27,7 +27,6 @@ from pipelines import templates
 from pipelines.baggage import BaggageError, BaggageSpec, accrete
 from pipelines.baggage import parse as parse_baggage
 
-RELAY = "core.relay"
 # Lower-case dotted, as the receiver requires of an event type (`backup.ready`).
 EVENT_TYPE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 _KEYS = ("to", "event", "dedupe_key", "with", "baggage")

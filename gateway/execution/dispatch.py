@@ -18,8 +18,6 @@ from gateway.execution.protocol import build_request, judge, shown
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
-from gateway.relay.sender import RelayFailed, send
-from gateway.relay.wire import Envelope
 from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
 from ledger import wakeups
@@ -28,9 +26,8 @@ from ledger.models import AttemptOutcome, EventContext, Job, LostJob, PluginStat
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from ledger.writes import writing
-from pipelines.dsl import STEP_SUCCEEDED, SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
+from pipelines.dsl import RELAY, STEP_SUCCEEDED, SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
 from pipelines.predicates import evaluate
-from pipelines.relay import RELAY, RelayStepError, project
 from pipelines.router import (
     Position,
     carry_forward,
@@ -234,6 +231,12 @@ class Executor:
         then move the pipeline on with the receiver's acceptance. Not accepted is a failed attempt,
         retried by the job's policy unless the receiver refused it (the sender owns the failure
         until the receiver's 202; a retry carries the same dedupe key)."""
+        # Imported here: every worker imports this module at its start, and only a gateway whose
+        # pipelines relay needs the sender (with urllib.request).
+        from gateway.relay.sender import RelayFailed, send
+        from gateway.relay.wire import Envelope
+        from pipelines.relay import RelayStepError, project
+
         node = self._node(runtime, position)
         if node is None or node.relay is None:
             error = f"core.relay: pipeline step {position.pipeline}:{position.node} is no longer configured"

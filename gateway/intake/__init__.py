@@ -23,7 +23,7 @@ from ledger.models import EnqueueResult, Job, JobSpec
 from ledger.storable import Unstorable, check_storable, storable_text
 from ledger.submitters import Submitter
 from ledger.writes import shared
-from pipelines.relay import RELAY
+from pipelines.dsl import RELAY
 from pipelines.router import Successor, stamp_upstream
 
 DEDUPE_KEY_MAX = int(Job._meta.get_field("dedupe_key").max_length or 512)

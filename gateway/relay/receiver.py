@@ -36,7 +36,7 @@ def refused(status: int, message: str) -> Answer:
 
 def receive(runtime: Runtime, peer_name: str, *, path: str, headers: Mapping[str, str], body: bytes) -> Answer:
     """One POST to `<listen_path>/<peer>`; `headers` as sent (any case)."""
-    ingress = runtime.relay.ingress
+    ingress = runtime.relay.ingress if runtime.relay else None
     if ingress is None:
         return refused(404, f"no such endpoint: {path}")
     header = {k.lower(): v.strip() for k, v in headers.items()}

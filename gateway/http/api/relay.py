@@ -33,7 +33,7 @@ class _RawBody(BaseParser):
 def _answer(request: HttpRequest, prefix: str, peer: str) -> Answer | None:
     """The receiver's answer, or None when `prefix` is not this gateway's ingress path."""
     runtime = RUNTIME.get()
-    ingress = runtime.relay.ingress
+    ingress = runtime.relay.ingress if runtime.relay else None
     if ingress is None or prefix.rstrip("/") != ingress.listen_path:
         return None
     return receive(runtime, peer, path=request.path, headers=dict(request.headers), body=request.body)
