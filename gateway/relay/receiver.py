@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway import intake
+from gateway.config.relay import RelayIngress
 from gateway.intake.events import root_event
 from gateway.relay import wire
 from gateway.runtime import Runtime
@@ -34,11 +35,10 @@ def refused(status: int, message: str) -> Answer:
     return Answer(status, {"error": message})
 
 
-def receive(runtime: Runtime, peer_name: str, *, path: str, headers: Mapping[str, str], body: bytes) -> Answer:
+def receive(
+    runtime: Runtime, ingress: RelayIngress, peer_name: str, *, path: str, headers: Mapping[str, str], body: bytes
+) -> Answer:
     """One POST to `<listen_path>/<peer>`; `headers` as sent (any case)."""
-    ingress = runtime.relay.ingress if runtime.relay else None
-    if ingress is None:
-        return refused(404, f"no such endpoint: {path}")
     header = {k.lower(): v.strip() for k, v in headers.items()}
     peer = ingress.peers.get(peer_name.strip())
     if peer is None:

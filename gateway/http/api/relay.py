@@ -36,7 +36,7 @@ def _answer(request: HttpRequest, prefix: str, peer: str) -> Answer | None:
     ingress = runtime.relay.ingress if runtime.relay else None
     if ingress is None or prefix.rstrip("/") != ingress.listen_path:
         return None
-    return receive(runtime, peer, path=request.path, headers=dict(request.headers), body=request.body)
+    return receive(runtime, ingress, peer, path=request.path, headers=dict(request.headers), body=request.body)
 
 
 def _refusal(meaning: str) -> OpenApiResponse:

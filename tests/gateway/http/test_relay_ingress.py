@@ -1,0 +1,65 @@
+"""The relay ingress at a `remote_ingress.listen_path` of the operator's choosing (served through
+the URLconf's last route): a signed POST there is accepted; the default path, another path and
+another method are the API's 404 or 405, and a gateway without `remote_ingress` has no ingress at
+all. In-process, through Django's test client; the whole exchange between two gateways is
+tests/processes/test_relay.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rest_framework.test import APIClient
+
+from gateway.relay import wire
+from ledger.models import Job
+from tests.support import installed_runtime
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+BODY = json.dumps({"event": {"type": "backup.ready", "payload": {"n": 1}}}).encode()
+
+
+def post(client: APIClient, path: str):
+    stamp = wire.now_stamp()
+    headers = {
+        "HTTP_X_DUCTILE_PEER": "home-primary",
+        "HTTP_X_DUCTILE_TIMESTAMP": stamp,
+        "HTTP_X_DUCTILE_SIGNATURE": "sha256=" + wire.sign("POST", path, stamp, BODY, "s3cret"),
+    }
+    return client.generic("POST", path, BODY, content_type="application/json", **headers)
+
+
+def configure(config_dir, ingress):
+    config_dir.extra["tokens"] = [{"name": "peer", "key": "s3cret"}]
+    if ingress is not None:
+        config_dir.extra["remote_ingress"] = ingress
+    config_dir.extra["pipelines"] = [{"name": "take", "on": "backup.ready", "steps": [{"uses": "echo"}]}]
+
+
+def test_a_configured_listen_path_is_the_only_ingress(config_dir):
+    configure(config_dir, {"listen_path": "/relay/in/", "peers": [{"name": "home-primary", "secret_ref": "peer"}]})
+    with installed_runtime(config_dir):
+        client = APIClient()
+        accepted = post(client, "/relay/in/home-primary")
+        assert accepted.status_code == 202, accepted.json()
+        job = Job.objects.get(id=accepted.json()["job_id"])
+        assert (job.plugin, job.submitted_by) == ("echo", "relay:home-primary")
+        elsewhere = post(client, "/ingest/peer/home-primary")
+        assert (elsewhere.status_code, elsewhere.json()) == (
+            404,
+            {"error": "no such endpoint: /ingest/peer/home-primary"},
+        )
+        assert post(client, "/relay/other/home-primary").status_code == 404
+        assert client.get("/relay/in/home-primary").status_code == 404
+        assert Job.objects.count() == 1
+
+
+def test_without_remote_ingress_there_is_no_ingress(config_dir):
+    configure(config_dir, None)
+    with installed_runtime(config_dir):
+        client = APIClient()
+        answer = post(client, "/ingest/peer/home-primary")
+        assert (answer.status_code, answer.json()) == (404, {"error": "no such endpoint: /ingest/peer/home-primary"})
+        assert client.get("/ingest/peer/home-primary").status_code == 405
+        assert not Job.objects.exists()
