@@ -47,6 +47,7 @@ def diagnose(runtime: Runtime) -> list[Finding]:
         doctor.token_scopes,
         doctor.unused_plugins,
         doctor.webhook_conflicts,
+        doctor.relay_ingress,
     ):
         check()
     return doctor.findings
@@ -150,6 +151,32 @@ class _Doctor:
                 ERROR,
                 f"webhooks.listen {str(listen)!r} and api.listen share port {listen.port}: one of them cannot start",
                 ("webhooks", "listen"),
+            )
+
+    def relay_ingress(self) -> None:
+        """A relayed event is accepted and starts the pipelines whose `on:` is its type: a peer
+        allowed an event type no pipeline takes gets its events accepted and nothing done."""
+        relay = self.runtime.relay
+        if relay is None or relay.ingress is None:
+            return
+        taken = {p.trigger for p in self.runtime.pipelines.pipelines.values() if not p.is_hook}
+        written = [str(p.get("name", "")).strip() for p in self.config.document["remote_ingress"].get("peers") or []]
+        for peer in relay.ingress.peers.values():
+            index = written.index(peer.name)
+            for event_type in sorted(peer.accept - taken):
+                self.add(
+                    "relay_accept_unrouted",
+                    WARNING,
+                    f"relay peer {peer.name!r} may send {event_type!r}, but no pipeline has on: {event_type}: "
+                    "such events are accepted and start nothing",
+                    ("remote_ingress", "peers", index, "accept"),
+                )
+        if not relay.ingress.peers:
+            self.add(
+                "relay_no_peers",
+                WARNING,
+                "remote_ingress lists no enabled peer: every relayed event is refused",
+                ("remote_ingress",),
             )
 
 

@@ -85,3 +85,26 @@ def test_the_cli_exits_1_on_errors_and_0_when_only_warnings_remain(config_dir, b
     assert body["healthy"] is (not broken)
     assert any(f["check"] == "plugin_not_discovered" for f in body["findings"]) is broken
     assert all(set(f) == {"check", "severity", "message", "where"} for f in body["findings"])
+
+
+def test_a_relay_peer_allowed_an_event_no_pipeline_takes_is_warned(config_dir):
+    config_dir.extra["tokens"] = [{"name": "peer", "key": "k"}]
+    config_dir.extra["remote_ingress"] = {
+        "peers": [
+            {"name": "off", "secret_ref": "peer", "enabled": False, "accept": ["nothing.here"]},
+            {"name": "home-primary", "secret_ref": "peer", "accept": ["backup.ready", "report.generated"]},
+        ]
+    }
+    config_dir.extra["pipelines"] = [{"name": "take", "on": "backup.ready", "steps": [{"uses": "echo"}]}]
+    config_dir.write()
+    found = [f for f in diagnose(build_runtime(config_dir.path)) if f.check.startswith("relay_")]
+    assert [(f.check, f.severity, f.key) for f in found] == [
+        ("relay_accept_unrouted", WARNING, "remote_ingress.peers[1].accept")
+    ]
+    assert "relay peer 'home-primary' may send 'report.generated', but no pipeline has on: report.generated" in (
+        found[0].message
+    )
+    config_dir.extra["remote_ingress"] = {"peers": []}
+    assert [f.check for f in diagnose(build_runtime(config_dir.write())) if f.check.startswith("relay_")] == [
+        "relay_no_peers"
+    ]
