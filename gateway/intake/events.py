@@ -49,6 +49,13 @@ def pipeline_starts(
 
 
 def as_roots(runtime: Runtime, starts: list[Successor], submitter: Submitter) -> list[JobSpec]:
+    """The root jobs of a trigger. One its payload cannot start (an entry step's baggage claim
+    whose source is missing, or a context over the cap) refuses the whole trigger, enqueueing
+    nothing (spec 000, baggage rules: "Missing source paths fail the job or trigger"): the caller
+    is there to be told, where a step further down is recorded `dead` with the reason."""
+    stopped = [f"pipeline {s.pipeline!r} {s.refusal}" for s in starts if s.refusal]
+    if stopped:
+        raise intake.Refused("; ".join(stopped) + "; nothing was enqueued")
     return [intake.successor(runtime, s, parent=None, submitter=submitter) for s in starts]
 
 

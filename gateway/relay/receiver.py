@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway import intake
 from gateway.config.relay import RelayIngress
-from gateway.intake.events import root_event
+from gateway.intake.events import as_roots, root_event
 from gateway.relay import wire
 from gateway.runtime import Runtime
 from ledger.submitters import Submitter
@@ -92,9 +92,10 @@ def receive(
         routes=runtime.routing,
         pipelines=runtime.pipelines,
     )
-    specs = [
-        replace(intake.successor(runtime, s, parent=None, submitter=Submitter.RELAY), actor=peer.name) for s in starts
-    ]
+    try:
+        specs = [replace(spec, actor=peer.name) for spec in as_roots(runtime, starts, Submitter.RELAY)]
+    except intake.Refused as exc:
+        return refused(400, str(exc))
     job_ids = intake.submit_ids(runtime, specs)
     return Answer(
         202,

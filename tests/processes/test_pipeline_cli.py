@@ -179,6 +179,15 @@ def test_dry_run_shows_steps_remapped_payloads_baggage_and_switch_decisions_and_
     assert "payload.result is missing" in preview["hops"][-1]["refusal"]
 
 
+def test_a_run_or_publish_whose_payload_lacks_an_entry_claims_source_fails_and_enqueues_nothing(cfg):
+    """Spec 000, baggage rules: "Missing source paths fail the job or trigger"."""
+    words = "pipeline 'chain' step 'first': baggage origin.user: source payload.user is missing"
+    for argv in (("pipeline", "run", "chain", "--async"), ("event", "publish", "chain.start")):
+        code, answer = ductile_json(cfg, *argv, "--payload", '{"n": 1}')
+        assert code == 2 and words in answer["error"] and answer["error"].endswith("nothing was enqueued"), answer
+    assert ledger(cfg) == []
+
+
 def test_dry_run_text_and_refusals_at_the_entry(cfg):
     proc = ductile(cfg, "pipeline", "dry-run", "chain", "--payload", '{"n": 1}', "-v")
     assert proc.returncode == 0, proc.stderr

@@ -191,7 +191,7 @@ def test_the_ingress_refuses_what_it_cannot_trust_and_enqueues_nothing(tmp_path)
     with live_api(lab, ADMIN) as served:
         port = served.port
         good = json.dumps(
-            {"event": {"type": "backup.ready", "payload": {"n": 1}}, "origin": {"instance": "home-primary"}}
+            {"event": {"type": "backup.ready", "payload": {"archive_id": "a1"}}, "origin": {"instance": "home-primary"}}
         )
         body = good.encode()
         cases = [
@@ -212,6 +212,12 @@ def test_the_ingress_refuses_what_it_cannot_trust_and_enqueues_nothing(tmp_path)
         ]
         other = json.dumps({"event": {"type": "report.generated", "payload": {}}}).encode()
         cases.append(("/ingest/peer/home-primary", signed(other), other, 422, "event type not allowed for peer"))
+        # lab's entry step claims payload.archive_id: without it the trigger fails (spec 000, baggage).
+        bare = json.dumps({"event": {"type": "backup.ready", "payload": {"n": 1}}}).encode()
+        missing = (
+            "pipeline 'process-offsite-backup' step 'verify': baggage checked: source payload.archive_id is missing"
+        )
+        cases.append(("/ingest/peer/home-primary", signed(bare), bare, 400, missing))
         for path, headers, sent, code, words in cases:
             status, answer = post(port, path, sent, headers)
             assert (status, words in answer.get("error", "")) == (code, True), (path, headers, status, answer)

@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from gateway.runtime import RUNTIME
-from ledger.models import Job
+from ledger.models import EventContext, Job
 from tests.support import installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -44,6 +44,11 @@ def api(config_dir):
             "on": "fan.start",
             "execution_mode": "synchronous",
             "steps": [{"split": [{"uses": "echo"}, {"uses": "probe"}]}],
+        },
+        {
+            "name": "bag",
+            "on": "bag.start",
+            "steps": [{"id": "fetch", "uses": "echo", "baggage": {"web.url": "payload.url"}}],
         },
     ]
     with installed_runtime(config_dir):
@@ -188,6 +193,23 @@ def test_a_form_typed_body_that_is_not_a_json_object_is_a_400(api, body, words):
     assert response.status_code == 400, response.content
     assert words in response.json()["error"]
     assert Job.objects.count() == 0
+
+
+def test_a_trigger_whose_payload_lacks_an_entry_claims_source_is_refused_and_enqueues_nothing(api):
+    """Spec 000, baggage rules: "Missing source paths fail the job or trigger." Before, the API
+    answered 202 and the job was recorded dead (conformance gap 87)."""
+    as_(api, "admin")
+    refused = api.post("/pipeline/bag", {"payload": {"title": "no url"}}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["error"] == (
+        "pipeline 'bag' step 'fetch': baggage web.url: source payload.url is missing (claims are never skipped); "
+        "nothing was enqueued"
+    )
+    assert not Job.objects.exists() and not EventContext.objects.exists()
+    accepted = api.post("/pipeline/bag", {"payload": {"url": "https://example.org"}}, format="json")
+    assert accepted.status_code == 202
+    job = Job.objects.get(id=accepted.json()["job_id"])
+    assert EventContext.objects.get(id=job.event_context_id).accumulated_json["web"] == {"url": "https://example.org"}
 
 
 def test_async_pipeline_trigger_and_the_async_override(api):
