@@ -5,9 +5,16 @@ in-process; the receiver side is tests/processes/test_relay.py."""
 
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from django.apps import apps as django_apps
+from django.test import Client
+from django.urls import reverse
+
+from gateway.operations.accounts import save_account
 from ledger.models import Job
+from ledger.roles import grant_views
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from tests.support import free_port, load_runtime, run_until_idle
@@ -47,6 +54,20 @@ def test_an_unreachable_instance_fails_the_attempt_and_it_is_retried(config_dir)
     error = job.last_error or ""
     assert error.startswith("core.relay: http://127.0.0.1:")
     assert "/ingest/peer/home-primary could not be reached" in error
+
+
+def test_a_relay_jobs_page_in_the_console_tells_what_happened(config_dir):
+    holder = relaying(config_dir, {"to": "lab", "event": "backup.ready"})
+    job_id = publish(holder, {"archive": "a"})
+    run_until_idle(holder)
+    grant_views(django_apps)
+    save_account("ada", "auditor", "correct horse battery")
+    client = Client()
+    assert client.login(username="ada", password="correct horse battery")
+    page = client.get(reverse("admin:ledger_job_change", args=[job_id]))
+    assert page.status_code == 200
+    shown = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.content.decode()))
+    assert "core.relay" in shown and "ship:out" in shown and "could not be reached" in shown
 
 
 def test_a_missing_projection_path_fails_for_good_naming_it(config_dir):
