@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from gateway.config.relay import Relay
@@ -37,13 +37,18 @@ class Acceptance:
     job_id: str | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "peer": self.peer,
-            "event_type": self.event_type,
-            "receiver_event_id": self.receiver_event_id,
-            "job_id": self.job_id,
-        }
+        return asdict(self)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not a new destination: the envelope and its signature were made
+    for one instance's path, and a POST followed elsewhere would arrive there as a bare GET."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def send(relay: Relay | None, sender_name: str, to: str, envelope: wire.Envelope) -> Acceptance:
@@ -70,7 +75,7 @@ def send(relay: Relay | None, sender_name: str, to: str, envelope: wire.Envelope
         headers[wire.KEY_ID] = instance.key_id
     request = urllib.request.Request(instance.url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=instance.timeout) as response:
+        with _OPENER.open(request, timeout=instance.timeout) as response:
             status, raw = response.status, response.read(_ANSWER_LIMIT)
     except urllib.error.HTTPError as exc:
         detail = _error_text(exc.read(_ANSWER_LIMIT))

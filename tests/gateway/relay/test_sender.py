@@ -1,0 +1,92 @@
+"""The relay sender against real HTTP servers on this machine (http.server in a thread) that
+answer as a receiver might: a 202 is an acceptance, a 5xx or 429 a failure worth retrying, a 4xx
+one that is not, and a redirect is an answer, never followed (the signature was made for one
+path, and urllib would follow a POST as a bare GET)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import MappingProxyType
+
+import pytest
+
+from gateway.config.relay import Relay, RelayInstance
+from gateway.relay import wire
+from gateway.relay.sender import RelayFailed, send
+
+ENVELOPE = wire.Envelope("backup.ready", {"id": 1}, "k-1", {"instance": "home"})
+
+
+@contextmanager
+def receiver(status: int, body: dict, headers: dict[str, str] | None = None) -> Iterator[tuple[int, list]]:
+    seen: list[tuple[str, str, dict, bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            seen.append((self.command, self.path, dict(self.headers), self.rfile.read(length)))
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_POST = do_GET = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def relay_to(port: int) -> Relay:
+    lab = RelayInstance("lab", f"http://127.0.0.1:{port}", "/ingest/peer/home", "s3cret", "v1", 5.0, frozenset())
+    return Relay(MappingProxyType({"lab": lab}))
+
+
+def test_an_accepted_send_is_signed_as_the_receiver_checks_it():
+    answer = {
+        "status": "accepted",
+        "peer": "home",
+        "event_type": "backup.ready",
+        "receiver_event_id": "e",
+        "job_id": "j",
+    }
+    with receiver(202, answer) as (port, seen):
+        accepted = send(relay_to(port), "home", "lab", ENVELOPE)
+    assert accepted.as_dict() == answer
+    ((method, path, headers, body),) = seen
+    assert (method, path, headers[wire.PEER], headers[wire.KEY_ID]) == ("POST", "/ingest/peer/home", "home", "v1")
+    assert wire.signature_matches("POST", path, headers[wire.TIMESTAMP], body, headers[wire.SIGNATURE], "s3cret")
+    assert wire.read_envelope(body) == ENVELOPE
+
+
+@pytest.mark.parametrize(
+    ("status", "retryable"), [(500, True), (503, True), (429, True), (403, False), (422, False), (400, False)]
+)
+def test_a_refusal_says_whether_a_retry_could_help(status, retryable):
+    with receiver(status, {"error": "no thanks"}) as (port, _), pytest.raises(RelayFailed) as caught:
+        send(relay_to(port), "home", "lab", ENVELOPE)
+    assert caught.value.retryable is retryable and caught.value.status == status
+    assert str(caught.value).endswith(f"answered {status}: no thanks")
+
+
+def test_a_redirect_is_an_answer_not_a_new_destination():
+    moved = {"Location": "http://127.0.0.1:9/elsewhere"}
+    with receiver(302, {}, moved) as (port, seen), pytest.raises(RelayFailed) as caught:
+        send(relay_to(port), "home", "lab", ENVELOPE)
+    assert caught.value.status == 302 and caught.value.retryable is False
+    assert [s[0] for s in seen] == ["POST"]  # sent once, not followed
