@@ -5,7 +5,8 @@ Three sources draw it. `routes:` (a source plugin's event starts a target comman
 trigger starts the entry steps; each step starts the next), and manifests (`values.emit`: the
 events a plugin's command declares). A pipeline's `if:` hops (`core.switch`) are looked through:
 the graph joins the plugins either side and marks the edge conditional, because one shared
-`core.switch` node would seem to connect every pipeline that uses `if:` to every other.
+`core.switch` node would seem to connect every pipeline that uses `if:` to every other. A `relay:`
+step is drawn as the remote gateway it sends to (`relay:<instance>`), its edge naming the event.
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ class _Graph:
                 return state
         return "unknown"
 
+    def step(self, node: Node) -> str:
+        """A pipeline step's node: its plugin, or for a `relay:` step the gateway it sends to."""
+        if node.relay is None:
+            return self.plugin(node.plugin)
+        node_id = f"relay:{node.relay.to}"
+        self.nodes.setdefault(node_id, {"id": node_id, "kind": "relay", "name": node.relay.to})
+        return node_id
+
     def event(self, name: str, *, signal: bool = False) -> str:
         kind = "signal" if signal else "event"  # signals: lifecycle hooks such as job.failed
         node_id = f"{kind}:{name}"
@@ -61,7 +70,8 @@ class _Graph:
 
 def topology(runtime: Runtime) -> dict[str, Any]:
     """`{nodes, edges, mermaid}`. Edge kinds: `emits` (plugin → event), `triggers` (event →
-    plugin command) and `step` (plugin → plugin inside a pipeline, on `event`)."""
+    plugin command) and `step` (plugin → plugin inside a pipeline, on `event`); an edge into a
+    relay step's remote gateway carries the event it sends (`relays`)."""
     graph = _Graph(runtime)
     for name, instance in sorted(runtime.registry.instances.items()):
         graph.plugin(name)
@@ -86,13 +96,14 @@ def _pipeline(graph: _Graph, pipeline: Pipeline) -> None:
     for node, gated in _plugin_steps(pipeline, pipeline.entries):
         graph.edge(
             trigger,
-            graph.plugin(node.plugin),
+            graph.step(node),
             "triggers",
             via="pipeline",
             pipeline=pipeline.name,
             step=node.id,
             command=node.command,
             conditional=gated or pipeline.condition is not None,
+            **_relays(node),
         )
     for source in pipeline.nodes.values():
         if source.kind == "switch":
@@ -100,8 +111,8 @@ def _pipeline(graph: _Graph, pipeline: Pipeline) -> None:
         for wanted, target_id in pipeline.edges.get(source.id, ()):
             for target, gated in _plugin_steps(pipeline, [target_id]):
                 graph.edge(
-                    graph.plugin(source.plugin),
-                    graph.plugin(target.plugin),
+                    graph.step(source),
+                    graph.step(target),
                     "step",
                     pipeline=pipeline.name,
                     from_step=source.id,
@@ -109,7 +120,12 @@ def _pipeline(graph: _Graph, pipeline: Pipeline) -> None:
                     command=target.command,
                     event=wanted or ANY_EVENT,
                     conditional=gated,
+                    **_relays(target),
                 )
+
+
+def _relays(node: Node) -> dict[str, str]:
+    return {"relays": node.relay.event} if node.relay is not None else {}
 
 
 def _plugin_steps(pipeline: Pipeline, node_ids: Iterable[str], gated: bool = False) -> list[tuple[Node, bool]]:
@@ -125,7 +141,7 @@ def _plugin_steps(pipeline: Pipeline, node_ids: Iterable[str], gated: bool = Fal
     return found
 
 
-_SHAPES = {"plugin": ('["', '"]'), "event": ('(["', '"])'), "signal": ('{{"', '"}}')}
+_SHAPES = {"plugin": ('["', '"]'), "event": ('(["', '"])'), "signal": ('{{"', '"}}'), "relay": ('[/"', '"/]')}
 
 
 def mermaid(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> str:
@@ -144,6 +160,8 @@ def mermaid(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> str:
             text = f"{edge['pipeline']}: {edge['command']}" if edge["via"] == "pipeline" else edge["command"]
         elif edge["kind"] == "step":
             text = edge["pipeline"]
+        if "relays" in edge:
+            text = f"{edge['pipeline']}: relay {edge['relays']}"
         if edge.get("conditional"):
             text += " (if)"
         label = f'|"{mermaid_label(text)}"|' if text else ""
