@@ -19,6 +19,7 @@ from typing import Any
 from pipelines.dsl import SWITCH, SWITCH_FALSE, SWITCH_TRUE, PipelineSet
 from pipelines.paths import MISSING, resolve
 from pipelines.predicates import atom_paths, evaluate
+from pipelines.relay import RelaySpec, RelayStepError, project
 from pipelines.router import Position, Successor, carry_forward, stamp_upstream, successors, synthetic_success
 from pipelines.routing import RoutingTable
 from pipelines.templates import TemplateError, remap
@@ -51,6 +52,9 @@ class Hop:
     context: Mapping[str, Any] | None  # the baggage at this hop
     decision: str | None = None  # a core.switch's verdict: true | false | unknown
     refusal: str | None = None  # why this hop would not run (depth, baggage, a `with:` path)
+    # A relay step: what it would send (to, event, payload, dedupe_key, baggage), or, downstream
+    # of a plugin, `unknown` with the path only that plugin's output can supply.
+    relay: Mapping[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,6 +94,29 @@ def dry_run(
     return hops, False
 
 
+def _relay_hop(
+    hop: Hop, spec: RelaySpec, found: Successor, payload: dict[str, Any], context: dict[str, Any], assumed: bool
+) -> Hop:
+    """What a relay step would send, projected as the dispatcher projects it. A missing path stops
+    it as it would stop the real step, unless a plugin upstream may supply it."""
+    sends: dict[str, Any] = {"to": spec.to, "event": spec.event}
+    try:
+        projection = project(spec, {"payload": payload, "dedupe_key": found.event.get("dedupe_key")}, context)
+    except RelayStepError as exc:
+        if not assumed:
+            return replace(hop, relay=sends, refusal=f"preflight: {exc}")
+        return replace(hop, relay={**sends, "unknown": str(exc)})
+    return replace(
+        hop,
+        relay={
+            **sends,
+            "payload": projection.payload,
+            "dedupe_key": projection.dedupe_key,
+            "baggage": projection.baggage,
+        },
+    )
+
+
 def _step(
     index: int,
     parent: int | None,
@@ -126,6 +153,10 @@ def _step(
         decision = evaluate(node.condition, scope)
         event = {"type": SWITCH_TRUE if decision else SWITCH_FALSE, "payload": payload}
         return replace(hop, decision=str(decision).lower()), [event]
+    if node is not None and node.relay is not None:
+        return _relay_hop(hop, node.relay, found, payload, context, assumed), [
+            synthetic_success({"payload": payload}, None)
+        ]
     if node is not None and node.with_:
         try:
             scope = {"payload": payload, "context": context}

@@ -12,7 +12,7 @@ PLUGINS = {"probe": ["handle"], "echo": ["handle"], "notify": ["handle"]}
 
 
 def walk(pipelines, name, payload, routes=(), config=None):
-    compiled = compile_pipelines(pipelines, PLUGINS, parse_duration)
+    compiled = compile_pipelines(pipelines, PLUGINS, parse_duration, relay_targets=("lab",))
     pipeline = compiled.pipelines[name]
     event = {"type": pipeline.trigger, "payload": payload}
     starts = [step_successor(pipeline, node, event, {}, 1) for node in pipeline.entries]
@@ -73,6 +73,35 @@ def test_with_placeholders_downstream_and_a_hard_stop_at_the_entry():
     assert hops[1].refusal is None
     hops, _ = walk(pipelines, "p", {})
     assert len(hops) == 1 and hops[0].refusal.startswith("preflight: with.x: {payload.x} is missing")
+
+
+def test_a_relay_step_shows_what_it_would_send_or_why_it_would_stop():
+    relay = {
+        "to": "lab",
+        "event": "backup.ready",
+        "with": {"id": "payload.archive"},
+        "dedupe_key": "{payload.archive}",
+        "baggage": {"trace_id": "payload.trace"},
+    }
+    pipelines = [
+        {"name": "p", "on": "p.start", "steps": [{"id": "out", "relay": relay}, {"id": "then", "uses": "probe"}]},
+        {"name": "q", "on": "q.start", "steps": [{"id": "make", "uses": "echo"}, {"id": "out", "relay": relay}]},
+    ]
+    hops, _ = walk(pipelines, "p", {"archive": "a-1", "trace": "t-9"})
+    assert [h.step for h in hops] == ["out", "then"]
+    assert hops[0].relay == {
+        "to": "lab",
+        "event": "backup.ready",
+        "payload": {"id": "a-1"},
+        "dedupe_key": "a-1",
+        "baggage": {"trace_id": "t-9"},
+    }
+    # Straight from the trigger a missing path stops it, as the real step would stop.
+    hops, _ = walk(pipelines, "p", {"archive": "a-1"})
+    assert [h.step for h in hops] == ["out"] and "source payload.trace is missing" in hops[0].refusal
+    # After a plugin, its output may supply the path: unknown, not a stop.
+    hops, _ = walk(pipelines, "q", {})
+    assert hops[1].refusal is None and "payload.archive" in hops[1].relay["unknown"]
 
 
 def test_routes_from_a_step_are_shown_and_a_runaway_walk_is_cut():

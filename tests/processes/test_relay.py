@@ -96,6 +96,9 @@ def test_a_pipeline_relays_to_another_gateway_whose_pipeline_runs_on_it(tmp_path
         home = sender_config(tmp_path / "home", served_lab.port)
         with live_api(home, ADMIN, workers=True):
             payload = {"archive": "nightly-2026-11-27", "path": "/srv/backups/latest.tar.zst", "trace": "tr-789"}
+            preview = ductile(home, "pipeline", "dry-run", "ship", "--payload", json.dumps(payload))
+            assert "ship:to-lab  relay backup.ready to lab  depth 1" in preview.stdout, preview.stdout
+            assert '"dedupe_key": "nightly-2026-11-27"' in preview.stdout.split("sends ", 1)[1].splitlines()[0]
             published = ductile(home, "event", "publish", "backup.done", "--payload", json.dumps(payload))
             assert published.returncode == 0, published.stderr
 

@@ -64,7 +64,9 @@ def dry_run_text(preview: dict[str, Any], verbose: bool) -> str:
         depth_of[hop["index"]] = level
         pad = "  " * level
         where = f"{hop['pipeline']}:{hop['step']}" if hop["pipeline"] else "(route)"
-        head = f"{pad}#{hop['index']} {where}  {hop['plugin']}.{hop['command']}  depth {hop['depth']}"
+        relay = hop["relay"]
+        does = f"relay {relay['event']} to {relay['to']}" if relay else f"{hop['plugin']}.{hop['command']}"
+        head = f"{pad}#{hop['index']} {where}  {does}  depth {hop['depth']}"
         if hop["decision"] is not None:
             head += f"  -> {hop['decision']}"
         if hop["refusal"]:
@@ -74,6 +76,11 @@ def dry_run_text(preview: dict[str, Any], verbose: bool) -> str:
             lines.append(f"{pad}   on {hop['event_type']}")
         if hop["plugin"] != "core.switch":
             lines.append(f"{pad}   payload {json.dumps(hop['payload'], sort_keys=True)}")
+        if relay and "payload" in relay:
+            sent = {k: relay[k] for k in ("payload", "dedupe_key", "baggage")}
+            lines.append(f"{pad}   sends {json.dumps(sent, sort_keys=True)}")
+        elif relay and "unknown" in relay:
+            lines.append(f"{pad}   sends what upstream output decides: {relay['unknown']}")
         parent = hops[hop["parent"]] if hop["parent"] is not None else None
         shown = hop["context"] if verbose else claims_only(hop["context"])
         if shown and (verbose or parent is None or claims_only(parent["context"]) != shown):
