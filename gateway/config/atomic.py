@@ -10,9 +10,11 @@ from pathlib import Path
 
 def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
     """Replace `path` with `text`: a temp file in the same directory, fsynced, then renamed over
-    it. The file keeps its permission bits (or gets `mode`); on any failure it is untouched."""
+    it. The file keeps its permission bits (or gets `mode`); a new one is 0600, as the spec has
+    config files by default ("operators may relax permissions explicitly"). On any failure it is
+    untouched."""
     if mode is None:
-        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o600
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:

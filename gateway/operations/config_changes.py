@@ -226,6 +226,15 @@ def changes_by_name(changes: Sequence[FileChange], name: str) -> FileChange:
 # -- applying ----------------------------------------------------------------------------------
 
 
+def make_directory(path: Path) -> None:
+    """A config directory (or one under it), and any missing parent, created 0700 (spec 000
+    §13.2, "Default Permissions"); one that exists keeps its mode."""
+    if path.is_dir():
+        return
+    make_directory(path.parent)
+    path.mkdir(mode=0o700, exist_ok=True)
+
+
 def apply(config_dir: Path, changes: Sequence[FileChange], environ: Mapping[str, str]) -> list[Path]:
     """Write the changes, keep the seal in step, and check the result loads; on any failure put
     every file (the seal included) back as it was and re-raise. Returns the files sealed.
@@ -238,7 +247,7 @@ def apply(config_dir: Path, changes: Sequence[FileChange], environ: Mapping[str,
     saved_seal = seal_path.read_text(encoding="utf-8") if seal_path.exists() else None
     try:
         for change in changes:
-            change.path.parent.mkdir(parents=True, exist_ok=True)
+            make_directory(change.path.parent)
             write_atomic(change.path, change.after, mode=0o600 if change.private else None)
         seal = read_seal(config_dir)
         if seal is not None:

@@ -21,7 +21,15 @@ from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.integrity import CHECKSUMS, LockReport
 from gateway.config.loader import load_config_tree
-from gateway.operations.config_changes import ChangeRefused, FileChange, apply, plan_init, plan_set, plan_token
+from gateway.operations.config_changes import (
+    ChangeRefused,
+    FileChange,
+    apply,
+    make_directory,
+    plan_init,
+    plan_set,
+    plan_token,
+)
 from gateway.plugins.seal import lock_config
 from gateway.reports import seal_status
 from gateway.reports.redaction import config_view, redact
@@ -259,7 +267,7 @@ class Command(DuctileCommand):
             raise Exit(EXIT_FAILED, str(exc)) from exc
         dry_run = options["dry_run"]
         if not dry_run:
-            directory.mkdir(parents=True, exist_ok=True)
+            make_directory(directory)
             self._apply(changes, directory)
         data = {
             "config_dir": str(directory),

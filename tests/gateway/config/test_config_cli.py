@@ -140,6 +140,25 @@ def test_init_writes_a_sealed_starter_that_passes_check_and_runs_a_job(config_di
     assert again.returncode == 1 and "never overwrites" in again.stderr
 
 
+def test_init_creates_its_directories_0700_and_its_files_0600_and_an_edit_keeps_a_relaxed_mode(tmp_path) -> None:
+    """Spec 000 §13.2, "Default Permissions": config directories 0700, config and lock files
+    0600; "operators may relax permissions explicitly", and an edit keeps what they chose."""
+    target = ConfigDir(tmp_path / "base")
+    fresh = tmp_path / "home" / "ductile"
+    code, body = ductile_json(target, "config", "init", str(fresh))
+    assert code == 0, body
+    for directory in (tmp_path / "home", fresh, fresh / "scopes"):
+        assert directory.stat().st_mode & 0o777 == 0o700, directory
+    files = [p for p in fresh.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"config.yaml", "plugins.yaml", "tokens.yaml", ".env", ".checksums"}
+    assert {p.name: p.stat().st_mode & 0o777 for p in files} == dict.fromkeys((p.name for p in files), 0o600)
+    (fresh / "config.yaml").chmod(0o644)
+    edit = ductile(ConfigDir(fresh), "config", "set", "service.name=home", "--apply")
+    assert edit.returncode == 0, edit.stderr
+    assert "name: home" in (fresh / "config.yaml").read_text()
+    assert (fresh / "config.yaml").stat().st_mode & 0o777 == 0o644
+
+
 def test_token_create_writes_seals_and_works_at_once_printing_the_secret_once(config_dir: ConfigDir) -> None:
     config_dir.write()
     code, body = ductile_json(
