@@ -377,8 +377,12 @@ class Supervisor:
                 child.process.wait()
 
     def _write_pid(self) -> None:
+        """The PID lock, 0600 like every lock file of the gateway (spec 000 §13.2)."""
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        self.pid_file.write_text(f"{os.getpid()}\n")
+        fd = os.open(self.pid_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)  # a stale file a killed gateway left keeps its old mode through O_CREAT
+        with os.fdopen(fd, "w") as out:
+            out.write(f"{os.getpid()}\n")
 
     def _remove_pid(self) -> None:
         try:

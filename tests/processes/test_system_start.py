@@ -105,7 +105,8 @@ def test_the_served_selfcheck_knows_the_lock_is_its_own_gateways(system):
     """GET /system/selfcheck from a gunicorn worker: the PID file names `system start`, two
     processes up the tree, which is this gateway holding its own lock (healthy); the database
     checks are skipped while it runs, as the CLI's are."""
-    api, proc, _ = system
+    api, proc, cfg = system
+    assert (cfg.db_path.parent / "ductile.pid").stat().st_mode & 0o777 == 0o600  # a lock file (spec 000 §13.2)
     code, body = api.call("GET", "/system/selfcheck")
     assert code == 200 and body["ok"] is True, body
     checks = {c["name"]: c for c in body["checks"]}
