@@ -70,7 +70,10 @@ def parse_timestamp(raw: str) -> datetime:
     microseconds) or Unix seconds; ValueError otherwise."""
     text = raw.strip()
     if text.isdigit():
-        return datetime.fromtimestamp(int(text), UTC)
+        try:
+            return datetime.fromtimestamp(int(text), UTC)
+        except (OverflowError, OSError) as exc:
+            raise ValueError(f"timestamp {raw!r} is out of range") from exc
     head, dot, rest = text.partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
@@ -86,6 +89,8 @@ def read_envelope(body: bytes) -> Envelope:
         document = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadEnvelope("invalid JSON body") from exc
+    except RecursionError:
+        raise BadEnvelope("the body nests deeper than the gateway reads") from None
     if not isinstance(document, dict) or not isinstance(document.get("event"), dict):
         raise BadEnvelope("the body must be an object with an `event` object")
     event = document["event"]

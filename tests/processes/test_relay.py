@@ -213,6 +213,17 @@ def test_the_ingress_refuses_what_it_cannot_trust_and_enqueues_nothing(tmp_path)
             ("/ingest/peer/home-primary", signed(b"x" * 5000), b"x" * 5000, 413, "relay payload too large"),
             ("/ingest/peer/home-primary", signed(b"[1]"), b"[1]", 400, "must be an object with an `event` object"),
         ]
+        deep = b'{"event": {"type": "backup.ready", "payload": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_002
+        cases += [
+            ("/ingest/peer/home-primary", signed(deep), deep, 413, "relay payload too large"),  # 4 KB here
+            (
+                "/ingest/peer/home-primary",
+                signed(body, stamp="99999999999999999999"),
+                body,
+                403,
+                "invalid relay timestamp",
+            ),
+        ]
         other = json.dumps({"event": {"type": "report.generated", "payload": {}}}).encode()
         cases.append(("/ingest/peer/home-primary", signed(other), other, 422, "event type not allowed for peer"))
         # lab's entry step claims payload.archive_id: without it the trigger fails (spec 000, baggage).

@@ -1,7 +1,9 @@
 """The relay sender against real HTTP servers on this machine (http.server in a thread) that
 answer as a receiver might: a 202 is an acceptance, a 5xx or 429 a failure worth retrying, a 4xx
 one that is not, and a redirect is an answer, never followed (the signature was made for one
-path, and urllib would follow a POST as a bare GET)."""
+path, and urllib would follow a POST as a bare GET). And what the wire refuses on the receiving
+side without a crash: an envelope nested past the stack, bytes that are not JSON, a timestamp out of
+range or without a zone."""
 
 from __future__ import annotations
 
@@ -90,3 +92,15 @@ def test_a_redirect_is_an_answer_not_a_new_destination():
         send(relay_to(port), "home", "lab", ENVELOPE)
     assert caught.value.status == 302 and caught.value.retryable is False
     assert [s[0] for s in seen] == ["POST"]  # sent once, not followed
+
+
+def test_hostile_envelopes_and_timestamps_are_refused_with_words_not_a_crash():
+    deep = b'{"event": {"type": "backup.ready", "payload": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_002
+    with pytest.raises(wire.BadEnvelope, match="nests deeper"):
+        wire.read_envelope(deep)
+    with pytest.raises(wire.BadEnvelope, match="invalid JSON body"):
+        wire.read_envelope(b"\xff\xfe not json")
+    for stamp in ("99999999999999999999", "2026-11-27", "2026-11-27T22:00:00", "yesterday"):
+        with pytest.raises(ValueError):
+            wire.parse_timestamp(stamp)
+    assert wire.parse_timestamp("2026-11-27T22:00:00.123456789Z").microsecond == 123456  # Go's nanoseconds
