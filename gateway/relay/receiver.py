@@ -82,9 +82,10 @@ def receive(
         event = root_event(
             envelope.event_type, intake.checked(envelope.payload, "event.payload"), f"relay:{peer.name}", dedupe_key
         )
+        allowed = {k: v for k, v in envelope.baggage.items() if k in peer.baggage_allow}
+        baggage = intake.checked(allowed, "baggage")  # stored with the root step's context
     except intake.Refused as exc:
         return refused(400, str(exc))
-    baggage = {k: v for k, v in envelope.baggage.items() if k in peer.baggage_allow}
     starts = successors(
         source_plugin=None,
         position=Position(context=baggage),

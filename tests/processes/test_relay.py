@@ -224,6 +224,10 @@ def test_the_ingress_refuses_what_it_cannot_trust_and_enqueues_nothing(tmp_path)
                 "invalid relay timestamp",
             ),
         ]
+        # Admitted baggage is stored: nested past what the ledger stores, it is refused, not a 500.
+        nested = b'{"event": {"type": "backup.ready", "payload": {"archive_id": "a"}}, "baggage": {"trace_id": '
+        nested += b"[" * 600 + b"]" * 600 + b"}}"
+        cases.append(("/ingest/peer/home-primary", signed(nested), nested, 400, "baggage"))
         other = json.dumps({"event": {"type": "report.generated", "payload": {}}}).encode()
         cases.append(("/ingest/peer/home-primary", signed(other), other, 422, "event type not allowed for peer"))
         # lab's entry step claims payload.archive_id: without it the trigger fails (spec 000, baggage).

@@ -17,7 +17,6 @@ import pytest
 
 from tests.support import free_port, wait_for
 from tests.support.live_api import Api, live_api, post_bytes
-from tests.support.output import Output
 
 pytestmark = [pytest.mark.slow]
 
@@ -96,7 +95,7 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
     }
     tokens = [{"name": "t", "token": TOKEN, "scopes": ["*"]}]
     with live_api(cfg, tokens, workers=True) as live:
-        output, proc = Output(live.proc), live.proc
+        output, proc = live.output, live.proc
         gateway = Gateway(live.api, f"http://127.0.0.1:{hook_port}")
         output.wait_for("runscheduler started")
         output.wait_for("runworkers started")

@@ -25,7 +25,7 @@ def started_pids(output: Output, name: str) -> list[int]:
 def test_a_child_killed_again_and_again_is_restarted_and_the_api_keeps_serving(process_db):
     tokens = [{"name": "t", "token": TOKEN, "scopes": ["*"]}]
     with live_api(process_db, tokens, workers=True) as live:
-        output, api, proc = Output(live.proc), live.api, live.proc
+        output, api, proc = live.output, live.api, live.proc
         wait_for(lambda: started_pids(output, "api"), what="the supervisor's start-up lines")
         api_pid = started_pids(output, "api")
         # Five deaths in a row, each soon after its start: runworkers "keeps exiting".

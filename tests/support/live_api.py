@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.support import ConfigDir, free_port, start_system, stop_gracefully, wait_for
+from tests.support.output import Output
 
 TOKEN = "tok-admin"
 
@@ -55,6 +56,11 @@ class LiveApi:
     api: Api
     proc: subprocess.Popen[str]
     port: int
+    output: Output  # the tree's output (stderr merged), read as it comes
+
+
+# Printed at teardown, so a failed test's report shows what the gateway said meanwhile.
+OUTPUT_TAIL_LINES = 150
 
 
 @contextmanager
@@ -65,9 +71,13 @@ def live_api(cfg: ConfigDir, tokens: list[dict[str, Any]], *, workers: bool = Fa
     cfg.write()
     only = ["--no-housekeeping"] if workers else ["--no-workers", "--no-scheduler"]
     proc = start_system(cfg, *only)
+    # Read as it comes: a pipe nobody reads fills (64 KiB), and then every process of the tree
+    # that logs blocks on its next line (a long traceback is enough).
+    output = Output(proc)
     api = Api(port)
     try:
-        wait_for(api.up, timeout=60, what="the API to answer /healthz")
-        yield LiveApi(api, proc, port)
+        wait_for(api.up, timeout=60, what="the API to answer /healthz", explain=lambda: output.text)
+        yield LiveApi(api, proc, port, output)
     finally:
         stop_gracefully(proc)
+        print("".join(output.finish().splitlines(keepends=True)[-OUTPUT_TAIL_LINES:]))
