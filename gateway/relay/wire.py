@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gateway.reports import iso
 from pipelines.relay import EVENT_TYPE
 
 PEER, KEY_ID, TIMESTAMP, SIGNATURE = "X-Ductile-Peer", "X-Ductile-Key-Id", "X-Ductile-Timestamp", "X-Ductile-Signature"
@@ -62,7 +63,7 @@ def signature_matches(method: str, path: str, timestamp: str, body: bytes, prese
 
 
 def now_stamp() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    return iso(datetime.now(UTC))
 
 
 def parse_timestamp(raw: str) -> datetime:

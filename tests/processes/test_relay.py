@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import urllib.error
-import urllib.request
 
 import pytest
 
 from gateway.relay import wire
 from tests.support import ConfigDir, ductile, ductile_json, ledger, wait_for
-from tests.support.live_api import TOKEN, live_api
+from tests.support.live_api import TOKEN, live_api, post_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -167,15 +165,6 @@ def test_a_pipeline_relays_to_another_gateway_whose_pipeline_runs_on_it(tmp_path
             assert code == 2 and "must be lower-case dotted" in refused["error"]
 
 
-def post(port: int, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def signed(body: bytes, *, path="/ingest/peer/home-primary", stamp=None, secret=SECRET, **overrides) -> dict:
     stamp = stamp or wire.now_stamp()
     headers = {
@@ -192,7 +181,7 @@ def signed(body: bytes, *, path="/ingest/peer/home-primary", stamp=None, secret=
 def test_the_ingress_refuses_what_it_cannot_trust_and_enqueues_nothing(tmp_path):
     lab = receiver_config(tmp_path / "lab")
     with live_api(lab, ADMIN) as served:
-        port = served.port
+        base = served.api.base
         good = json.dumps(
             {"event": {"type": "backup.ready", "payload": {"archive_id": "a1"}}, "origin": {"instance": "home-primary"}}
         )
@@ -237,10 +226,10 @@ def test_the_ingress_refuses_what_it_cannot_trust_and_enqueues_nothing(tmp_path)
         )
         cases.append(("/ingest/peer/home-primary", signed(bare), bare, 400, missing))
         for path, headers, sent, code, words in cases:
-            status, answer = post(port, path, sent, headers)
+            status, answer = post_bytes(base + path, sent, headers)
             assert (status, words in answer.get("error", "")) == (code, True), (path, headers, status, answer)
         assert [j for j in ledger(lab) if j["command"] == "handle"] == []
-        status, answer = post(port, "/ingest/peer/home-primary", body, signed(body))
+        status, answer = post_bytes(base + "/ingest/peer/home-primary", body, signed(body))
         assert status == 202 and answer["status"] == "accepted" and answer["event_type"] == "backup.ready"
         (job,) = [j for j in ledger(lab) if j["command"] == "handle"]
         assert job["id"] == answer["job_id"]

@@ -9,6 +9,7 @@ other path."""
 from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -70,10 +71,10 @@ class RelayIngress(Endpoint):
             422: _refusal("The peer may not send this event type (`peers[].accept`)."),
         },
     )
-    def post(self, request: Request, peer: str) -> Response:
+    def post(self, request: Request, peer: str) -> HttpResponseBase:
         answer = _answer(request._request, DEFAULT_LISTEN_PATH, peer)
         if answer is None:
-            return Response({"error": f"no such endpoint: {request.path}"}, status=404)
+            return not_found(request._request)
         return Response(answer.body, status=answer.status)
 
 
