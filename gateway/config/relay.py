@@ -21,11 +21,10 @@ from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig
-from gateway.config.webhooks import parse_size
+from gateway.config.webhooks import DEFAULT_MAX_BODY_SIZE, parse_size
 from gateway.config.yamlsrc import KeyPath, dotted
 
 DEFAULT_LISTEN_PATH = "/ingest/peer"
-DEFAULT_MAX_BODY_SIZE = 1024 * 1024
 DEFAULT_CLOCK_SKEW = 300.0
 DEFAULT_TIMEOUT = 10.0
 
@@ -69,7 +68,7 @@ class RelayIngress:
 
 @dataclass(frozen=True)
 class Relay:
-    instances: Mapping[str, RelayInstance] = field(default_factory=lambda: MappingProxyType({}))
+    instances: Mapping[str, RelayInstance]
     ingress: RelayIngress | None = None  # None: this gateway accepts no relayed events
 
 
