@@ -18,8 +18,13 @@ from types import FrameType
 from typing import Any
 
 workers = int(os.environ.get("DUCTILE_API_PROCESSES", "2"))
-worker_class = "gthread"
+# gthread with a front door: a request costs a thread only once it has all arrived, and an event
+# stream none at all (gateway/http/frontdoor.py: slow and idle clients, issue 33).
+worker_class = "gateway.http.frontdoor.FrontDoorWorker"
 threads = int(os.environ.get("DUCTILE_API_THREADS", "16"))
+# Open connections per process, idle and unfinished ones included; past it the oldest of those is
+# closed to make room, so the door never shuts.
+worker_connections = int(os.environ.get("DUCTILE_API_CONNECTIONS", "1000"))
 # A synchronous pipeline may wait up to api.max_sync_timeout; SSE streams send keep-alives.
 timeout = int(os.environ.get("DUCTILE_API_TIMEOUT", "330"))
 graceful_timeout = 30
@@ -57,11 +62,28 @@ QUIET_LOOP_SECONDS = 5.0
 
 def when_ready(server: Any) -> None:
     _quiet_loop(server, "wait_for_signals", lambda: True)
+    _reload_in_place(server)
+
+
+def _reload_in_place(server: Any) -> None:
+    """SIGHUP to the master makes every worker reload the gateway's runtime in place (`system
+    start` sends it after writing the new runtime snapshot, gateway/runtime.py), instead of
+    gunicorn's own reload: new workers forked and set up, old ones stopped, which stalled the API
+    about a second per reload (73 of 179 POSTs over 1 s in a burst of 20 reloads, issue 33) and
+    ended every event stream. gunicorn dispatches a signal to the arbiter's `handle_<name>`."""
+
+    def handle_hup() -> None:
+        server.log.info("SIGHUP: every worker reloads the gateway's runtime in place")
+        server.kill_workers(signal.SIGHUP)
+
+    server.handle_hup = handle_hup
 
 
 def post_worker_init(worker: Any) -> None:
     _quiet_loop(worker, "wait_for_and_dispatch_events", lambda: worker.alive)
     _end_streams_on_stop()
+    # Signal handlers only queue the reload: it runs on the worker's loop, between its events.
+    signal.signal(signal.SIGHUP, lambda signum, frame: worker.method_queue.defer(_reload_runtime))
     _freeze_startup_objects()
     # Imported here, in the worker: ledger.writes loads Django, which the master never does.
     from gateway.storage.checkpoints import CheckpointThread
@@ -70,6 +92,19 @@ def post_worker_init(worker: Any) -> None:
     hand_the_gil_back_sooner()  # a write-gate holder gets the GIL back within 0.5 ms, not 5
     share_transactions()  # many request threads enqueue at once: one writer thread commits them together
     CheckpointThread.start()  # and no COMMIT of theirs copies the log back into the file
+
+
+def _reload_runtime() -> None:
+    """A worker's reload: the snapshot the supervisor wrote (or the config files, when gunicorn
+    runs alone). A runtime that does not load leaves this worker on the one it runs."""
+    from gateway.config.errors import ConfigError
+    from gateway.logs import logger
+    from gateway.runtime import RUNTIME
+
+    try:
+        RUNTIME.reload()
+    except ConfigError as exc:
+        logger("api").error("reload failed; this process keeps the config it runs: %s", exc)
 
 
 def _freeze_startup_objects() -> None:

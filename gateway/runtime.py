@@ -1,16 +1,29 @@
 """The gateway's loaded state: config, plugin registry and routing table, as one immutable
-snapshot. A reload builds a new snapshot and swaps it in whole, or keeps the old one."""
+snapshot. A reload builds a new snapshot and swaps it in whole, or keeps the old one.
+
+Under `system start` every process serves the runtime the supervisor loaded, never the files on
+disk (issue 33): the supervisor loads the config (at start, and at each SIGHUP) and, when it loads,
+writes the runtime as a snapshot file beside its PID lock; its children (the API's and the webhook
+listener's gunicorn workers, `runworkers`, the scheduler) read that snapshot, at start and at each
+reload. So a broken edit fails one load, the supervisor's, and every process keeps the last good
+runtime; a worker gunicorn starts again (after a crash) serves the same runtime as its siblings,
+not a half-edited file; and an edit nobody reloaded is served by no process. The snapshot is a
+pickle (the runtime is plain frozen dataclasses): 0600 in the state directory, which holds the
+ledger and the PID lock with the same trust, read only by processes the supervisor started.
+"""
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigError, ConfigProblem
@@ -163,19 +176,67 @@ def compile_config_pipelines(
         raise ConfigError(config.problem(p.path, p.message) for p in exc.problems) from exc
 
 
+# Set by `system start` for its children: the snapshot file they run on instead of the config files.
+SNAPSHOT_ENV = "DUCTILE_RUNTIME_SNAPSHOT"
+SNAPSHOT_FILE = "ductile.runtime"
+# The moment `system start` started (a UNIX time), told to its children too: the API's uptime.
+STARTED_ENV = "DUCTILE_STARTED_AT"
+
+
+class _SnapshotPickler(pickle.Pickler):
+    """Mapping proxies (the runtime's read-only mappings) cannot be pickled as they are."""
+
+    def reducer_override(self, obj: object) -> Any:
+        if type(obj) is MappingProxyType:
+            return _proxy, (dict(obj),)
+        return NotImplemented
+
+
+def _proxy(mapping: dict[str, object]) -> MappingProxyType[str, object]:
+    return MappingProxyType(mapping)
+
+
+def write_snapshot(runtime: Runtime, path: Path) -> None:
+    """`runtime` into `path`, atomically (a reader sees the old snapshot or the new one), 0600."""
+    buffer = io.BytesIO()
+    _SnapshotPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(runtime)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(buffer.getvalue())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def read_snapshot(path: Path) -> Runtime:
+    with open(path, "rb") as source:
+        runtime = pickle.load(source)
+    if not isinstance(runtime, Runtime):
+        raise ConfigError([ConfigProblem(f"{path} holds no runtime snapshot", file=path)])
+    return runtime
+
+
 class RuntimeHolder:
-    """Process-wide current runtime. Set at bootstrap; readers take one snapshot per job."""
+    """Process-wide current runtime. Set at bootstrap; readers take one snapshot per job.
+    `snapshot`: the file to load from instead of the config files (a child of `system start`:
+    SNAPSHOT_ENV)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.config_dir: Path | None = None
+        self.snapshot: Path | None = None
         self._current: Runtime | None = None
         self.error: ConfigError | None = None
 
-    def load(self, config_dir: Path, environ: Mapping[str, str] | None = None) -> None:
+    def load(self, config_dir: Path, environ: Mapping[str, str] | None = None, snapshot: Path | None = None) -> None:
         self.config_dir = config_dir
+        chosen = (environ if environ is not None else os.environ).get(SNAPSHOT_ENV)
+        self.snapshot = snapshot or (Path(chosen) if chosen else None)
         try:
-            runtime = build_runtime(config_dir, environ)
+            runtime = self._build(environ)
         except ConfigError as exc:
             self.error = exc
             return
@@ -191,12 +252,25 @@ class RuntimeHolder:
 
     def reload(self) -> tuple[Runtime, Runtime | None]:
         """Build a fresh runtime; on ConfigError the old one stays (the error propagates)."""
-        assert self.config_dir is not None
-        new = build_runtime(self.config_dir)
+        new = self._build(None)
+        return new, self.install(new)
+
+    def install(self, new: Runtime) -> Runtime | None:
+        """`new` as the current runtime; the one it replaces."""
         with self._lock:
-            old, self._current = self._current, new
+            old, self._current, self.error = self._current, new, None
         apply_service_logging(new.config.service.log_level, new.config.service.log_format)
-        return new, old
+        return old
+
+    def _build(self, environ: Mapping[str, str] | None) -> Runtime:
+        assert self.config_dir is not None
+        if self.snapshot is None:
+            return build_runtime(self.config_dir, environ)
+        try:
+            return read_snapshot(self.snapshot)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+            message = f"the runtime snapshot `system start` wrote cannot be read: {exc}"
+            raise ConfigError([ConfigProblem(message, file=self.snapshot)]) from exc
 
 
 RUNTIME = RuntimeHolder()

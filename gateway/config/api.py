@@ -14,6 +14,12 @@ from gateway.config.yamlsrc import KeyPath
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_CONCURRENT_SYNC = 10
+# Open event streams (/events, the dashboard's) on this host's API, and for one token or console
+# user (gateway/http/streamseats.py). A stream costs no thread (gateway/http/frontdoor.py), only a
+# socket and its share of the process's polls: 200 open streams were measured within the API's
+# latency targets (docs/performance.md).
+DEFAULT_MAX_STREAMS = 512
+DEFAULT_MAX_STREAMS_PER_TOKEN = 64
 _LISTEN = re.compile(r"(?P<host>\S+):(?P<port>\d{1,5})")
 
 Problem = Callable[[KeyPath, str], None]
@@ -55,6 +61,8 @@ class ApiConfig:
     max_concurrent_sync: int = DEFAULT_MAX_CONCURRENT_SYNC
     max_sync_timeout: float | None = None  # seconds; None: each pipeline's own timeout
     tokens: tuple[InlineToken, ...] = ()
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_streams_per_token: int = DEFAULT_MAX_STREAMS_PER_TOKEN
 
 
 def api_config(raw: Mapping[str, Any], problem: Problem) -> ApiConfig:
@@ -71,10 +79,6 @@ def api_config(raw: Mapping[str, Any], problem: Problem) -> ApiConfig:
             problem(("api", "listen"), f"expected host:port such as 127.0.0.1:8080, got {raw['listen']!r}")
         else:
             listen = parsed
-    limit = raw.get("max_concurrent_sync", base.max_concurrent_sync)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        problem(("api", "max_concurrent_sync"), f"expected a whole number of at least 1, got {limit!r}")
-        limit = base.max_concurrent_sync
     timeout = None
     if raw.get("max_sync_timeout") not in (None, ""):
         try:
@@ -84,10 +88,20 @@ def api_config(raw: Mapping[str, Any], problem: Problem) -> ApiConfig:
     return ApiConfig(
         enabled=enabled,
         listen=listen,
-        max_concurrent_sync=limit,
+        max_concurrent_sync=_at_least_one(raw, "max_concurrent_sync", base.max_concurrent_sync, problem),
         max_sync_timeout=timeout,
         tokens=_inline_tokens(raw, problem),
+        max_streams=_at_least_one(raw, "max_streams", base.max_streams, problem),
+        max_streams_per_token=_at_least_one(raw, "max_streams_per_token", base.max_streams_per_token, problem),
     )
+
+
+def _at_least_one(raw: Mapping[str, Any], key: str, default: int, problem: Problem) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        problem(("api", key), f"expected a whole number of at least 1, got {value!r}")
+        return default
+    return value
 
 
 def _inline_tokens(raw: Mapping[str, Any], problem: Problem) -> tuple[InlineToken, ...]:

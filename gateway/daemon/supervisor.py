@@ -10,14 +10,17 @@ starts the cluster when it is, and stops it (SIGTERM, which the cluster drains) 
 been none for a while. An idle stop is not a death: it neither restarts the cluster nor counts
 towards its flapping.
 
-SIGHUP is passed to every child that reloads (gunicorn re-forks its workers on the new config; the
-daemons reload); the housekeeping cluster has no reload of its own: the supervisor refreshes its
-schedules from the new config instead (`on_config`). SIGTERM/SIGINT go to every child (each
-drains), and the supervisor waits for them. A child that dies is restarted with a growing delay,
-for as long as the tree runs: one that cannot stay up (a port in use, a broken config, a database
-it cannot open) is logged as an error at every restart, and never takes its healthy siblings down
-with it (issue 12: a runworkers dying on a full disk stopped the API and the webhooks too). The
-PID file lets `system reload` find us.
+SIGHUP reloads the config here first, from the files on disk. Only a config that loads is handed on:
+as the runtime snapshot every child runs on (gateway/runtime.py), then SIGHUP to every child that
+reloads (each reads the snapshot: gunicorn's workers in place, gateway.http's `reload_runtime`;
+the daemons at their next pass); the housekeeping cluster has no reload of its own: the supervisor
+refreshes its schedules from the new config instead (`on_config`). A config that does not load is
+refused here, logged with every problem, and no process is told: all keep the runtime they run.
+SIGTERM/SIGINT go to every child (each drains), and the supervisor waits for them. A child that
+dies is restarted with a growing delay, for as long as the tree runs: one that cannot stay up (a
+port in use, a broken config, a database it cannot open) is logged as an error at every restart,
+and never takes its healthy siblings down with it (issue 12: a runworkers dying on a full disk
+stopped the API and the webhooks too). The PID file lets `system reload` find us.
 """
 
 from __future__ import annotations
@@ -32,12 +35,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig
 from gateway.daemon.pause import Pause
 from gateway.daemon.resident import Loop, Resident
 from gateway.daemon.scheduler import Scheduler
 from gateway.logs import logger
-from gateway.runtime import Runtime, RuntimeHolder
+from gateway.runtime import (
+    SNAPSHOT_ENV,
+    SNAPSHOT_FILE,
+    STARTED_ENV,
+    Runtime,
+    RuntimeHolder,
+    build_runtime,
+    write_snapshot,
+)
 from gateway.storage.database import ensure_schema
 from ledger.models.workers import pid_alive
 
@@ -63,6 +75,11 @@ PID_FILE = "ductile.pid"
 def pid_file_for(config: GatewayConfig) -> Path:
     """Where `system start` records its PID: next to the state database, as the original does."""
     return config.state_path.parent / PID_FILE
+
+
+def snapshot_file_for(config: GatewayConfig) -> Path:
+    """The runtime snapshot `system start`'s children run on: beside the PID lock."""
+    return config.state_path.parent / SNAPSHOT_FILE
 
 
 def running_pid(pid_file: Path) -> int | None:
@@ -201,11 +218,11 @@ class Child:
             self.process.send_signal(signum)
 
 
-def resident_scheduler(config_dir: Path) -> Scheduler:
-    """A scheduler with a runtime of its own, read from the config now, as a `runscheduler`
-    process would at its start: it reloads on SIGHUP by itself, and a restart reads the config again."""
+def resident_scheduler(config_dir: Path, snapshot: Path) -> Scheduler:
+    """A scheduler with a runtime of its own, read from the snapshot now, as a `runscheduler`
+    process under the supervisor would at its start: it reads the snapshot again on SIGHUP."""
     holder = RuntimeHolder()
-    holder.load(config_dir)
+    holder.load(config_dir, snapshot=snapshot)
     return Scheduler(holder, install_signals=False)
 
 
@@ -225,7 +242,8 @@ def plan(
     python = sys.executable
     manage = str(REPO / "manage.py")
     common = ["--config-dir", str(config_dir)]
-    env = {"DUCTILE_CONFIG_DIR": str(config_dir)}
+    snapshot = snapshot_file_for(runtime.config)
+    env = {"DUCTILE_CONFIG_DIR": str(config_dir), SNAPSHOT_ENV: str(snapshot), STARTED_ENV: str(time.time())}
     children = []
     if runtime.config.api.enabled:
         children.append(Child("api", gunicorn("ductile_site.wsgi:application", str(runtime.config.api.listen)), env))
@@ -236,7 +254,7 @@ def plan(
         children.append(Child("runworkers", [python, manage, "runworkers", *common], env))
     if scheduler:
         # On a thread of the supervisor, not a process of its own (gateway.daemon.resident).
-        children.append(Child("runscheduler", [], env, resident=lambda: resident_scheduler(config_dir)))
+        children.append(Child("runscheduler", [], env, resident=lambda: resident_scheduler(config_dir, snapshot)))
     if housekeeping is not None:
         qcluster = [python, manage, "qcluster", *common]
         children.append(Child("housekeeping", qcluster, env, reloads=False, demand=housekeeping))
@@ -247,14 +265,19 @@ class Supervisor:
     def __init__(
         self,
         children: Sequence[Child],
-        pid_file: Path,
+        holder: RuntimeHolder,
         *,
         install_signals: bool = True,
         on_config: Callable[[bool], None] | None = None,
     ):
-        """`on_config(reloaded)` runs once the schema is current, and again after each SIGHUP."""
+        """`holder`: the supervisor's own runtime, loaded from the config files, which its
+        children run on through the snapshot. `on_config(reloaded)` runs once the schema is
+        current, and again after each SIGHUP whose config loaded."""
         self.children = list(children)
-        self.pid_file = pid_file
+        self.holder = holder
+        config = holder.get().config
+        self.pid_file = pid_file_for(config)
+        self.snapshot = snapshot_file_for(config)
         self.install_signals = install_signals
         self.on_config = on_config
         self.stopping = False
@@ -265,6 +288,9 @@ class Supervisor:
         ensure_schema()  # once, here: the children then find a current database
         self._configure(reloaded=False)
         self._write_pid()
+        # Before any child starts: each reads it. Failing here (a full or read-only state
+        # directory) stops the start, with why: no child could run on what this process loaded.
+        write_snapshot(self.holder.get(), self.snapshot)
         if self.install_signals:
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(signum, self._on_signal)
@@ -320,13 +346,7 @@ class Supervisor:
         while self._pending:
             signum = self._pending.pop(0)
             if signum == signal.SIGHUP:
-                log.info("SIGHUP: reloading every process")
-                for child in self.children:
-                    if child.reloads:
-                        child.signal(signal.SIGHUP)
-                self._configure(reloaded=True)
-                for child in self.children:
-                    child.asked_at = float("-inf")  # the new config may have made work due: ask now
+                self._reload()
             elif not self.stopping:
                 log.info("signal %d: draining every process (send again to force)", signum)
                 self.stopping = True
@@ -334,6 +354,27 @@ class Supervisor:
             else:
                 log.warning("second signal: forcing every process down")
                 self._stop_all(signal.SIGTERM)  # each daemon treats a second signal as "force"
+
+    def _reload(self) -> None:
+        """The config from disk; if it loads, every process is handed it, else none is told."""
+        config_dir = self.holder.get().config.config_dir
+        try:
+            runtime = build_runtime(config_dir)
+            write_snapshot(runtime, self.snapshot)
+        except ConfigError as exc:
+            log.error("SIGHUP: the config does not load, so no process reloads; each keeps the one it runs:\n%s", exc)
+            return
+        except OSError as exc:
+            log.error("SIGHUP: the reloaded config could not be handed to the processes (%s); each keeps its own", exc)
+            return
+        self.holder.install(runtime)
+        log.info("SIGHUP: config reloaded; every process reloads it")
+        for child in self.children:
+            if child.reloads:
+                child.signal(signal.SIGHUP)
+        self._configure(reloaded=True)
+        for child in self.children:
+            child.asked_at = float("-inf")  # the new config may have made work due: ask now
 
     def _configure(self, *, reloaded: bool) -> None:
         if self.on_config is None:
@@ -388,5 +429,6 @@ class Supervisor:
         try:
             if self.pid_file.read_text().strip() == str(os.getpid()):
                 self.pid_file.unlink()
+                self.snapshot.unlink(missing_ok=True)
         except OSError:
             pass

@@ -22,7 +22,6 @@ from django_q.brokers import get_broker
 from django_q.models import Schedule
 from django_q.scheduler import scheduler
 
-from gateway.config.errors import ConfigError
 from gateway.config.model import BackupCadence, GatewayConfig, load_gateway_config
 from gateway.logs import logger
 from gateway.operations.backups.archive import plan_for, write_backup
@@ -169,14 +168,9 @@ def sync_schedules(config: GatewayConfig, now: datetime | None = None) -> dict[s
 
 
 def refresh_schedules(reloaded: bool) -> None:
-    """The supervisor's `on_config`: rows from the current config, then anything due is queued
-    for the cluster now rather than at its first scheduler pass, 30 s after it starts."""
-    if reloaded:
-        try:
-            RUNTIME.reload()
-        except ConfigError as exc:
-            log.error("reload refused; housekeeping keeps its schedules: %s", exc)
-            return
+    """The supervisor's `on_config`: rows from the current config (the supervisor's runtime,
+    reloaded by it before it calls this), then anything due is queued for the cluster now rather
+    than at its first scheduler pass, 30 s after it starts."""
     try:
         outcome = sync_schedules(RUNTIME.get().config)
         log.info("housekeeping schedules: %s", ", ".join(f"{n} {what}" for n, what in outcome.items()))

@@ -82,8 +82,16 @@ def row_data(row: EventRecord) -> dict[str, Any]:
     }
 
 
-def next_rows(cursor: EventCursor) -> list[EventRecord]:
-    """The next rows `cursor` owes (at most BATCH), marked as sent."""
-    rows = list(EventRecord.objects.filter(cursor.pending(time.monotonic())).order_by("id")[:BATCH])
+def next_rows(cursor: EventCursor, memo: dict[Any, Any] | None = None) -> list[EventRecord]:
+    """The next rows `cursor` owes (at most BATCH), marked as sent. Cursors in the same state
+    share one query through `memo` (every stream of a process caught up with the ledger is at
+    the same cursor: one query for all of them)."""
+    condition = cursor.pending(time.monotonic())
+    key = ("rows", cursor.last, tuple((gap.low, gap.high) for gap in cursor.gaps))
+    rows: list[EventRecord] | None = None if memo is None else memo.get(key)
+    if rows is None:
+        rows = list(EventRecord.objects.filter(condition).order_by("id")[:BATCH])
+        if memo is not None:
+            memo[key] = rows
     cursor.advance([row.id for row in rows], time.monotonic())
     return rows

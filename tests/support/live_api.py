@@ -64,10 +64,13 @@ OUTPUT_TAIL_LINES = 150
 
 
 @contextmanager
-def live_api(cfg: ConfigDir, tokens: list[dict[str, Any]], *, workers: bool = False) -> Iterator[LiveApi]:
-    """`workers`: also run the workers and the scheduler (not the housekeeping cluster)."""
+def live_api(
+    cfg: ConfigDir, tokens: list[dict[str, Any]], *, workers: bool = False, settings: dict[str, Any] | None = None
+) -> Iterator[LiveApi]:
+    """`workers`: also run the workers and the scheduler (not the housekeeping cluster).
+    `settings`: more keys of `api:` (its listen address and tokens are set here)."""
     port = free_port()
-    cfg.extra["api"] = {"listen": f"127.0.0.1:{port}", "auth": {"tokens": tokens}}
+    cfg.extra["api"] = {**(settings or {}), "listen": f"127.0.0.1:{port}", "auth": {"tokens": tokens}}
     cfg.write()
     only = ["--no-housekeeping"] if workers else ["--no-workers", "--no-scheduler"]
     proc = start_system(cfg, *only)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -25,6 +25,7 @@ from gateway.daemon.control import NotRunning, reload_gateway
 from gateway.http import eventstream
 from gateway.http.api.serializers import errors
 from gateway.http.api.views import Endpoint, int_param, path_param, query_param, time_param
+from gateway.http.streamseats import Refusal
 from gateway.operations.doctor import ERROR as DOCTOR_ERROR
 from gateway.operations.doctor import diagnose
 from gateway.reports import events, ts
@@ -32,7 +33,7 @@ from gateway.reports.percentiles import summary
 from gateway.reports.redaction import config_view as redacted_config
 from gateway.reports.redaction import redact
 from gateway.reports.topology import topology
-from gateway.runtime import RUNTIME
+from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import JobStopwatch
 
 
@@ -145,6 +146,22 @@ class _JsonWhateverIsAccepted(BaseContentNegotiation):
         return renderers[0], str(renderers[0].media_type)
 
 
+STREAM_REFUSALS = {
+    429: "This token already has `api.max_streams_per_token` streams open; close one, or retry later.",
+    503: "The server has `api.max_streams` streams open; retry after `Retry-After` seconds.",
+}
+
+
+class StreamsBusy(APIException):
+    """A stream refused for its cap: 429 (the holder's share) or 503 (the server's), with Retry-After."""
+
+    wait = 5
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.status_code = refusal.status
+
+
 class Events(Endpoint):
     """Server-Sent Events of the live event stream (`id`, `event` = type, `data` = the row as JSON),
     resumable: send `Last-Event-ID` (or `?last_event_id=`) to get the rows after that id first.
@@ -163,19 +180,26 @@ class Events(Endpoint):
             query_param("last_event_id", {"type": "string"}, "Resume after this id (the header wins)."),
             query_param("token", {"type": "string"}, "The bearer token, for clients that cannot send headers."),
         ],
-        responses={(200, "text/event-stream"): OpenApiTypes.STR, **errors(400, 401, 403)},
+        responses={
+            (200, "text/event-stream"): OpenApiTypes.STR,
+            **errors(400, 401, 403, meaning=STREAM_REFUSALS),
+        },
     )
     def get(self, request: Request) -> HttpResponseBase:
         # The header wins: a browser reconnecting on its own sends it with the original URL,
         # whose `?last_event_id=` is older.
         raw = request.META.get("HTTP_LAST_EVENT_ID") or request.query_params.get("last_event_id")
-        after = _event_id(raw) if raw else events.latest_id()
+        latest = events.latest_id()
+        # An id past the newest is a ledger this client saw and this one never had (restored from
+        # an older backup, or another gateway's): resuming after it would wait for ids that were
+        # already used elsewhere, silently. The stream starts at the newest instead, and says so.
+        after = min(_event_id(raw), latest) if raw else latest
         types = frozenset(t.strip() for t in request.query_params.get("types", "").split(",") if t.strip())
-        return eventstream.stream_headers(
-            StreamingHttpResponse(
-                eventstream.stream(events.EventCursor(after), types), content_type="text/event-stream"
-            )
-        )
+        feed = eventstream.EventFeed(events.EventCursor(after), types)
+        opened = eventstream.open_stream(request.META, feed, f"token {request.user}", self.runtime.config)
+        if isinstance(opened, Refusal):
+            raise StreamsBusy(opened)
+        return opened
 
     def head(self, request: Request) -> HttpResponse:
         """The stream's headers only. Servers still drain the body of a HEAD answer without sending
@@ -250,9 +274,11 @@ class SystemSelfcheck(Endpoint):
 
 
 class SystemReload(Endpoint):
-    """Reload the configuration: this API process at once (an invalid config keeps the running one
-    and is answered 400 with every problem: file, line, key), then every other gateway process
-    through the `system start` supervisor (SIGHUP via its PID file), when one runs."""
+    """Reload the configuration in every gateway process: the files on disk are loaded here first
+    (an invalid config keeps the running one and is answered 400 with every problem: file, line,
+    key); then the `system start` supervisor (found by its PID file) is signalled, which loads them
+    again and hands the result to every process it runs. Without a supervisor, this API process
+    alone takes the new config."""
 
     @extend_schema(
         operation_id="system_reload",
@@ -262,8 +288,9 @@ class SystemReload(Endpoint):
         responses={200: OpenApiTypes.OBJECT, **errors(400, 401, 403)},
     )
     def post(self, request: Request) -> Response:
+        assert RUNTIME.config_dir is not None  # set when this process loaded its config
         try:
-            new, _ = RUNTIME.reload()
+            new = build_runtime(RUNTIME.config_dir)
         except ConfigError as exc:
             body: dict[str, Any] = {
                 "error": "configuration invalid; the running configuration is kept: "
@@ -275,6 +302,7 @@ class SystemReload(Endpoint):
             supervisor: int | None = reload_gateway(new.config)
             scope = f"every gateway process (supervisor pid {supervisor} signalled)"
         except NotRunning as exc:
+            RUNTIME.install(new)
             supervisor, scope = None, f"this API process only ({exc})"
         return Response(
             {

@@ -36,9 +36,11 @@ ERROR_MEANINGS = {
 }
 
 
-def errors(*codes: int) -> dict[int, OpenApiResponse]:
-    """`{"error": …}` responses for `extend_schema(responses=…)`, described once for every view."""
-    return {code: OpenApiResponse(ErrorSerializer, description=ERROR_MEANINGS[code]) for code in codes}
+def errors(*codes: int, meaning: dict[int, str] | None = None) -> dict[int, OpenApiResponse]:
+    """`{"error": …}` responses for `extend_schema(responses=…)`, described once for every view;
+    `meaning` for the codes a view means differently."""
+    meanings = {**ERROR_MEANINGS, **(meaning or {})}
+    return {code: OpenApiResponse(ErrorSerializer, description=meanings[code]) for code in (*codes, *(meaning or ()))}
 
 
 # -- discovery ---------------------------------------------------------------------------------

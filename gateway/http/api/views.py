@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -37,7 +39,7 @@ from gateway.reports import (
     ts,
 )
 from gateway.reports.skills import command_scopes, skills
-from gateway.runtime import RUNTIME, Runtime
+from gateway.runtime import RUNTIME, STARTED_ENV, Runtime
 from gateway.version import gateway_version
 from ledger.models import Job, JobLog, WorkerInstance
 from ledger.states import JobStatus
@@ -132,11 +134,21 @@ class Root(Endpoint):
         )
 
 
-_STARTED = timezone.now()
+def _gateway_started() -> float:
+    """When the gateway started: `system start`'s moment, which it tells its children, else this
+    process's. A reload, or a worker gunicorn starts again, is no restart of the gateway: the
+    uptime a monitor watches must not fall back to 0 at each (issue 33)."""
+    try:
+        return float(os.environ[STARTED_ENV])
+    except (KeyError, ValueError):
+        return time.time()
+
+
+_STARTED = _gateway_started()
 
 
 def uptime_seconds() -> int:
-    return int((timezone.now() - _STARTED).total_seconds())
+    return max(int(time.time() - _STARTED), 0)
 
 
 class Health(Endpoint):

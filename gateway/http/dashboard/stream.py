@@ -11,10 +11,9 @@ when the clock moved, as the snapshot (whose latest events are the truth should 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from gateway.http import eventstream
 from gateway.reports import events, live
 from gateway.reports.live import LedgerClock, event_summary
 
@@ -32,16 +31,19 @@ def message(name: str, text: str) -> bytes:
 
 
 class PageFeed:
-    """One page's stream state: what it was sent last, and the clock generation that was for.
-    Nothing is read while the clock stands still: an idle gateway costs an open page one look at
-    the change marker per tick of the clock, shared with every other page of the process."""
+    """One page's stream (an eventstream.Feed): what it was sent last, and the clock generation
+    that was for. Nothing is read while the clock stands still: an idle gateway costs an open page
+    one look at the change marker per tick of the clock, shared with every other page of the
+    process. It is woken by finished jobs like /events, else every tick of the clock."""
 
     def __init__(self, parts: Parts, events: events.EventCursor | None, clock: LedgerClock):
         self.parts, self.events, self.clock = parts, events, clock
         self.generation: int | None = None
         self.sent: dict[str, str] = {}
+        self.opening = f": stream open\nretry: {RETRY_MS}\n\n".encode()
+        self.interval = clock.min_interval
 
-    def poll(self) -> tuple[list[bytes], bool]:
+    def poll(self, memo: dict[str, Any], rung: bool) -> tuple[list[bytes], bool]:
         generation = self.clock.tick()
         if generation == self.generation:
             return [], False
@@ -49,27 +51,32 @@ class PageFeed:
         frames: list[bytes] = []
         more = False
         if self.events is not None:
-            rows = events.next_rows(self.events)
+            rows = events.next_rows(self.events, memo)
             if more := len(rows) == events.BATCH:
                 self.generation = None  # the rest of a burst: read again at once
             if rows:
                 recent = [event_summary(row) for row in rows[-MAX_EVENTS_PER_FRAME:]]
                 frames.append(message("events", json.dumps(recent, separators=(",", ":"))))
         for name, data in self.parts().items():
-            text = json.dumps(data, separators=(",", ":"), default=str)
+            text = _encoded(data, memo)
             if self.sent.get(name) != text:
                 self.sent[name] = text
                 frames.append(message(name, text))
         return frames, more
 
 
-def page_stream(
-    parts: Parts, *, with_events: bool, clock: LedgerClock | None = None, bell: eventstream.Bell = eventstream.BELL
-) -> Iterator[bytes]:
-    """Woken by finished jobs like /events, else every tick of the clock (what it can see): by
-    default the process's own (`live.CLOCK`)."""
+def _encoded(data: Any, memo: dict[Any, Any]) -> str:
+    """`data` as JSON, encoded once per pass for every page showing the same object (the live
+    figures are one snapshot per clock generation, shared by every overview page)."""
+    key = ("json", id(data))
+    found = memo.get(key)
+    if found is None or found[0] is not data:
+        found = memo[key] = (data, json.dumps(data, separators=(",", ":"), default=str))
+    return str(found[1])
+
+
+def page_feed(parts: Parts, *, with_events: bool, clock: LedgerClock | None = None) -> PageFeed:
+    """A page's feed on the clock it can see: by default the process's own (`live.CLOCK`)."""
     clock = clock or live.CLOCK
     cursor = events.EventCursor(events.latest_id()) if with_events else None
-    feed = PageFeed(parts, cursor, clock)
-    opening = f": stream open\nretry: {RETRY_MS}\n\n".encode()
-    return eventstream.serve(feed.poll, opening, bell, interval=clock.min_interval)
+    return PageFeed(parts, cursor, clock)

@@ -9,12 +9,13 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth.decorators import user_passes_test
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from gateway.http.dashboard.stream import page_stream
-from gateway.http.eventstream import stream_headers
+from gateway.http.dashboard.stream import page_feed
+from gateway.http.eventstream import open_stream
+from gateway.http.streamseats import Refusal
 from gateway.reports import live, runs
 from gateway.runtime import RUNTIME
 from ledger.states import JobStatus
@@ -123,10 +124,14 @@ def stream(request: HttpRequest) -> HttpResponseBase:
         return JsonResponse({"error": "log in to the audit console with a role that may read the ledger"}, status=403)
     view = request.GET.get("view", "overview")
     if view == "overview":
-        body = page_stream(lambda: {"snapshot": live.LIVE_FIGURES.get(RUNTIME.get())}, with_events=True)
+        feed = page_feed(lambda: {"snapshot": live.LIVE_FIGURES.get(RUNTIME.get())}, with_events=True)
     elif view == "pipelines":
         chosen = [job_id for job_id in request.GET.getlist("run")[:MAX_CHOSEN] if job_id]
-        body = page_stream(lambda: pipelines_parts(chosen), with_events=False)
+        feed = page_feed(lambda: pipelines_parts(chosen), with_events=False)
     else:
         return JsonResponse({"error": f"unknown view {view!r}: use overview or pipelines"}, status=400)
-    return stream_headers(StreamingHttpResponse(body, content_type="text/event-stream"))
+    opened = open_stream(request.META, feed, f"user {request.user.get_username()}", RUNTIME.get().config)
+    if isinstance(opened, Refusal):
+        # EventSource retries on its own after its `retry:` delay; the page says the feed is away.
+        return JsonResponse({"error": opened.message}, status=opened.status, headers={"Retry-After": "5"})
+    return opened

@@ -18,12 +18,13 @@ from gateway.cli.selfcheck import run_selfcheck
 from gateway.cli.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
 from gateway.config.errors import ConfigError
 from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
-from gateway.daemon.supervisor import Demand, Supervisor, pid_file_for, plan
+from gateway.daemon.supervisor import Demand, Supervisor, plan
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPES
 from gateway.operations.doctor import ERROR, diagnose
 from gateway.operations.housekeeping import CLUSTER_LINGER, refresh_schedules, work_for_cluster
 from gateway.reports import breaker_report, queue_status, schedule_report
+from gateway.runtime import RUNTIME
 from gateway.storage.database import describe_database, pass_the_check_on
 from ledger.models import CircuitBreaker, PluginInstanceRecord, ScheduleEntry
 from ledger.models.workers import PluginHealth
@@ -218,9 +219,7 @@ class Command(DuctileCommand):
             scheduler=not options["no_scheduler"],
             housekeeping=housekeeping,
         )
-        supervisor = Supervisor(
-            children, pid_file_for(runtime.config), on_config=refresh_schedules if housekeeping else None
-        )
+        supervisor = Supervisor(children, RUNTIME, on_config=refresh_schedules if housekeeping else None)
         raise SystemExit(supervisor.run())
 
     def scheduler(self) -> None:

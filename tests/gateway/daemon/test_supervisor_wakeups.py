@@ -15,6 +15,8 @@ import pytest
 
 from gateway.daemon import supervisor
 from gateway.daemon.supervisor import MAX_PASS, Child, Supervisor
+from gateway.runtime import RuntimeHolder
+from tests.support import ConfigDir
 
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
 
@@ -26,6 +28,13 @@ def own_signals():
     yield
     for signum, handler in saved.items():
         signal.signal(signum, handler)
+
+
+def holder(tmp_path: Path) -> RuntimeHolder:
+    """The supervisor's runtime: a config whose state directory (PID lock, snapshot) is `tmp_path`'s."""
+    runtime = RuntimeHolder()
+    runtime.load(ConfigDir(tmp_path / "config").write())
+    return runtime
 
 
 def first_exit(child: Child, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[float, int]:
@@ -49,7 +58,7 @@ def first_exit(child: Child, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
     threading.Thread(target=stop_once_seen, daemon=True).start()
     started = time.monotonic()
-    Supervisor([child], tmp_path / "ductile.pid").run()
+    Supervisor([child], holder(tmp_path)).run()
     assert seen, f"the supervisor never saw {child.name} end"
     return seen[0][0] - started, seen[0][1]
 
@@ -81,14 +90,14 @@ def test_a_resident_loop_s_end_wakes_the_sleeping_supervisor(tmp_path: Path, mon
     assert after < 3.0 and code == 3, after
 
 
-def test_an_idle_supervisor_asks_a_parked_child_s_question_seldom() -> None:
+def test_an_idle_supervisor_asks_a_parked_child_s_question_seldom(tmp_path: Path) -> None:
     # A stopped on-demand child without work: asked every idle_every (30 s), not every 5 s; the
     # supervisor then sleeps until that question, with nothing else due.
     demand = supervisor.Demand(lambda running: False, every=5.0, linger=30.0, idle_every=30.0)
     parked = Child("housekeeping", [sys.executable, "-c", "pass"], {}, reloads=False, demand=demand)
     parked.ask(time.monotonic())
     assert not parked.needed
-    boss = Supervisor([parked], Path("/nonexistent/ductile.pid"))
+    boss = Supervisor([parked], holder(tmp_path))
     assert 25.0 < boss._next_pass() <= 30.0
     # Wanted, or running, it is asked every 5 s again.
     parked.needed = True
