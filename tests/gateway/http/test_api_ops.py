@@ -576,6 +576,16 @@ def test_events_stream_live_rows_in_order_and_resume_after_last_event_id(sse):
     assert resumed.event() == {"id": sixth, "type": "demo.six", "data": row_data(sixth)}
 
 
+def test_a_last_event_id_past_the_newest_resumes_from_the_newest(sse):
+    """What a client sends after the gateway's ledger was restored from an older backup: an id
+    this ledger has not reached. Resuming after it would wait silently for ids used elsewhere."""
+    (newest,) = write_events("before.restore")
+    stream = sse(**{"Last-Event-ID": str(newest + 1_000_000)})
+    assert int(stream.block()["id"]) == newest
+    (after,) = write_events("after.restore")
+    assert stream.event()["id"] == after
+
+
 def row_data(row_id: int) -> dict[str, Any]:
     row = EventRecord.objects.get(pk=row_id)
     return {
