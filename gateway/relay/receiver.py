@@ -50,6 +50,8 @@ def receive(
         return refused(403, "missing relay timestamp")
     try:
         sent = wire.parse_timestamp(stamp)
+    except wire.OutOfRange:
+        return refused(403, "relay timestamp outside allowed clock skew")
     except ValueError:
         return refused(403, "invalid relay timestamp")
     if abs((datetime.now(UTC) - sent).total_seconds()) > ingress.allowed_clock_skew:

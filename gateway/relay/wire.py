@@ -29,6 +29,11 @@ class BadEnvelope(ValueError):
     """The body is not a relay envelope; the text says what is wrong."""
 
 
+class OutOfRange(ValueError):
+    """A well-formed timestamp no `datetime` holds (before year 1 or after 9999 once in UTC): far
+    outside any clock skew, which is what the original, whose clock reaches further, answers."""
+
+
 @dataclass(frozen=True)
 class Envelope:
     event_type: str
@@ -66,15 +71,22 @@ def now_stamp() -> str:
     return iso(datetime.now(UTC))
 
 
+# Unix seconds are a 64-bit integer to the original: more digits are no timestamp at all.
+_UNIX_MAX = 2**63 - 1
+
+
 def parse_timestamp(raw: str) -> datetime:
     """RFC 3339 (the original sends nanoseconds, which Python's parser cannot take: trimmed to
-    microseconds) or Unix seconds; ValueError otherwise."""
+    microseconds) or Unix seconds; OutOfRange for a time no datetime holds, ValueError for
+    anything else that is not one."""
     text = raw.strip()
     if text.isdigit():
+        if int(text) > _UNIX_MAX:
+            raise ValueError(f"timestamp {raw!r} is not a 64-bit number of seconds")
         try:
             return datetime.fromtimestamp(int(text), UTC)
-        except (OverflowError, OSError) as exc:
-            raise ValueError(f"timestamp {raw!r} is out of range") from exc
+        except (OverflowError, OSError, ValueError) as exc:
+            raise OutOfRange(f"timestamp {raw!r} is out of range") from exc
     head, dot, rest = text.partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
@@ -82,7 +94,10 @@ def parse_timestamp(raw: str) -> datetime:
     parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     if parsed.tzinfo is None or "T" not in text.upper():
         raise ValueError(f"timestamp must be RFC 3339 or Unix seconds, got {raw!r}")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError as exc:  # 0001-01-01T00:00:00+14:00 is in year 0 in UTC
+        raise OutOfRange(f"timestamp {raw!r} is out of range") from exc
 
 
 def read_envelope(body: bytes) -> Envelope:

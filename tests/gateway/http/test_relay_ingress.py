@@ -1,8 +1,8 @@
 """The relay ingress at a `remote_ingress.listen_path` of the operator's choosing (served through
 the URLconf's last route): a signed POST there is accepted; the default path, another path and
 another method are the API's 404 or 405, and a gateway without `remote_ingress` has no ingress at
-all. In-process, through Django's test client; the whole exchange between two gateways is
-tests/processes/test_relay.py."""
+all. A timestamp past what a clock reads is refused with words. In-process, through Django's test
+client; the whole exchange between two gateways is tests/processes/test_relay.py."""
 
 from __future__ import annotations
 
@@ -20,14 +20,24 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 BODY = json.dumps({"event": {"type": "backup.ready", "payload": {"n": 1}}}).encode()
 
 
-def post(client: APIClient, path: str):
-    stamp = wire.now_stamp()
+def signed(body: bytes, path: str = "/ingest/peer/home-primary", *, stamp=None, secret="s3cret", key_id=None) -> dict:
+    stamp = stamp or wire.now_stamp()
     headers = {
         "HTTP_X_DUCTILE_PEER": "home-primary",
         "HTTP_X_DUCTILE_TIMESTAMP": stamp,
-        "HTTP_X_DUCTILE_SIGNATURE": "sha256=" + wire.sign("POST", path, stamp, BODY, "s3cret"),
+        "HTTP_X_DUCTILE_SIGNATURE": "sha256=" + wire.sign("POST", path, stamp, body, secret),
     }
-    return client.generic("POST", path, BODY, content_type="application/json", **headers)
+    if key_id is not None:
+        headers["HTTP_X_DUCTILE_KEY_ID"] = key_id
+    return headers
+
+
+def deliver(client: APIClient, body: bytes, headers: dict, path: str = "/ingest/peer/home-primary"):
+    return client.generic("POST", path, body, content_type="application/json", **headers)
+
+
+def post(client: APIClient, path: str):
+    return deliver(client, BODY, signed(BODY, path), path)
 
 
 def configure(config_dir, ingress):
@@ -62,4 +72,18 @@ def test_without_remote_ingress_there_is_no_ingress(config_dir):
         answer = post(client, "/ingest/peer/home-primary")
         assert (answer.status_code, answer.json()) == (404, {"error": "no such endpoint: /ingest/peer/home-primary"})
         assert client.get("/ingest/peer/home-primary").status_code == 405
+        assert not Job.objects.exists()
+
+
+# -- out-of-range timestamps (issue 33 item 15) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "999999999999"])
+def test_a_timestamp_past_what_a_clock_reads_is_outside_the_skew_not_a_crash(config_dir, stamp):
+    # Before: the conversion to UTC overflowed, a 500 with a traceback, before the signature was
+    # even looked at. The original reads such a time and finds it outside the window: its words.
+    configure(config_dir, {"peers": [{"name": "home-primary", "secret_ref": "peer"}]})
+    with installed_runtime(config_dir):
+        answer = deliver(APIClient(), BODY, signed(BODY, stamp=stamp))
+        assert (answer.status_code, answer.json()) == (403, {"error": "relay timestamp outside allowed clock skew"})
         assert not Job.objects.exists()

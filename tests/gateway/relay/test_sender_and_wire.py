@@ -3,7 +3,7 @@ answer as a receiver might: a 202 is an acceptance, a 5xx or 429 a failure worth
 one that is not, and a redirect is an answer, never followed (the signature was made for one
 path, and urllib would follow a POST as a bare GET). And what the wire refuses on the receiving
 side without a crash: an envelope nested past the stack, bytes that are not JSON, a timestamp out of
-range or without a zone."""
+range or without a zone (one past what a datetime holds is told apart: it is outside the window)."""
 
 from __future__ import annotations
 
@@ -101,6 +101,11 @@ def test_hostile_envelopes_and_timestamps_are_refused_with_words_not_a_crash():
     with pytest.raises(wire.BadEnvelope, match="invalid JSON body"):
         wire.read_envelope(b"\xff\xfe not json")
     for stamp in ("99999999999999999999", "2026-11-27", "2026-11-27T22:00:00", "yesterday"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError) as caught:
+            wire.parse_timestamp(stamp)
+        assert not isinstance(caught.value, wire.OutOfRange), stamp
+    # Well-formed, and past what a datetime holds: far outside any window, not malformed.
+    for stamp in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "999999999999"):
+        with pytest.raises(wire.OutOfRange):
             wire.parse_timestamp(stamp)
     assert wire.parse_timestamp("2026-11-27T22:00:00.123456789Z").microsecond == 123456  # Go's nanoseconds
