@@ -51,22 +51,23 @@ def receive(
     try:
         sent = wire.parse_timestamp(stamp)
     except wire.OutOfRange:
-        return refused(403, "relay timestamp outside allowed clock skew")
+        return refused(403, wire.OUTSIDE_SKEW)
     except ValueError:
         return refused(403, "invalid relay timestamp")
     if abs((datetime.now(UTC) - sent).total_seconds()) > ingress.allowed_clock_skew:
-        return refused(403, "relay timestamp outside allowed clock skew")
+        return refused(403, wire.OUTSIDE_SKEW)
     key_id = header.get(wire.KEY_ID.lower(), "")
     if ingress.require_key_id and not key_id:
-        return refused(403, "missing relay key id")
-    if peer.key_id and key_id != peer.key_id:
-        return refused(403, "relay key id mismatch")
+        return refused(403, wire.KEY_ID_MISSING)
+    secret = peer.secret_for(key_id)
+    if secret is None:
+        return refused(403, wire.KEY_ID_MISMATCH)
     signature = header.get(wire.SIGNATURE.lower(), "")
     if not signature:
         return refused(403, "missing relay signature")
     if len(body) > ingress.max_body_size:
         return refused(413, "relay payload too large")
-    if not wire.signature_matches("POST", path, stamp, body, signature, peer.secret):
+    if not wire.signature_matches("POST", path, stamp, body, signature, secret):
         return refused(403, "forbidden")
     try:
         envelope = wire.read_envelope(body)

@@ -8,6 +8,10 @@ POSTed with `X-Ductile-Peer` (the sender's `service.name`), `X-Ductile-Key-Id`,
 `X-Ductile-Timestamp` (RFC 3339, or Unix seconds) and `X-Ductile-Signature`: hex HMAC-SHA256, under
 the shared tokens.yaml secret, of the method, the request path, the timestamp and the raw body,
 joined by newlines (`sha256=` before it is accepted too).
+
+The receiver's refusals are the original's words too (`{"error": ...}`): a sender tells a refusal a
+later attempt may not meet (a key the receiver does not know yet, clocks that disagree) from one it
+will meet again by those words alone.
 """
 
 from __future__ import annotations
@@ -23,6 +27,15 @@ from gateway.reports import iso
 from pipelines.relay import EVENT_TYPE
 
 PEER, KEY_ID, TIMESTAMP, SIGNATURE = "X-Ductile-Peer", "X-Ductile-Key-Id", "X-Ductile-Timestamp", "X-Ductile-Signature"
+
+KEY_ID_MISSING = "missing relay key id"
+KEY_ID_MISMATCH = "relay key id mismatch"
+OUTSIDE_SKEW = "relay timestamp outside allowed clock skew"
+# Refused now, perhaps not at the next attempt, which signs anew with the key and the time of its
+# moment: during a key rotation the receiver may learn the new key id after the sender uses it,
+# and a clock stepped or catching up with NTP comes back into the window. Every other refusal
+# (a bad signature, an unknown peer, an event the peer may not send) is the same at every attempt.
+PASSING_REFUSALS = frozenset({KEY_ID_MISSING, KEY_ID_MISMATCH, OUTSIDE_SKEW})
 
 
 class BadEnvelope(ValueError):

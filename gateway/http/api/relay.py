@@ -65,7 +65,11 @@ class RelayIngress(Endpoint):
         responses={
             202: OpenApiTypes.OBJECT,
             400: _refusal("The body is not a relay envelope; `error` says what is wrong."),
-            403: _refusal("Unknown peer, bad or missing signature, key id or timestamp (outside the clock skew)."),
+            403: _refusal(
+                "Unknown peer, bad or missing signature, key id or timestamp (outside the clock skew). A sender "
+                "retries `relay key id mismatch`, `missing relay key id` and `relay timestamp outside allowed "
+                "clock skew`: a later attempt, signed anew, may pass."
+            ),
             404: _refusal("This gateway accepts no relayed events (no `remote_ingress`)."),
             413: _refusal("The body is larger than `remote_ingress.max_body_size`."),
             422: _refusal("The peer may not send this event type (`peers[].accept`)."),

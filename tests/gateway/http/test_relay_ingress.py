@@ -1,8 +1,9 @@
 """The relay ingress at a `remote_ingress.listen_path` of the operator's choosing (served through
 the URLconf's last route): a signed POST there is accepted; the default path, another path and
 another method are the API's 404 or 405, and a gateway without `remote_ingress` has no ingress at
-all. A timestamp past what a clock reads is refused with words. In-process, through Django's test
-client; the whole exchange between two gateways is tests/processes/test_relay.py."""
+all. A peer rotating its key is accepted under each key it may use; a timestamp past what a clock
+reads is refused with words. In-process, through Django's test client; the whole exchange between
+two gateways is tests/processes/test_relay.py."""
 
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ def configure(config_dir, ingress):
     config_dir.extra["pipelines"] = [{"name": "take", "on": "backup.ready", "steps": [{"uses": "echo"}]}]
 
 
+def envelope(event_type="backup.ready", dedupe_key=None, **origin) -> bytes:
+    event: dict = {"type": event_type, "payload": {"n": 1}}
+    if dedupe_key:
+        event["dedupe_key"] = dedupe_key
+    return json.dumps({"event": event, "origin": {"instance": "home-primary", **origin}}).encode()
+
+
 def test_a_configured_listen_path_is_the_only_ingress(config_dir):
     configure(config_dir, {"listen_path": "/relay/in/", "peers": [{"name": "home-primary", "secret_ref": "peer"}]})
     with installed_runtime(config_dir):
@@ -75,7 +83,40 @@ def test_without_remote_ingress_there_is_no_ingress(config_dir):
         assert not Job.objects.exists()
 
 
-# -- out-of-range timestamps (issue 33 item 15) ----------------------------------------------------
+# -- key rotation (issue 33 item 14) and out-of-range timestamps (item 15) ------------------------
+
+
+def test_a_peer_rotating_its_key_is_accepted_under_each_key_it_may_use(config_dir):
+    configure(
+        config_dir,
+        {
+            "require_key_id": True,
+            "peers": [
+                {
+                    "name": "home-primary",
+                    "secret_ref": "peer-v2",
+                    "key_id": "v2",
+                    "keys": [{"key_id": "v1", "secret_ref": "peer"}],
+                }
+            ],
+        },
+    )
+    config_dir.extra["tokens"].append({"name": "peer-v2", "key": "n3w-s3cret"})
+    with installed_runtime(config_dir):
+        client = APIClient()
+        cases = [
+            ("v1", "s3cret", 202, None),
+            ("v2", "n3w-s3cret", 202, None),
+            ("v1", "n3w-s3cret", 403, "forbidden"),  # a key id picks its own secret, no other
+            ("v3", "n3w-s3cret", 403, "relay key id mismatch"),
+            ("", "n3w-s3cret", 403, "missing relay key id"),
+        ]
+        for number, (key_id, secret, status, error) in enumerate(cases):
+            body = envelope(dedupe_key=f"rotation-{number}")
+            answer = deliver(client, body, signed(body, secret=secret, key_id=key_id))
+            assert answer.status_code == status, (key_id, secret, answer.json())
+            assert error is None or answer.json() == {"error": error}
+        assert Job.objects.count() == 2
 
 
 @pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "999999999999"])

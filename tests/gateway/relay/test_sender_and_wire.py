@@ -1,6 +1,7 @@
 """The relay sender against real HTTP servers on this machine (http.server in a thread) that
 answer as a receiver might: a 202 is an acceptance, a 5xx or 429 a failure worth retrying, a 4xx
-one that is not, and a redirect is an answer, never followed (the signature was made for one
+one that is not unless it names a key id or the clock (a rotation under way, a clock step: the
+next attempt may pass), and a redirect is an answer, never followed (the signature was made for one
 path, and urllib would follow a POST as a bare GET). And what the wire refuses on the receiving
 side without a crash: an envelope nested past the stack, bytes that are not JSON, a timestamp out of
 range or without a zone (one past what a datetime holds is told apart: it is outside the window)."""
@@ -77,13 +78,27 @@ def test_an_accepted_send_is_signed_as_the_receiver_checks_it():
 
 
 @pytest.mark.parametrize(
-    ("status", "retryable"), [(500, True), (503, True), (429, True), (403, False), (422, False), (400, False)]
+    ("status", "error", "retryable"),
+    [
+        (500, "no thanks", True),
+        (503, "no thanks", True),
+        (429, "no thanks", True),
+        (403, "forbidden", False),
+        (403, "unknown relay peer", False),
+        (422, "event type not allowed for peer", False),
+        (400, "invalid JSON body", False),
+        # A key the receiver does not know yet (a rotation under way) or clocks out of step: the
+        # next attempt signs anew and may pass. Before, each failed the relay for good.
+        (403, "relay key id mismatch", True),
+        (403, "missing relay key id", True),
+        (403, "relay timestamp outside allowed clock skew", True),
+    ],
 )
-def test_a_refusal_says_whether_a_retry_could_help(status, retryable):
-    with receiver(status, {"error": "no thanks"}) as (port, _), pytest.raises(RelayFailed) as caught:
+def test_a_refusal_says_whether_a_retry_could_help(status, error, retryable):
+    with receiver(status, {"error": error}) as (port, _), pytest.raises(RelayFailed) as caught:
         send(relay_to(port), "home", "lab", ENVELOPE)
     assert caught.value.retryable is retryable and caught.value.status == status
-    assert str(caught.value).endswith(f"answered {status}: no thanks")
+    assert str(caught.value).endswith(f"answered {status}: {error}")
 
 
 def test_a_redirect_is_an_answer_not_a_new_destination():
