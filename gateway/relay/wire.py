@@ -70,14 +70,20 @@ def sign(method: str, path: str, timestamp: str, body: bytes, secret: str) -> st
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def signature_matches(method: str, path: str, timestamp: str, body: bytes, presented: str, secret: str) -> bool:
-    """In constant time; a signature that is not hex never matches."""
+def digest(presented: str) -> str | None:
+    """A presented signature as one string however it was written (without `sha256=`, lower-case
+    hex): what tells a replay; None when it is not hex."""
     given = presented.strip().removeprefix("sha256=")
     try:
-        given_bytes = bytes.fromhex(given)
+        return bytes.fromhex(given).hex()
     except ValueError:
-        return False
-    return hmac.compare_digest(bytes.fromhex(sign(method, path, timestamp, body, secret)), given_bytes)
+        return None
+
+
+def signature_matches(method: str, path: str, timestamp: str, body: bytes, presented: str, secret: str) -> bool:
+    """In constant time; a signature that is not hex never matches."""
+    given = digest(presented)
+    return given is not None and hmac.compare_digest(sign(method, path, timestamp, body, secret), given)
 
 
 def now_stamp() -> str:

@@ -58,7 +58,9 @@ class RelayIngress(Endpoint):
         description=(
             "Mounted at `remote_ingress.listen_path` (default `/ingest/peer`). The body is the relay "
             'envelope `{"event": {"type", "payload", "dedupe_key"}, "origin": {...}, "baggage": {...}}`; '
-            "it starts every local pipeline whose `on:` is the event type."
+            "it starts every local pipeline whose `on:` is the event type. A delivery accepted before (the same "
+            "request again, or the same event type and `dedupe_key`, or without one the same `origin.event_id`) "
+            "is answered with the first acceptance and starts nothing, whatever became of its jobs."
         ),
         parameters=[path_param("peer", "The sending gateway's name, as `remote_ingress.peers` lists it.")],
         request=OpenApiTypes.OBJECT,
