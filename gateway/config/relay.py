@@ -7,6 +7,21 @@ as plain data from tokens.yaml, and what cannot work as written (a `secret_ref` 
 define, a base_url that is not absolute http(s), a name used twice) refuses the config naming file,
 line and key. The schema (config.schema.json) has already checked the types; unknown keys warn.
 `enabled` defaults to true: an entry is written to be used.
+
+A peer signs under one key id at a time (`key_id`, `secret_ref`), as in the original. During a
+rotation the receiver accepts more beside it, each a key id with its own secret:
+
+```yaml
+peers:
+  - name: home-primary
+    key_id: v2
+    secret_ref: relay-lab-v2
+    keys:                 # also accepted, until the peer has moved to key_id v2
+      - {key_id: v1, secret_ref: relay-lab-v1}
+```
+
+The receiver adds the new key first, the sender moves to it, the old one goes: no event is refused
+on the way (and one that is, by a sender that moved first, is retried: gateway/relay/sender.py).
 """
 
 from __future__ import annotations
@@ -52,9 +67,16 @@ class RelayPeer:
 
     name: str
     secret: str = field(repr=False)
-    key_id: str
     accept: frozenset[str]  # event types it may send; empty: any
     baggage_allow: frozenset[str]  # baggage keys that may seed the local root context
+    # Key id -> secret, for every key id the peer may sign under: its `key_id`, and during a
+    # rotation those `keys` lists. Empty: the peer has no key id, and `secret` signs under any.
+    keys: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def secret_for(self, key_id: str) -> str | None:
+        """The secret a request presenting `key_id` must be signed with; None when the peer has no
+        such key (the original's "relay key id mismatch")."""
+        return self.keys.get(key_id) if self.keys else self.secret
 
 
 @dataclass(frozen=True)
@@ -123,13 +145,34 @@ class _Parser:
         peers: dict[str, RelayPeer] = {}
         for index, name, peer in self.named((*at, "peers"), raw.get("peers") or []):
             secret = self.secret((*at, "peers", index), peer["secret_ref"])
+            keys = self.keys((*at, "peers", index), peer, secret)
             if peer.get("enabled", True):
                 allow = frozenset(k.strip() for k in (peer.get("baggage") or {}).get("allow") or () if k.strip())
-                key_id = str(peer.get("key_id") or "").strip()
-                peers[name] = RelayPeer(name, secret, key_id, _set(peer, "accept"), allow)
+                peers[name] = RelayPeer(name, secret, _set(peer, "accept"), allow, MappingProxyType(keys))
         return RelayIngress(
             listen_path.rstrip("/"), size, skew, bool(raw.get("require_key_id", False)), MappingProxyType(peers)
         )
+
+    def keys(self, at: KeyPath, peer: Mapping[str, Any], secret: str) -> dict[str, str]:
+        """Every key id `peer` may sign under, with its secret: its own `key_id`, then `keys`."""
+        key_id = str(peer.get("key_id") or "").strip()
+        keys = {key_id: secret} if key_id else {}
+        extra = peer.get("keys") or []
+        if extra and not key_id:
+            message = "keys: the peer's own key_id must be set too (a request's key id picks its secret)"
+            self.problem((*at, "keys"), message)
+        first: dict[str, KeyPath] = {key_id: (*at, "key_id")}
+        for index, raw in enumerate(extra):
+            where: KeyPath = (*at, "keys", index)
+            other = str(raw["key_id"]).strip()
+            if not other:
+                self.problem((*where, "key_id"), "expected a key id such as v1")
+            elif other in first:
+                self.problem((*where, "key_id"), f"key id {other!r} is already used by {dotted(first[other])}")
+            else:
+                first[other] = (*where, "key_id")
+                keys[other] = self.secret(where, raw["secret_ref"])
+        return keys
 
     def named(self, at: KeyPath, entries: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, Mapping[str, Any]]]:
         """Entries with a usable, unique name (a URL path segment: no `/`, no space)."""

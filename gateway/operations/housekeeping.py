@@ -1,5 +1,6 @@
 """The gateway's own housekeeping, scheduled and run by django-q2 (its ORM broker, in the
-gateway's database): retention pruning every hour, and scheduled backups (`service.backup`).
+gateway's database): retention pruning every hour (expired relay acceptances too), and scheduled
+backups (`service.backup`).
 
 django-q2 keeps the schedules as rows; `system start` writes them from the config at start and
 after each SIGHUP (`refresh_schedules`), and supervises `manage.py qcluster`, which runs them. The
@@ -26,7 +27,7 @@ from gateway.config.model import BackupCadence, GatewayConfig, load_gateway_conf
 from gateway.logs import logger
 from gateway.operations.backups.archive import plan_for, write_backup
 from gateway.runtime import RUNTIME
-from ledger.models import EventRecord, Job, JobLog, JobStopwatch, JobTransition
+from ledger.models import EventRecord, Job, JobLog, JobStopwatch, JobTransition, RelayAcceptance
 from ledger.models.retention import PrunableQuerySet
 
 log = logger("housekeeping")
@@ -67,6 +68,8 @@ def prune(*, job_queue_retention: float, job_log_retention: float, batch: int = 
         "job_transitions": drain(JobTransition.objects.expired(log_cutoff), batch),
         "job_stopwatch": drain(JobStopwatch.objects.expired(log_cutoff), batch),
         "event_log": drain(EventRecord.objects.expired(log_cutoff), batch),
+        # Past its own window (ledger/models/relay.py): no replay or retry is answered from it.
+        "relay_acceptances": drain(RelayAcceptance.objects.expired(now), batch),
     }
     if any(deleted.values()):
         log.info("retention pruned %s", ", ".join(f"{n} {table}" for table, n in deleted.items() if n))

@@ -19,7 +19,9 @@ _ANSWER_LIMIT = 64 * 1024
 
 class RelayFailed(Exception):
     """The envelope was not accepted. `retryable`: the same send may succeed later (the network,
-    a 5xx, a 429); a refusal (4xx) would be refused again as it is."""
+    a 5xx, a 429, and the refusals a later attempt may not meet: a key id the receiver does not
+    know yet, a clock outside its window, wire.PASSING_REFUSALS); any other refusal (4xx) would be
+    refused again as it is."""
 
     def __init__(self, message: str, *, retryable: bool, status: int | None = None):
         super().__init__(message)
@@ -79,7 +81,7 @@ def send(relay: Relay | None, sender_name: str, to: str, envelope: wire.Envelope
             status, raw = response.status, response.read(_ANSWER_LIMIT)
     except urllib.error.HTTPError as exc:
         detail = _error_text(exc.read(_ANSWER_LIMIT))
-        retryable = exc.code >= 500 or exc.code in (408, 429)
+        retryable = exc.code >= 500 or exc.code in (408, 429) or (exc.code == 403 and detail in wire.PASSING_REFUSALS)
         message = f"{instance.url} answered {exc.code}: {detail}"
         raise RelayFailed(message, retryable=retryable, status=exc.code) from exc
     except (OSError, ValueError) as exc:  # refused, unreachable, timed out, a broken answer

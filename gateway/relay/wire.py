@@ -8,6 +8,10 @@ POSTed with `X-Ductile-Peer` (the sender's `service.name`), `X-Ductile-Key-Id`,
 `X-Ductile-Timestamp` (RFC 3339, or Unix seconds) and `X-Ductile-Signature`: hex HMAC-SHA256, under
 the shared tokens.yaml secret, of the method, the request path, the timestamp and the raw body,
 joined by newlines (`sha256=` before it is accepted too).
+
+The receiver's refusals are the original's words too (`{"error": ...}`): a sender tells a refusal a
+later attempt may not meet (a key the receiver does not know yet, clocks that disagree) from one it
+will meet again by those words alone.
 """
 
 from __future__ import annotations
@@ -24,9 +28,23 @@ from pipelines.relay import EVENT_TYPE
 
 PEER, KEY_ID, TIMESTAMP, SIGNATURE = "X-Ductile-Peer", "X-Ductile-Key-Id", "X-Ductile-Timestamp", "X-Ductile-Signature"
 
+KEY_ID_MISSING = "missing relay key id"
+KEY_ID_MISMATCH = "relay key id mismatch"
+OUTSIDE_SKEW = "relay timestamp outside allowed clock skew"
+# Refused now, perhaps not at the next attempt, which signs anew with the key and the time of its
+# moment: during a key rotation the receiver may learn the new key id after the sender uses it,
+# and a clock stepped or catching up with NTP comes back into the window. Every other refusal
+# (a bad signature, an unknown peer, an event the peer may not send) is the same at every attempt.
+PASSING_REFUSALS = frozenset({KEY_ID_MISSING, KEY_ID_MISMATCH, OUTSIDE_SKEW})
+
 
 class BadEnvelope(ValueError):
     """The body is not a relay envelope; the text says what is wrong."""
+
+
+class OutOfRange(ValueError):
+    """A well-formed timestamp no `datetime` holds (before year 1 or after 9999 once in UTC): far
+    outside any clock skew, which is what the original, whose clock reaches further, answers."""
 
 
 @dataclass(frozen=True)
@@ -52,29 +70,42 @@ def sign(method: str, path: str, timestamp: str, body: bytes, secret: str) -> st
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def signature_matches(method: str, path: str, timestamp: str, body: bytes, presented: str, secret: str) -> bool:
-    """In constant time; a signature that is not hex never matches."""
+def digest(presented: str) -> str | None:
+    """A presented signature as one string however it was written (without `sha256=`, lower-case
+    hex): what tells a replay; None when it is not hex."""
     given = presented.strip().removeprefix("sha256=")
     try:
-        given_bytes = bytes.fromhex(given)
+        return bytes.fromhex(given).hex()
     except ValueError:
-        return False
-    return hmac.compare_digest(bytes.fromhex(sign(method, path, timestamp, body, secret)), given_bytes)
+        return None
+
+
+def signature_matches(method: str, path: str, timestamp: str, body: bytes, presented: str, secret: str) -> bool:
+    """In constant time; a signature that is not hex never matches."""
+    given = digest(presented)
+    return given is not None and hmac.compare_digest(sign(method, path, timestamp, body, secret), given)
 
 
 def now_stamp() -> str:
     return iso(datetime.now(UTC))
 
 
+# Unix seconds are a 64-bit integer to the original: more digits are no timestamp at all.
+_UNIX_MAX = 2**63 - 1
+
+
 def parse_timestamp(raw: str) -> datetime:
     """RFC 3339 (the original sends nanoseconds, which Python's parser cannot take: trimmed to
-    microseconds) or Unix seconds; ValueError otherwise."""
+    microseconds) or Unix seconds; OutOfRange for a time no datetime holds, ValueError for
+    anything else that is not one."""
     text = raw.strip()
     if text.isdigit():
+        if int(text) > _UNIX_MAX:
+            raise ValueError(f"timestamp {raw!r} is not a 64-bit number of seconds")
         try:
             return datetime.fromtimestamp(int(text), UTC)
-        except (OverflowError, OSError) as exc:
-            raise ValueError(f"timestamp {raw!r} is out of range") from exc
+        except (OverflowError, OSError, ValueError) as exc:
+            raise OutOfRange(f"timestamp {raw!r} is out of range") from exc
     head, dot, rest = text.partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
@@ -82,7 +113,10 @@ def parse_timestamp(raw: str) -> datetime:
     parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     if parsed.tzinfo is None or "T" not in text.upper():
         raise ValueError(f"timestamp must be RFC 3339 or Unix seconds, got {raw!r}")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError as exc:  # 0001-01-01T00:00:00+14:00 is in year 0 in UTC
+        raise OutOfRange(f"timestamp {raw!r} is out of range") from exc
 
 
 def read_envelope(body: bytes) -> Envelope:

@@ -5,6 +5,7 @@ from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
 from ledger.models.facts import PluginFact, PluginState, StorageSequence
 from ledger.models.jobs import AttemptOutcome, EnqueueResult, Job, JobLog, JobSpec, JobTransition, LostJob
+from ledger.models.relay import RelayAcceptance
 from ledger.models.schedules import ScheduleEntry, ScheduleStatus
 from ledger.models.telemetry import JobStopwatch
 from ledger.models.workers import PluginInstanceRecord, WorkerInstance
@@ -27,6 +28,7 @@ __all__ = [
     "PluginFact",
     "PluginInstanceRecord",
     "PluginState",
+    "RelayAcceptance",
     "ScheduleEntry",
     "ScheduleStatus",
     "StorageSequence",

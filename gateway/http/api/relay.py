@@ -58,14 +58,20 @@ class RelayIngress(Endpoint):
         description=(
             "Mounted at `remote_ingress.listen_path` (default `/ingest/peer`). The body is the relay "
             'envelope `{"event": {"type", "payload", "dedupe_key"}, "origin": {...}, "baggage": {...}}`; '
-            "it starts every local pipeline whose `on:` is the event type."
+            "it starts every local pipeline whose `on:` is the event type. A delivery accepted before (the same "
+            "request again, or the same event type and `dedupe_key`, or without one the same `origin.event_id`) "
+            "is answered with the first acceptance and starts nothing, whatever became of its jobs."
         ),
         parameters=[path_param("peer", "The sending gateway's name, as `remote_ingress.peers` lists it.")],
         request=OpenApiTypes.OBJECT,
         responses={
             202: OpenApiTypes.OBJECT,
             400: _refusal("The body is not a relay envelope; `error` says what is wrong."),
-            403: _refusal("Unknown peer, bad or missing signature, key id or timestamp (outside the clock skew)."),
+            403: _refusal(
+                "Unknown peer, bad or missing signature, key id or timestamp (outside the clock skew). A sender "
+                "retries `relay key id mismatch`, `missing relay key id` and `relay timestamp outside allowed "
+                "clock skew`: a later attempt, signed anew, may pass."
+            ),
             404: _refusal("This gateway accepts no relayed events (no `remote_ingress`)."),
             413: _refusal("The body is larger than `remote_ingress.max_body_size`."),
             422: _refusal("The peer may not send this event type (`peers[].accept`)."),

@@ -77,3 +77,46 @@ def test_a_relay_step_to_a_disabled_instance_is_refused_at_its_to(config_dir):
     config_dir.write()
     (file, _, message) = errors(config_dir)["pipelines[0].steps[0].relay.to"]
     assert file == "config.yaml" and message == "unknown relay instance 'lab' (enabled in relay-instances.yaml: none)"
+
+
+def test_the_keys_of_a_rotation_are_checked_with_file_line_and_key(config_dir):
+    # A peer accepts more key ids beside its own during a rotation, each with its own secret.
+    relay_files(
+        config_dir,
+        "instances: []\n",
+        "remote_ingress:\n"
+        "  peers:\n"
+        "    - name: home-primary\n"
+        "      secret_ref: relay-lab-v1\n"
+        "      keys:\n"
+        "        - key_id: v1\n"
+        "          secret_ref: relay-lab-v1\n"
+        "    - name: lab-two\n"
+        "      key_id: v2\n"
+        "      secret_ref: relay-lab-v1\n"
+        "      keys:\n"
+        "        - key_id: v2\n"
+        "          secret_ref: relay-lab-v1\n"
+        "        - key_id: v1\n"
+        "          secret_ref: relay-lab-v0\n"
+        "        - key_id: ' '\n"
+        "          secret_ref: relay-lab-v1\n",
+    )
+    assert errors(config_dir) == {
+        "remote_ingress.peers[0].keys": (
+            "relay-ingress.yaml",
+            5,
+            "keys: the peer's own key_id must be set too (a request's key id picks its secret)",
+        ),
+        "remote_ingress.peers[1].keys[0].key_id": (
+            "relay-ingress.yaml",
+            12,
+            "key id 'v2' is already used by remote_ingress.peers[1].key_id",
+        ),
+        "remote_ingress.peers[1].keys[1].secret_ref": (
+            "relay-ingress.yaml",
+            15,
+            "secret_ref 'relay-lab-v0': tokens.yaml defines no entry 'relay-lab-v0' with a key",
+        ),
+        "remote_ingress.peers[1].keys[2].key_id": ("relay-ingress.yaml", 16, "expected a key id such as v1"),
+    }

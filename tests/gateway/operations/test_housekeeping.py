@@ -15,7 +15,16 @@ from django_q.models import Schedule
 from gateway.config.errors import ConfigError
 from gateway.config.model import load_gateway_config
 from gateway.operations.housekeeping import BACKUP_SCHEDULE, PRUNE_SCHEDULE, prune, rotate, sync_schedules
-from ledger.models import AttemptOutcome, EventRecord, Job, JobLog, JobSpec, JobStopwatch, JobTransition
+from ledger.models import (
+    AttemptOutcome,
+    EventRecord,
+    Job,
+    JobLog,
+    JobSpec,
+    JobStopwatch,
+    JobTransition,
+    RelayAcceptance,
+)
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from tests.support import installed_runtime
@@ -46,6 +55,22 @@ def finished_job(at, *, status=JobStatus.SUCCEEDED, plugin="echo"):
     return job_id
 
 
+def relay_acceptance(signature: str, *, expires_at):
+    """A relayed delivery accepted through the ledger's own method, answered until `expires_at`."""
+    delivery = RelayAcceptance.of(
+        peer="home-primary",
+        signature=signature,
+        event_type="backup.ready",
+        dedupe_key=None,
+        receiver_event_id=signature[:36],
+        accepted_at=timezone.now(),
+        expires_at=expires_at,
+    )
+    accepted, duplicate = RelayAcceptance.objects.admit(delivery, lambda: None)
+    assert not duplicate
+    return accepted.receiver_event_id
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 class TestRetention:
@@ -62,10 +87,21 @@ class TestRetention:
             JobSpec("stress", "poll", Submitter.CLI), default_dedupe_ttl=DAY, now=now - timedelta(days=40)
         )
         assert Job.objects.claim_next(worker_id="w2", caps={"stress": 1}, lease_ttl=60, now=now - timedelta(days=40))
+        # A relay acceptance lives as long as its own window, whatever the retention settings.
+        relay_acceptance("a" * 64, expires_at=now - timedelta(seconds=1))
+        answering = relay_acceptance("b" * 64, expires_at=now + timedelta(minutes=5))
 
         deleted = prune(job_queue_retention=DAY, job_log_retention=30 * DAY)
 
-        assert deleted == {"job_queue": 3, "job_log": 1, "job_transitions": 3, "job_stopwatch": 1, "event_log": 1}
+        assert deleted == {
+            "job_queue": 3,
+            "job_log": 1,
+            "job_transitions": 3,
+            "job_stopwatch": 1,
+            "event_log": 1,
+            "relay_acceptances": 1,
+        }
+        assert list(RelayAcceptance.objects.values_list("receiver_event_id", flat=True)) == [answering]
         assert set(Job.objects.values_list("id", flat=True)) == {recent, waiting.job_id, running.job_id}
         # job_log, stopwatch and events live for job_log_retention: the 2-day-old attempts stay.
         assert set(JobLog.objects.values_list("job_id", flat=True)) == {*old_done, recent}

@@ -1,9 +1,10 @@
 """The relay sender against real HTTP servers on this machine (http.server in a thread) that
 answer as a receiver might: a 202 is an acceptance, a 5xx or 429 a failure worth retrying, a 4xx
-one that is not, and a redirect is an answer, never followed (the signature was made for one
+one that is not unless it names a key id or the clock (a rotation under way, a clock step: the
+next attempt may pass), and a redirect is an answer, never followed (the signature was made for one
 path, and urllib would follow a POST as a bare GET). And what the wire refuses on the receiving
 side without a crash: an envelope nested past the stack, bytes that are not JSON, a timestamp out of
-range or without a zone."""
+range or without a zone (one past what a datetime holds is told apart: it is outside the window)."""
 
 from __future__ import annotations
 
@@ -77,13 +78,27 @@ def test_an_accepted_send_is_signed_as_the_receiver_checks_it():
 
 
 @pytest.mark.parametrize(
-    ("status", "retryable"), [(500, True), (503, True), (429, True), (403, False), (422, False), (400, False)]
+    ("status", "error", "retryable"),
+    [
+        (500, "no thanks", True),
+        (503, "no thanks", True),
+        (429, "no thanks", True),
+        (403, "forbidden", False),
+        (403, "unknown relay peer", False),
+        (422, "event type not allowed for peer", False),
+        (400, "invalid JSON body", False),
+        # A key the receiver does not know yet (a rotation under way) or clocks out of step: the
+        # next attempt signs anew and may pass. Before, each failed the relay for good.
+        (403, "relay key id mismatch", True),
+        (403, "missing relay key id", True),
+        (403, "relay timestamp outside allowed clock skew", True),
+    ],
 )
-def test_a_refusal_says_whether_a_retry_could_help(status, retryable):
-    with receiver(status, {"error": "no thanks"}) as (port, _), pytest.raises(RelayFailed) as caught:
+def test_a_refusal_says_whether_a_retry_could_help(status, error, retryable):
+    with receiver(status, {"error": error}) as (port, _), pytest.raises(RelayFailed) as caught:
         send(relay_to(port), "home", "lab", ENVELOPE)
     assert caught.value.retryable is retryable and caught.value.status == status
-    assert str(caught.value).endswith(f"answered {status}: no thanks")
+    assert str(caught.value).endswith(f"answered {status}: {error}")
 
 
 def test_a_redirect_is_an_answer_not_a_new_destination():
@@ -101,6 +116,11 @@ def test_hostile_envelopes_and_timestamps_are_refused_with_words_not_a_crash():
     with pytest.raises(wire.BadEnvelope, match="invalid JSON body"):
         wire.read_envelope(b"\xff\xfe not json")
     for stamp in ("99999999999999999999", "2026-11-27", "2026-11-27T22:00:00", "yesterday"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError) as caught:
+            wire.parse_timestamp(stamp)
+        assert not isinstance(caught.value, wire.OutOfRange), stamp
+    # Well-formed, and past what a datetime holds: far outside any window, not malformed.
+    for stamp in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "999999999999"):
+        with pytest.raises(wire.OutOfRange):
             wire.parse_timestamp(stamp)
     assert wire.parse_timestamp("2026-11-27T22:00:00.123456789Z").microsecond == 123456  # Go's nanoseconds
