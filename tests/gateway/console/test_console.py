@@ -13,6 +13,7 @@ from django.apps import apps as django_apps
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.db import connection
+from django.http import HttpRequest
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -32,7 +33,7 @@ from ledger.models import (
     ScheduleEntry,
 )
 from ledger.models.breakers import record_scheduled_outcome
-from ledger.roles import grant_actions, grant_views
+from ledger.roles import grant_actions, grant_login_records, grant_views
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from tests.support import jobs_by_step, load_runtime, run_until_idle
@@ -85,9 +86,10 @@ def person(role, name):
     # empties for the tests after it: made again here by the same code.
     grant_views(django_apps)
     grant_actions(django_apps)
+    grant_login_records(django_apps)
     save_account(name, role, PASSWORD)
     client = Client()
-    assert client.login(username=name, password=PASSWORD)
+    assert client.login(request=HttpRequest(), username=name, password=PASSWORD)
     return client
 
 
@@ -460,7 +462,8 @@ def test_a_page_number_out_of_range_is_the_lists_first_page_never_a_500(holder, 
     answer to a page it cannot show, a redirect to the list, never a server error."""
     enqueue(payload={"mode": "ok"})
     lists = every_list_url(User.objects.get(username="olga"))
-    assert len(lists) >= len(TABLES) + 1  # the ledger's tables and the console's own trail at least
+    # The ledger's tables, the console's own trail and its three login tables at least.
+    assert len(lists) >= len(TABLES) + 4 and "/admin/axes/accessfailurelog/" in lists
     for url in lists:
         response = operator.get(url, {"p": page})
         assert response.status_code in (200, 302), (url, page, response.status_code)
