@@ -150,3 +150,11 @@ def _end_streams_on_stop() -> None:
             stop(signum, frame)
 
     signal.signal(signal.SIGTERM, on_term)
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """A stopping worker writes what it counted of failed API authentications and had not written
+    yet (gateway/http/api/refusals.py: once an interval, so up to an interval's worth)."""
+    auth = sys.modules.get("gateway.http.api.auth")
+    if auth is not None:
+        auth.REFUSALS.flush()

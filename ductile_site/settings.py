@@ -7,11 +7,14 @@ operator set `DATABASE_URL`, which always wins.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -32,6 +35,9 @@ INSTALLED_APPS = [
     # The gateway's own housekeeping (retention, scheduled backups) only; plugin jobs never go
     # through it (docs/architecture.md, "Where django-q2 fits").
     "django_q",
+    # django-axes, as the console's "Logins" app (gateway/console/apps.py): failed logins recorded,
+    # a username locked out from an address after too many (the AXES_ settings below).
+    "gateway.console.apps.LoginsConfig",
     "ledger",
     "pipelines",
     "gateway",
@@ -51,6 +57,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a login refused for a lockout into the page that says so.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "ductile_site.urls"
@@ -141,6 +149,44 @@ AUTH_PASSWORD_VALIDATORS = [
     )
 ]
 LOGIN_URL = "admin:login"
+# Where a login without `next` lands: the console (Django's default, /accounts/profile/, is no page here).
+LOGIN_REDIRECT_URL = "admin:index"
+# django-axes' backend first: a locked-out username+address is refused before its password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+
+# The console's door (docs/security.md). After AXES_FAILURE_LIMIT failed logins for one username from
+# one address within AXES_COOLOFF_TIME, that pair is refused (429, with why and for how long) until
+# the cool-off has passed since its last attempt; other addresses, and other names, are not. A
+# success clears the pair's count. Every failure is a row of the console's failed-login list and a
+# JSON log line (gateway/console/logins.py); `ductile admin unlock NAME` or the console lifts a lockout.
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_HANDLER = "gateway.console.logins.LoggingHandler"
+AXES_LOCKOUT_CALLABLE = "gateway.console.logins.locked_out"
+AXES_CLIENT_IP_CALLABLE = "gateway.http.clients.client_address"
+# The console registers its own pages for axes' tables (gateway/console/admin/logins.py), read-only.
+AXES_ENABLE_ADMIN = False
+# axes' own lines are plain text; ours are the JSON lines of gateway.logs.
+AXES_VERBOSE = False
+
+
+# The addresses of reverse proxies whose X-Forwarded-For is believed (comma-separated addresses or
+# networks: "127.0.0.1,10.0.0.0/8"). Unset, a client's address is the connection's (REMOTE_ADDR),
+# which a client cannot forge; behind a proxy that is the proxy's, so every client would share it.
+def _networks(variable: str) -> list[str]:
+    names = [n.strip() for n in os.environ.get(variable, "").split(",") if n.strip()]
+    for name in names:
+        try:
+            ipaddress.ip_network(name, strict=False)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{variable}: {name!r} is not an address or network ({exc})") from exc
+    return names
+
+
+TRUSTED_PROXIES = _networks("DUCTILE_TRUSTED_PROXIES")
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -188,6 +234,9 @@ LOGGING = {
     "loggers": {
         "ductile": {"handlers": ["stdout"], "level": "INFO", "propagate": False},
         "django-q": {"handlers": ["stdout"], "level": "WARNING", "propagate": False},
+        # django-axes writes a plain-text WARNING per failed login; ours is a JSON line with its
+        # fields (gateway/console/logins.py). Its errors still reach the log.
+        "axes": {"handlers": ["stdout"], "level": "ERROR", "propagate": False},
         # A request that raised outside the API's own handler (a console page): its exception, in
         # our log. Django's default sends it to the admins' mail, here nowhere. Only what raised:
         # the API's 5xx answers are logged by its handlers with why (gateway/http/api/errors.py).

@@ -9,7 +9,20 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-_EXTRA_KEYS = ("plugin", "job_id", "worker", "command", "dedupe_key", "existing_job_id", "detail")
+_EXTRA_KEYS = (
+    "plugin",
+    "job_id",
+    "worker",
+    "command",
+    "dedupe_key",
+    "existing_job_id",
+    "detail",
+    # Who knocked at the console's or the API's door (gateway/console/logins.py, gateway/http/api/refusals.py).
+    "username",
+    "client_ip",
+    "failures",
+    "locked_out",
+)
 # Made once: `json.dumps(..., default=str)` builds an encoder per line, and the worker logs a line per job.
 _LINE_ENCODER = json.JSONEncoder(default=str)
 

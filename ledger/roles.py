@@ -1,6 +1,7 @@
 """The audit console's two roles, as Django groups made by migrations 0006 and 0008 (ARCHITECTURE,
 "Human surfaces"): an auditor may view every ledger table and act on nothing; an operator may also
-take the console's explicit actions."""
+take the console's explicit actions. Both read the console's login records, and an operator may lift
+a lockout (gateway migration 0001: those tables are django-axes')."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ OPERATOR_ACTIONS = (
     ("ledger", "reset_breaker"),
     ("ledger", "pause_schedule"),
 )
+
+# The console's login records (django-axes' tables): lockouts, failed logins, logins. Both read them.
+LOGIN_RECORDS = (("axes", "view_accessattempt"), ("axes", "view_accessfailurelog"), ("axes", "view_accesslog"))
+# An operator may lift a lockout: it clears the failures of a username and address.
+UNLOCK = (("axes", "change_accessattempt"),)
 
 
 def ensure_permissions(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
@@ -56,6 +62,15 @@ def grant_actions(apps: Apps) -> None:
     for name in ROLES:
         group_model.objects.get(name=name).permissions.add(*trail)
     group_model.objects.get(name=OPERATOR).permissions.add(*permissions(apps, OPERATOR_ACTIONS))
+
+
+def grant_login_records(apps: Apps) -> None:
+    """The login records for both roles, lifting a lockout for the operator (idempotent)."""
+    group_model = apps.get_model("auth", "Group")
+    records = permissions(apps, LOGIN_RECORDS)
+    for name in ROLES:
+        group_model.objects.get(name=name).permissions.add(*records)
+    group_model.objects.get(name=OPERATOR).permissions.add(*permissions(apps, UNLOCK))
 
 
 def permissions(apps: Apps, pairs: tuple[tuple[str, str], ...]) -> list[Any]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from axes import apps as axes_apps
 from django.contrib.admin import apps as admin_apps
 
 
@@ -8,3 +9,10 @@ class ConsoleAdminConfig(admin_apps.AdminConfig):
     Named in full in INSTALLED_APPS, in place of `django.contrib.admin`."""
 
     default_site = "gateway.console.site.ConsoleSite"
+
+
+class LoginsConfig(axes_apps.AppConfig):
+    """django-axes (failed logins, lockouts, logins), headed "Logins" in the console. Named in full in
+    INSTALLED_APPS, in place of `axes`; its label stays `axes`."""
+
+    verbose_name = "Logins"

@@ -104,10 +104,11 @@ class PipelineFilter(admin.SimpleListFilter):
 class CreatedFilter(admin.SimpleListFilter):
     title = "created"
     parameter_name = "created"
+    field = "created_at"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(key, label) for key, (label, _) in WINDOWS.items()]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         window = WINDOWS.get(self.value() or "")
-        return queryset.filter(created_at__gte=timezone.now() - window[1]) if window else queryset
+        return queryset.filter(**{f"{self.field}__gte": timezone.now() - window[1]}) if window else queryset

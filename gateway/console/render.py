@@ -41,6 +41,7 @@ TONES = {
     "changed": "bad",
     "not sealed": "warn",
     "unreadable": "bad",
+    "locked out": "bad",
 }
 
 # What a page shows of one text (stderr is stored up to 64 KiB): its head and its tail, where a

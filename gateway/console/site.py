@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from gateway.console.config import config_context, lease_ttl
 from gateway.console.filters import PROBLEMS
+from gateway.operations.accounts import locked_attempts
 from ledger.models import CircuitBreaker, Job, WorkerInstance
 
 
@@ -29,7 +30,8 @@ class Figure:
 
 
 def summary() -> list[Figure]:
-    """Each figure one indexed count (ledger/models/jobs.py names the indexes)."""
+    """Each figure one indexed count (ledger/models/jobs.py names the indexes); the lockouts are
+    django-axes' attempt rows of the last cool-off, a short table."""
     now = timezone.now()
     jobs = reverse("admin:ledger_job_changelist")
     return [
@@ -45,6 +47,12 @@ def summary() -> list[Figure]:
             "open circuit breakers",
             CircuitBreaker.objects.tripped().count(),
             reverse("admin:ledger_circuitbreaker_changelist") + "?state=tripped",
+            True,
+        ),
+        Figure(
+            "console logins locked out",
+            locked_attempts(now).values("username", "ip_address").distinct().count(),
+            reverse("admin:axes_accessattempt_changelist") + "?locked=yes",
             True,
         ),
         Figure(

@@ -256,6 +256,7 @@ def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     import django
 
     django.setup()
+    from django.http import HttpRequest
     from django.test import Client
 
     from gateway.operations.accounts import save_account
@@ -269,7 +270,7 @@ def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     if not User.objects.filter(username="ada").exists():
         save_account("ada", "auditor", PASSWORD)
     client = Client()
-    assert client.login(username="ada", password=PASSWORD)
+    assert client.login(request=HttpRequest(), username="ada", password=PASSWORD)
     results = {}
     expect: dict[str, str] = {}
     for name, urls in scenarios(args.jobs, expect).items():

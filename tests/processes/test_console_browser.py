@@ -206,3 +206,33 @@ def test_auditor_reads_and_is_refused_operator_acts_and_sees_the_new_state(confi
         browser.open("/admin/admin/logentry/")
         assert browser.text.count("olga") >= 5
         browser.screenshot("console-actions-log", full=True)
+
+
+def test_a_locked_out_person_is_told_why_and_an_operator_sees_and_lifts_it(config_dir, browser):
+    with live_api(config_dir, [{"name": "admin", "token": "tok", "scopes": ["*"]}]) as served:
+        for name, role in (("ada", "auditor"), ("olga", "operator")):
+            made = ductile(config_dir, "admin", "create-user", name, "--role", role, "--password-stdin", input=PASSWORD)
+            assert made.returncode == 0, made.stderr
+        browser.base = f"http://127.0.0.1:{served.port}"
+        for attempt in range(5):
+            browser.log_in("ada", f"wrong-{attempt}")
+        lockout = browser.find("#lockout")
+        assert "Too many failed logins for “ada”" in lockout.text and "refused for 15 minutes" in lockout.text
+        assert browser.style("#lockout", "backgroundColor") not in ("rgba(0, 0, 0, 0)", "")  # an error note
+        assert browser.find("#id_username").get_attribute("value") == "ada"
+        browser.screenshot("console-login-locked-out")
+        # The operator logs in from the same address (another name is not held) and lifts it.
+        browser.log_in("olga", PASSWORD)
+        figure = browser.find("a[href='/admin/axes/accessattempt/?locked=yes'] .ductile-figure-value")
+        assert figure.text == "1"
+        browser.open("/admin/axes/accessfailurelog/")
+        assert browser.text.count("failed") >= 4 and "ada" in browser.text
+        browser.screenshot("console-failed-logins", full=True)
+        browser.open("/admin/axes/accessattempt/?locked=yes")
+        assert "locked out" in browser.text
+        browser.screenshot("console-lockouts", full=True)
+        browser.follow(browser.find("#result_list tbody a"))
+        browser.follow(browser.find("a[href$='/act/unlock/']"))
+        browser.follow(browser.find(".ductile-confirm-row input[type=submit]"))
+        assert "unlocked: ada may log in from 127.0.0.1 again" in browser.text
+        browser.screenshot("console-lockout-lifted")

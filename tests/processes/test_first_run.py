@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 from django.contrib.auth.models import User
+from django.http import HttpRequest
 from django.urls import reverse
 
 from gateway.version import gateway_version
@@ -120,7 +121,7 @@ def test_an_account_logs_in_to_the_styled_console_and_can_view_the_jobs(client, 
     login = client.get(reverse("admin:login"))
     assert b"ductile admin create-user" in login.content
     assert b"/static/ductile/console" in login.content  # hashed once collected
-    assert client.login(username="pat", password="correct horse battery")
+    assert client.login(request=HttpRequest(), username="pat", password="correct horse battery")
     index = client.get(reverse("admin:index"))
     assert index.status_code == 200 and b"Ductile" in index.content
     assert client.get(reverse("admin:ledger_job_changelist")).status_code == 200

@@ -11,7 +11,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
-from django.core.paginator import InvalidPage, Page, Paginator
+from django.core.paginator import EmptyPage, InvalidPage, Page, Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
@@ -19,6 +19,10 @@ from django.utils.safestring import SafeString
 
 from gateway.console.render import badge, job_link, json_tree
 from gateway.console.safety import Safe, safe_text
+
+# The largest row offset SQLite and PostgreSQL take (a signed 64-bit integer): a page past it
+# cannot be asked for, and has no rows anyway.
+MAX_OFFSET = 2**63 - 1
 
 
 class PeekPaginator(Paginator):
@@ -52,6 +56,10 @@ class PeekPaginator(Paginator):
         return (self.number - 1) * self.per_page + len(self.rows[: self.per_page])
 
     def page(self, number: Any) -> Page:
+        # Checked before the rows are read: the database refuses an offset past its integer range
+        # (a 500), and Django a negative one. The admin answers an empty page by showing page 1.
+        if self.number < 1 or self.number * (self.per_page + 1) > MAX_OFFSET:
+            raise EmptyPage(f"there is no page {self.number}")
         if self.validate_number(number) != self.number:
             raise InvalidPage(f"this paginator reads page {self.number} only")
         return Page(self.rows[: self.per_page], self.number, self)

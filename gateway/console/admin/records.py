@@ -10,8 +10,10 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -54,7 +56,10 @@ class EventContextAdmin(LedgerAdmin):
     def parent(self, row: EventContext) -> SafeString | str:
         if not row.parent_id:
             return "-"
-        return format_html('<a href="../../{}/change/">{}</a>', row.parent_id, row.parent_id[:8])
+        # An absolute address: the column shows on the list and on a hop's own page, one and two
+        # levels apart ("../../" led from the list to /admin/<id>/change/, a 404).
+        url = reverse("admin:ledger_eventcontext_change", args=[quote(row.parent_id)])
+        return format_html('<a href="{}">{}</a>', url, row.parent_id[:8])
 
     @admin.display(description="jobs at this hop (a replay shares its original's)")
     def jobs(self, row: EventContext) -> SafeString:

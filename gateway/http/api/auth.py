@@ -2,12 +2,14 @@
 
 A missing or malformed `Authorization` header, or an unknown token, is 401; a valid token
 without the scope the view asks for is 403. `?token=` is accepted on `/events` only (browsers'
-EventSource cannot send headers). Tokens are never logged.
+EventSource cannot send headers). Tokens are never logged. Each 401 is counted per client address
+and logged at a bounded rate (gateway/http/api/refusals.py); a valid token costs nothing more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rest_framework import exceptions
@@ -15,8 +17,27 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from gateway.config.errors import ConfigError
 from gateway.config.tokens import ApiToken
+from gateway.http.api.refusals import Refusals, tally_path
+from gateway.http.clients import client_address
 from gateway.runtime import RUNTIME
+
+
+def _tally() -> Path | None:
+    try:
+        return tally_path(RUNTIME.get().config.state_path)
+    except ConfigError:
+        return None  # no config loaded: the API answers 503 and authenticates nobody meanwhile
+
+
+REFUSALS = Refusals(_tally)
+
+
+def refused(request: Request, reason: str) -> str:
+    """Count a failed authentication of `request`; returns `reason`, the 401's words."""
+    REFUSALS.record(client_address(request), reason, request.path)
+    return reason
 
 
 class TokenUser:
@@ -40,7 +61,9 @@ class BearerAuthentication(BaseAuthentication):
         if header:
             kind, _, value = header.partition(" ")
             if kind.lower() != "bearer" or not value.strip():
-                raise exceptions.AuthenticationFailed("malformed Authorization header: use `Bearer <token>`")
+                raise exceptions.AuthenticationFailed(
+                    refused(request, "malformed Authorization header: use `Bearer <token>`")
+                )
             presented = value.strip()
         elif request._request.resolver_match and request._request.resolver_match.url_name == "events":
             presented = request.query_params.get("token") or None
@@ -48,7 +71,7 @@ class BearerAuthentication(BaseAuthentication):
             return None
         token = RUNTIME.get().tokens.authenticate(presented)
         if token is None:
-            raise exceptions.AuthenticationFailed("invalid token")
+            raise exceptions.AuthenticationFailed(refused(request, "invalid token"))
         return TokenUser(token), token
 
     def authenticate_header(self, request: Request) -> str:
@@ -63,7 +86,7 @@ class Scoped(BasePermission):
         if needed is None:
             return True
         if not isinstance(request.auth, ApiToken):
-            raise exceptions.NotAuthenticated("missing bearer token")
+            raise exceptions.NotAuthenticated(refused(request, "missing bearer token"))
         if not request.auth.allows(*needed):
             raise exceptions.PermissionDenied(f"token lacks scope: needs one of {', '.join(needed)}")
         return True

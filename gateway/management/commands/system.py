@@ -19,6 +19,7 @@ from gateway.cli.watch import ApiSource, LocalSource, Watch, WatchError, json_li
 from gateway.config.errors import ConfigError
 from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
 from gateway.daemon.supervisor import Demand, Supervisor, plan
+from gateway.http.api.refusals import read_tally, tally_path
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPES
 from gateway.operations.doctor import ERROR, diagnose
@@ -282,6 +283,8 @@ class Command(DuctileCommand):
             "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
             "daemon_running": bool(queue["workers"]),
             **queue,
+            # This host's API processes' 401s, at most an interval old (gateway/http/api/refusals.py).
+            "api_auth_failures": read_tally(tally_path(runtime.config.state_path)),
         }
 
         def text() -> str:
@@ -299,6 +302,17 @@ class Command(DuctileCommand):
                 f"workers: {len(data['workers'])} live"
                 + "".join(f"\n  {w['id']} ({w['threads']} threads)" for w in data["workers"])
             )
+            lines.append(auth_failures_line(data["api_auth_failures"]))
             return "\n".join(lines)
 
         self.emit(data, text)
+
+
+def auth_failures_line(tally: dict[str, Any]) -> str:
+    if tally.get("error"):
+        return f"failed API authentications: unknown ({tally['error']})"
+    if not tally["failures"]:
+        return "failed API authentications: none"
+    newest = next(iter(tally["sources"].items()), None)
+    last = f", last from {newest[0]} at {newest[1]['last_at']} ({newest[1]['last_reason']})" if newest else ""
+    return f"failed API authentications: {tally['failures']:,} since {tally['since']}{last}"

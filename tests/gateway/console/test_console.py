@@ -11,7 +11,9 @@ from datetime import timedelta
 import pytest
 from django.apps import apps as django_apps
 from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import User
 from django.db import connection
+from django.http import HttpRequest
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -24,13 +26,14 @@ from gateway.operations.accounts import save_account
 from ledger.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
+    EventContext,
     Job,
     JobSpec,
     JobTransition,
     ScheduleEntry,
 )
 from ledger.models.breakers import record_scheduled_outcome
-from ledger.roles import grant_actions, grant_views
+from ledger.roles import grant_actions, grant_login_records, grant_views
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from tests.support import jobs_by_step, load_runtime, run_until_idle
@@ -83,9 +86,10 @@ def person(role, name):
     # empties for the tests after it: made again here by the same code.
     grant_views(django_apps)
     grant_actions(django_apps)
+    grant_login_records(django_apps)
     save_account(name, role, PASSWORD)
     client = Client()
-    assert client.login(username=name, password=PASSWORD)
+    assert client.login(request=HttpRequest(), username=name, password=PASSWORD)
     return client
 
 
@@ -387,3 +391,82 @@ def test_the_config_page_shows_plugins_their_health_the_seal_and_the_redacted_co
     resolved = page[page.index('id="resolved"') :]
     assert "[REDACTED]" in resolved and "greeting" in resolved
     assert CONFIG_SECRET not in page
+
+
+# -- pages and links --------------------------------------------------------------------------------
+
+
+def links(page):
+    """Every address a page links to, as the browser would ask for it: same-site paths, query
+    strings resolved against the page's own path, fragments and javascript: left out."""
+    found = set()
+    for href in re.findall(r'href="([^"#]*)', page):
+        href = href.replace("&amp;", "&")
+        if not href or href.startswith(("http:", "https:", "javascript:", "mailto:", "/static/")):
+            continue
+        found.add(href)
+    return found
+
+
+def follow_every_link(client, url):
+    """Each link on `url` followed once (relative ones resolved against it, as a browser does):
+    none answers 404 or 500. Returns what was followed."""
+    from urllib.parse import urljoin
+
+    page = text(client.get(url))
+    followed = {}
+    for href in sorted(links(page)):
+        target = urljoin(url, href)
+        if target.startswith("/admin/logout/"):
+            continue
+        followed[target] = client.get(target).status_code
+    broken = {target: code for target, code in followed.items() if code in (404, 500)}
+    assert not broken, f"broken links on {url}: {broken}"
+    return followed
+
+
+def test_every_link_on_the_event_context_list_leads_somewhere(holder, auditor):
+    run_pipeline(holder)
+    listing = reverse("admin:ledger_eventcontext_changelist")
+    followed = follow_every_link(auditor, listing)
+    # The parent hop's link: the context of the pipeline's first step, opened from the list.
+    parents = [t for t in followed if re.fullmatch(r"/admin/ledger/eventcontext/[^/]+/change/", t)]
+    assert len(parents) >= 2, followed  # each hop's own link and the shout hop's parent
+    shout = EventContext.objects.get(step_id="shout")
+    assert reverse("admin:ledger_eventcontext_change", args=[shout.parent_id]) in followed
+    assert all(followed[p] == 200 for p in parents)
+
+
+@pytest.mark.parametrize("model", ["job", "jobtransition", "eventrecord", "circuitbreaker", "scheduleentry"])
+def test_every_link_on_a_sample_of_list_pages_leads_somewhere(holder, auditor, model):
+    run_pipeline(holder)
+    record_scheduled_outcome("stress", "poll", "j-1", succeeded=False, threshold=1)
+    ScheduleEntry.objects.create(plugin="stress", schedule_id="tick", command="poll")
+    follow_every_link(auditor, reverse(f"admin:ledger_{model}_changelist"))
+
+
+def every_list_url(user):
+    """The list page of every table the console shows this person."""
+    from django.contrib import admin
+
+    return [
+        reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+        for model in admin.site._registry
+        if user.has_perm(f"{model._meta.app_label}.view_{model._meta.model_name}")
+    ]
+
+
+@pytest.mark.parametrize("page", ["99999999999999999999", "9223372036854775807", "0", "-1", "x"])
+def test_a_page_number_out_of_range_is_the_lists_first_page_never_a_500(holder, operator, page):
+    """Past SQLite's (and PostgreSQL's) integer range, negative, zero or not a number: the admin's
+    answer to a page it cannot show, a redirect to the list, never a server error."""
+    enqueue(payload={"mode": "ok"})
+    lists = every_list_url(User.objects.get(username="olga"))
+    # The ledger's tables, the console's own trail and its three login tables at least.
+    assert len(lists) >= len(TABLES) + 4 and "/admin/axes/accessfailurelog/" in lists
+    for url in lists:
+        response = operator.get(url, {"p": page})
+        assert response.status_code in (200, 302), (url, page, response.status_code)
+        if response.status_code == 302:
+            assert response["Location"].startswith(url), response["Location"]
+            assert operator.get(response["Location"]).status_code == 200

@@ -9,6 +9,7 @@ import re
 
 import pytest
 from django.apps import apps as django_apps
+from django.http import HttpRequest
 from django.test import Client
 from django.urls import reverse
 
@@ -63,7 +64,7 @@ def test_a_relay_jobs_page_in_the_console_tells_what_happened(config_dir):
     grant_views(django_apps)
     save_account("ada", "auditor", "correct horse battery")
     client = Client()
-    assert client.login(username="ada", password="correct horse battery")
+    assert client.login(request=HttpRequest(), username="ada", password="correct horse battery")
     page = client.get(reverse("admin:ledger_job_change", args=[job_id]))
     assert page.status_code == 200
     shown = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.content.decode()))
