@@ -31,6 +31,8 @@ graceful_timeout = 30
 keepalive = 5
 accesslog = None  # the gateway logs what matters as JSON lines; no second, differently shaped log
 errorlog = "-"
+# gunicorn's own lines as the gateway's JSON lines, and what clients cause at a bounded rate.
+logger_class = "gateway.http.serverlog.ServerLog"
 loglevel = "warning"
 
 
