@@ -43,6 +43,9 @@ def on_starting(server: Any) -> None:
     Why in a child process: the check loads the config and Django's database layer, which the
     master would then hold for its whole life without using them again (49 MB against 26 MB;
     docs/performance.md, "Idle"). The child prints the finding on stderr."""
+    from gateway.daemon.tree import die_with_supervisor
+
+    die_with_supervisor()  # a child of `system start`: the master, and with it its workers, end with it
     check = subprocess.run([sys.executable, "-c", _START_CHECK, str(_REPO)], check=False)
     if check.returncode != 0:
         sys.exit(1)

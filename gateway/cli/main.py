@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Sequence
+
+from gateway.daemon.tree import SUPERVISOR_ENV, die_with_supervisor
 
 # Django answers `version` and `--version` itself with its own version; ours reports the gateway's.
 ALIASES = {"version": "ductile_version", "--version": "ductile_version"}
@@ -35,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # item 30). It is switched back on when Django's apps are ready (gateway.apps), before any
     # command runs; the imports are here, after it, for the same reason.
     gc.disable()
+    if SUPERVISOR_ENV in os.environ:  # a child of `system start`: it must not outlive it
+        die_with_supervisor()
     from gateway.bootstrap import choose_worker_settings, config_dir_from_argv, prepare_process, run_worker_command
     from gateway.config.errors import ConfigError
 

@@ -40,6 +40,7 @@ from gateway.config.model import GatewayConfig
 from gateway.daemon.pause import Pause
 from gateway.daemon.resident import Loop, Resident
 from gateway.daemon.scheduler import Scheduler
+from gateway.daemon.tree import CHILDREN_FILE, SUPERVISOR_ENV, end_dead_tree, record_children
 from gateway.logs import logger
 from gateway.runtime import (
     SNAPSHOT_ENV,
@@ -243,7 +244,12 @@ def plan(
     manage = str(REPO / "manage.py")
     common = ["--config-dir", str(config_dir)]
     snapshot = snapshot_file_for(runtime.config)
-    env = {"DUCTILE_CONFIG_DIR": str(config_dir), SNAPSHOT_ENV: str(snapshot), STARTED_ENV: str(time.time())}
+    env = {
+        "DUCTILE_CONFIG_DIR": str(config_dir),
+        SNAPSHOT_ENV: str(snapshot),
+        STARTED_ENV: str(time.time()),
+        SUPERVISOR_ENV: str(os.getpid()),  # each child dies with us (gateway/daemon/tree.py)
+    }
     children = []
     if runtime.config.api.enabled:
         children.append(Child("api", gunicorn("ductile_site.wsgi:application", str(runtime.config.api.listen)), env))
@@ -259,6 +265,10 @@ def plan(
         qcluster = [python, manage, "qcluster", *common]
         children.append(Child("housekeeping", qcluster, env, reloads=False, demand=housekeeping))
     return children
+
+
+class AlreadyRunning(Exception):
+    """Another live `system start` holds the PID lock."""
 
 
 class Supervisor:
@@ -278,6 +288,7 @@ class Supervisor:
         config = holder.get().config
         self.pid_file = pid_file_for(config)
         self.snapshot = snapshot_file_for(config)
+        self.tree_record = self.pid_file.parent / CHILDREN_FILE
         self.install_signals = install_signals
         self.on_config = on_config
         self.stopping = False
@@ -285,6 +296,7 @@ class Supervisor:
         self._pause: Pause | None = None
 
     def run(self) -> int:
+        self._take_the_lock()
         ensure_schema()  # once, here: the children then find a current database
         self._configure(reloaded=False)
         self._write_pid()
@@ -304,6 +316,7 @@ class Supervisor:
         for child in self.children:
             if child.demand is None:
                 child.start(self._wake)  # the on-demand ones at their first answer, in _watch
+        self._record_tree()
         try:
             while True:
                 self._handle_signals()
@@ -394,6 +407,7 @@ class Supervisor:
             if child.process is None:
                 if child.needed and now >= child.restart_at:
                     child.start(self._wake)
+                    self._record_tree()
                 continue
             code = child.process.poll()
             if code is not None:
@@ -417,6 +431,25 @@ class Supervisor:
                     continue  # a thread cannot be killed: being daemonic, it ends with this process
                 child.process.wait()
 
+    def _take_the_lock(self) -> None:
+        """Refuse to start beside a live gateway of this config; end what a killed one left."""
+        try:
+            pid = running_pid(self.pid_file)
+        except ValueError:
+            pid = None  # not a PID lock we can read: overwritten below
+        if pid is not None and pid != os.getpid():
+            raise AlreadyRunning(f"a gateway already runs on this state directory (pid {pid}, {self.pid_file})")
+        ended = end_dead_tree(self.tree_record, log.warning)
+        if ended:
+            log.warning("ended %d process group(s) a killed gateway had left running", ended)
+
+    def _record_tree(self) -> None:
+        pids = [c.process.pid for c in self.children if isinstance(c.process, subprocess.Popen)]
+        try:
+            record_children(self.tree_record, pids)
+        except OSError as exc:
+            log.warning("could not record the children (%s): a kill -9 of this process would leave them", exc)
+
     def _write_pid(self) -> None:
         """The PID lock, 0600 like every lock file of the gateway (spec 000 §13.2)."""
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
@@ -430,5 +463,6 @@ class Supervisor:
             if self.pid_file.read_text().strip() == str(os.getpid()):
                 self.pid_file.unlink()
                 self.snapshot.unlink(missing_ok=True)
+                self.tree_record.unlink(missing_ok=True)
         except OSError:
             pass
