@@ -21,7 +21,7 @@ run (bench_throughput.py, run first), because only ratios within one run compare
 Full run: bench_throughput (3 interleaved repetitions with django-q2), bench_latency, bench_idle,
 bench_live_idle (the `system start` tree idle, then with the live views), bench_queue_ops,
 bench_pipeline (3 runs), bench_scheduler (1 run, SQLite), bench_api (queued, workers and drain;
-1 run), bench_console, and bench_profile (the daemon's CPU per job by section; a diagnostic).
+1 run), bench_console, bench_hostile (issue 33), and bench_profile (the daemon's CPU per job by section; a diagnostic).
 
 --quick is the CI smoke: one throughput repetition of 1,000 jobs with django-q2, bench_latency, the
 `system start` tree idle for 10 s (runworkers alone is one of its processes), 30 pipeline trees,
@@ -68,6 +68,7 @@ FULL: dict[str, list[str]] = {
     "scheduler": ["bench_scheduler.py", "--runs", "1"],
     "api": ["bench_api.py", "--runs", "1", "--variants", "queued,workers,drain"],
     "console": ["bench_console.py"],
+    "hostile": ["bench_hostile.py"],
     "profile": ["bench_profile.py", "--jobs", "3000"],
 }
 QUICK: dict[str, list[str]] = {
@@ -381,6 +382,22 @@ def figures(results: dict[str, Any], quick: bool) -> list[Figure]:
 
     for r in results["api"]["runs"]:
         add_api(add, r, same_run)
+
+    if "hostile" in results:
+        h = results["hostile"]
+        for kind, label in (("healthz", "/healthz"), ("post", "a job POST")):
+            p = h["probes"][kind]
+            add(
+                Figure(
+                    f"{label} beside {h['settings']['slow']} slow-header connections and"
+                    f" {h['crowd']['streams_open']} open streams (issue 33): p99",
+                    p["p99_ms"],
+                    "ms",
+                    "<= 100, none failed",
+                    p["failed"] == 0 and at_most(p["p99_ms"], 100) is True,
+                    note=f"p50 {p['p50_ms']} ms, {p['answered']}/{p['probes']} answered",
+                )
+            )
 
     if "console" in results:
         c = results["console"]
