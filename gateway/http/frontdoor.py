@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, ThreadWorker
 
 from gateway.http.requestframing import Framing, RequestReader
 
@@ -196,9 +196,15 @@ class FrontDoorWorker(ThreadWorker):
             pass
 
     def murder_pending(self) -> None:
-        """Called by gthread's loop after every pass: also close requests past their deadline."""
+        """Called by gthread's loop after every pass: also close requests past their deadline. A
+        stopping worker gives unfinished requests what gthread gives its kept-alive connections
+        (STOP_KEEPALIVE_LINGER), not their whole deadline: its stop waits for every connection."""
         super().murder_pending()
         now = time.monotonic()
+        if not self.alive:
+            for reading in self.reading.values():
+                reading.deadline = min(reading.deadline, now + STOP_KEEPALIVE_LINGER)
+            self._expired_at = float("-inf")
         if now - self._expired_at < 0.25:
             return  # a scan per pass would cost O(connections) per request under load
         self._expired_at = now

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import socket
 import time
 
 import pytest
@@ -40,12 +41,20 @@ def open_stream(port: int, **headers: str) -> http.client.HTTPResponse:
 def test_sigterm_ends_open_streams_and_the_api_exits_well_within_the_graceful_timeout(api_only):
     _, proc, _, port = api_only
     streams = [open_stream(port) for _ in range(3)]
+    # Requests still arriving do not hold the stop up for their 10 s deadline either.
+    slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
+    for sock in slow:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+    stopping = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     # read() raises IncompleteRead if the connection drops before the chunked terminator: a stream
     # that held gunicorn up until its graceful_timeout would have been cut by the SIGKILL, not
     # ended by the server with its last comment.
     rests = [stream.read() for stream in streams]
     proc.wait(timeout=60)
+    assert time.monotonic() - stopping < 8
+    for sock in slow:
+        sock.close()
     for rest in rests:
         assert rest.endswith(b": server stopping\n\n")
     assert proc.returncode == 0
