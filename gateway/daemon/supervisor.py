@@ -267,7 +267,11 @@ def plan(
     return children
 
 
-class AlreadyRunning(Exception):
+class CannotStart(Exception):
+    """Why `system start` cannot start (before any child ran)."""
+
+
+class AlreadyRunning(CannotStart):
     """Another live `system start` holds the PID lock."""
 
 
@@ -297,12 +301,15 @@ class Supervisor:
 
     def run(self) -> int:
         self._take_the_lock()
+        # Before any child starts: each reads it. Failing here (a full or read-only state
+        # directory) stops the start, with why: no child could run on what this process loaded.
+        try:
+            write_snapshot(self.holder.get(), self.snapshot)
+        except OSError as exc:
+            raise CannotStart(f"cannot write the runtime snapshot its processes run on: {exc}") from exc
         ensure_schema()  # once, here: the children then find a current database
         self._configure(reloaded=False)
         self._write_pid()
-        # Before any child starts: each reads it. Failing here (a full or read-only state
-        # directory) stops the start, with why: no child could run on what this process loaded.
-        write_snapshot(self.holder.get(), self.snapshot)
         if self.install_signals:
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(signum, self._on_signal)

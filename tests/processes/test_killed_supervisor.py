@@ -58,3 +58,13 @@ def test_a_killed_supervisor_takes_its_tree_with_it_and_the_next_start_comes_up(
         wait_for(api.up, timeout=60, what="the next start's API", explain=lambda: Output(second).text)
     finally:
         stop_gracefully(second)
+
+
+def test_a_start_that_cannot_write_the_runtime_snapshot_says_so_and_starts_nothing(process_db):
+    cfg = process_db
+    cfg.write()
+    (cfg.db_path.parent / "ductile.runtime").mkdir(parents=True)  # in the snapshot's way
+    start = ductile(cfg, "system", "start", "--no-housekeeping")
+    assert start.returncode == 1
+    assert "cannot write the runtime snapshot" in start.stderr, start.stderr
+    assert not (cfg.db_path.parent / "ductile.pid").exists()

@@ -18,7 +18,7 @@ from gateway.cli.selfcheck import run_selfcheck
 from gateway.cli.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
 from gateway.config.errors import ConfigError
 from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
-from gateway.daemon.supervisor import AlreadyRunning, Demand, Supervisor, plan
+from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, plan
 from gateway.http.api.refusals import read_tally, tally_path
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPES
@@ -223,7 +223,7 @@ class Command(DuctileCommand):
         supervisor = Supervisor(children, RUNTIME, on_config=refresh_schedules if housekeeping else None)
         try:
             raise SystemExit(supervisor.run())
-        except AlreadyRunning as exc:
+        except CannotStart as exc:
             raise Exit(EXIT_FAILED, str(exc)) from exc
 
     def scheduler(self) -> None:
