@@ -201,6 +201,7 @@ def write_snapshot(runtime: Runtime, path: Path) -> None:
     buffer = io.BytesIO()
     _SnapshotPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(runtime)
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    path.parent.mkdir(parents=True, exist_ok=True)  # the state directory, before the ledger made it
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as out:
