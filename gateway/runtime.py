@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -16,10 +17,11 @@ from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, typed_config
+from gateway.config.redaction import Scrubber, secret_values
 from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.validity import process_memo, schema_errors
 from gateway.config.webhooks import Webhooks, parse_webhooks
-from gateway.logs import apply_service_logging
+from gateway.logs import apply_service_logging, hide_secrets
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
@@ -49,6 +51,12 @@ class Runtime:
     relay: Relay | None = None
     # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
     loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @cached_property
+    def scrubber(self) -> Scrubber:
+        """What hides this config's secrets wherever plugin text is shown: made at its first use,
+        once per loaded runtime (a process that never shows plugin text never makes it)."""
+        return Scrubber(secret_values(self.config.document))
 
     def claim_caps(self) -> dict[str, int]:
         """What a worker may claim: the registry's caps, plus `relay:` steps' sends when this
@@ -174,6 +182,8 @@ class RuntimeHolder:
 
     def load(self, config_dir: Path, environ: Mapping[str, str] | None = None) -> None:
         self.config_dir = config_dir
+        # The log's lines hide the secrets of whichever runtime this holder serves at the time.
+        hide_secrets(lambda text: self.scrubber().text(text))
         try:
             runtime = build_runtime(config_dir, environ)
         except ConfigError as exc:
@@ -189,6 +199,12 @@ class RuntimeHolder:
             raise self.error or ConfigError([])
         return current
 
+    def scrubber(self) -> Scrubber:
+        """The scrubber of the runtime this process serves (the last one that loaded). Before any
+        loaded, no secret is known, and it hides nothing."""
+        current = self._current
+        return current.scrubber if current is not None else NO_SECRETS
+
     def reload(self) -> tuple[Runtime, Runtime | None]:
         """Build a fresh runtime; on ConfigError the old one stays (the error propagates)."""
         assert self.config_dir is not None
@@ -199,4 +215,5 @@ class RuntimeHolder:
         return new, old
 
 
+NO_SECRETS = Scrubber()
 RUNTIME = RuntimeHolder()

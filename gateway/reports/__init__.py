@@ -1,4 +1,9 @@
-"""Read models for the CLI and the API: jobs, attempts, trees and queue status as plain dicts."""
+"""Read models for the CLI and the API: jobs, attempts, trees and queue status as plain dicts.
+
+What a plugin or an agent wrote (errors, stderr, results, payloads, baggage) leaves here scrubbed
+of the loaded config's secrets (gateway/config/redaction.py), and of those the job itself carried
+under secret-like keys where the job is at hand: every surface built on these reads shows
+`[REDACTED]` where the console does."""
 
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ from django.utils.dateparse import parse_datetime
 from gateway.config.errors import ConfigError
 from gateway.config.integrity import SealUnusable, file_digest, read_seal, tier_of
 from gateway.config.loader import config_files
+from gateway.config.redaction import Scrubber
 from gateway.config.schedules import Schedule
-from gateway.runtime import Runtime
+from gateway.runtime import RUNTIME, Runtime
 from gateway.scheduler.timing import next_run
 from ledger.models import (
     CircuitBreaker,
@@ -93,6 +99,18 @@ def latest_result(job: Job) -> Any:
     return parse_response(text)
 
 
+def hiding(*carried: Any) -> Scrubber:
+    """What a read hides: the loaded config's secrets, and what `carried` (a job's payload,
+    event, baggage) holds under secret-like keys."""
+    return RUNTIME.scrubber().knowing(*carried)
+
+
+def job_read(job: Job) -> dict[str, Any]:
+    """A job and its latest result: `GET /job/{id}`, each hop of `GET /job/{id}/tree` and of a
+    synchronous pipeline's answer."""
+    return hiding(job.payload, job.event).json({**job_summary(job), "result": latest_result(job)})
+
+
 def log_entry(row: JobLog, *, include_result: bool = True) -> dict[str, Any]:
     entry = {
         "log_id": row.id,
@@ -141,56 +159,59 @@ def find_logs(
     if query := filters.get("query"):
         rows = rows.filter(Q(last_error__icontains=query) | Q(stderr__icontains=query) | Q(result__icontains=query))
     entries = [log_entry(r, include_result=include_result) for r in rows.order_by("-completed_at")[:limit]]
-    return entries, rows.count()
+    return RUNTIME.scrubber().json(entries), rows.count()
 
 
 def job_detail(job: Job) -> dict[str, Any]:
     """`job inspect`: the job, every transition and attempt, its timing, context, parent and children."""
     parent = Job.objects.filter(pk=job.parent_job_id).first() if job.parent_job_id else None
     context = EventContext.objects.filter(pk=job.event_context_id).first() if job.event_context_id else None
-    return {
-        **job_summary(job),
-        "payload": job.payload,
-        "event": job.event,
-        "source_event_id": job.source_event_id,
-        "claimed_by": job.claimed_by,
-        "lease_until": ts(job.lease_until),
-        "result": latest_result(job),
-        "transitions": [
-            {
-                "from": t.from_status,
-                "to": t.to_status,
-                "reason": t.reason,
-                "worker": t.worker,
-                "attempt": t.attempt,
-                "at": ts(t.created_at),
+    baggage = context.accumulated_json if context else None
+    return hiding(job.payload, job.event, baggage).json(
+        {
+            **job_summary(job),
+            "payload": job.payload,
+            "event": job.event,
+            "source_event_id": job.source_event_id,
+            "claimed_by": job.claimed_by,
+            "lease_until": ts(job.lease_until),
+            "result": latest_result(job),
+            "transitions": [
+                {
+                    "from": t.from_status,
+                    "to": t.to_status,
+                    "reason": t.reason,
+                    "worker": t.worker,
+                    "attempt": t.attempt,
+                    "at": ts(t.created_at),
+                }
+                for t in JobTransition.objects.filter(job_id=job.id).order_by("id")
+            ],
+            "attempts": [log_entry(row) for row in JobLog.objects.filter(job_id=job.id).order_by("completed_at")],
+            "stopwatch": [
+                {
+                    "attempt": s.attempt,
+                    "dur_ns": s.dur_ns,
+                    "runtime_pre_ns": s.runtime_pre_ns,
+                    "runtime_post_ns": s.runtime_post_ns,
+                    "status": s.status,
+                    "subs": s.subs_json,
+                }
+                for s in JobStopwatch.objects.filter(job_id=job.id).order_by("id")
+            ],
+            "context": {
+                "id": context.id,
+                "pipeline": context.pipeline_name,
+                "step": context.step_id,
+                "baggage": baggage,
             }
-            for t in JobTransition.objects.filter(job_id=job.id).order_by("id")
-        ],
-        "attempts": [log_entry(row) for row in JobLog.objects.filter(job_id=job.id).order_by("completed_at")],
-        "stopwatch": [
-            {
-                "attempt": s.attempt,
-                "dur_ns": s.dur_ns,
-                "runtime_pre_ns": s.runtime_pre_ns,
-                "runtime_post_ns": s.runtime_post_ns,
-                "status": s.status,
-                "subs": s.subs_json,
-            }
-            for s in JobStopwatch.objects.filter(job_id=job.id).order_by("id")
-        ],
-        "context": {
-            "id": context.id,
-            "pipeline": context.pipeline_name,
-            "step": context.step_id,
-            "baggage": context.accumulated_json,
+            if context
+            else None,
+            "parent": job_summary(parent) if parent else None,
+            "tree": job_tree(job),
+            "children": [job_summary(c) for c in Job.objects.filter(parent_job_id=job.id).order_by("created_at")],
         }
-        if context
-        else None,
-        "parent": job_summary(parent) if parent else None,
-        "tree": job_tree(job),
-        "children": [job_summary(c) for c in Job.objects.filter(parent_job_id=job.id).order_by("created_at")],
-    }
+    )
 
 
 def queue_status(now: datetime | None = None, lease_ttl: float = 60.0) -> dict[str, Any]:
