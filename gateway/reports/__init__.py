@@ -8,18 +8,21 @@ under secret-like keys where the job is at hand: every surface built on these re
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django.db.models import Count, Q
+from django.db import connection
+from django.db.models import Count, Q, TextField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from gateway.config.errors import ConfigError
 from gateway.config.integrity import SealUnusable, file_digest, read_seal, tier_of
 from gateway.config.loader import config_files
-from gateway.config.redaction import Scrubber
+from gateway.config.redaction import REDACTED, Scrubber
 from gateway.config.schedules import Schedule
 from gateway.runtime import RUNTIME, Runtime
 from gateway.scheduler.timing import next_run
@@ -133,6 +136,34 @@ def log_entry(row: JobLog, *, include_result: bool = True) -> dict[str, Any]:
 
 
 MAX_LOGS = 200
+LOG_TEXTS = ("last_error", "stderr", "result")  # job_log's columns of what a plugin wrote: what `query` searches
+
+
+def _holding(query: str, columns: Iterable[str]) -> Q:
+    found = Q()
+    for column in columns:
+        found |= Q(**{f"{column}__icontains": query})
+    return found
+
+
+def _shown_column(column: str, scrubber: Scrubber) -> RawSQL:
+    """A text column as it is shown, in SQL: each secret replaced, the longest first, as it came
+    and as JSON escapes it (the stored response is JSON text). One raw expression of nested
+    REPLACE calls (both backends have it): as as many Django expressions, compiling the query
+    cost 5 ms for a config's eight secrets."""
+    forms = sorted(
+        {
+            form
+            for secret in scrubber.secrets
+            for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1])
+        },
+        key=len,
+        reverse=True,
+    )
+    sql = connection.ops.quote_name(column)
+    for _ in forms:
+        sql = f"REPLACE({sql}, %s, %s)"
+    return RawSQL(sql, [part for form in forms for part in (form, REDACTED)], output_field=TextField())
 
 
 def find_logs(
@@ -156,10 +187,16 @@ def find_logs(
         rows = rows.filter(completed_at__gte=start)
     if end is not None:
         rows = rows.filter(completed_at__lte=end)
-    if query := filters.get("query"):
-        rows = rows.filter(Q(last_error__icontains=query) | Q(stderr__icontains=query) | Q(result__icontains=query))
-    entries = [log_entry(r, include_result=include_result) for r in rows.order_by("-completed_at")[:limit]]
     scrubber = RUNTIME.scrubber()
+    if query := filters.get("query"):
+        rows = rows.filter(_holding(query, LOG_TEXTS))
+        if scrubber.secrets:
+            # What a search finds is what it shows: matched again, in the rows the plain match
+            # found, with the secrets replaced. Else what it finds would tell an auditor, a
+            # character at a time, what a secret is.
+            shown = {f"{column}_shown": _shown_column(column, scrubber) for column in LOG_TEXTS}
+            rows = rows.alias(**shown).filter(_holding(query, shown))
+    entries = [log_entry(r, include_result=include_result) for r in rows.order_by("-completed_at")[:limit]]
     for entry in entries:
         # Only what the plugin wrote, each as what it is: the texts searched as they are, not
         # encoded with the rest (a page of logs is read often, and its stderr is most of it).

@@ -220,6 +220,28 @@ def test_the_cli_shows_jobs_logs_and_the_watch_redacted_as_text_and_json(gateway
             assert secret not in ran.stderr
 
 
+def test_a_search_cannot_find_a_secret_out_a_character_at_a_time(gateway):
+    """A search matches what it shows: a prefix of the admin token, which an auditor would grow a
+    character at a time by watching what it finds, finds nothing in job logs (API and CLI) or in
+    the console's job search; what the plugin wrote around it is still found."""
+    served, cfg, jobs = gateway
+    probe = urllib.parse.quote(ADMIN_TOKEN[:-1])
+    code, body = served.api.call("GET", f"/job-logs?plugin=leaky&query={probe}", token=READER_TOKEN)
+    assert (code, body["total"], body["logs"]) == (200, 0, [])
+    code, body = served.api.call(
+        "GET", f"/job-logs?plugin=leaky&query={urllib.parse.quote('login refused')}", token=READER_TOKEN
+    )
+    assert jobs["failed"] in {log["job_id"] for log in body["logs"]}
+    assert ductile_json(cfg, "job", "logs", "--query", ADMIN_TOKEN[:-1])[1]["total"] == 0
+    cookies = {"Cookie": console_cookies(served)}
+    for term, found in ((probe, False), (urllib.parse.quote("login refused"), True)):
+        conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=20)
+        conn.request("GET", f"/admin/ledger/job/?q={term}", headers=cookies)
+        page = conn.getresponse().read().decode()
+        conn.close()
+        assert (jobs["failed"] in page) is found, (term, page[-2000:])
+
+
 # -- item 12: terminal escapes ------------------------------------------------------------------
 
 
