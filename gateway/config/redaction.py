@@ -90,6 +90,8 @@ def _leaves(node: Any) -> list[str]:
 
 # From this length on, a text is first looked through for each secret with str's own search.
 LONG_TEXT = 256
+# The fewest letters and digits in a row that say something of where a secret may be.
+MIN_CORE = 4
 
 
 class Scrubber:
@@ -111,6 +113,10 @@ class Scrubber:
         self.secrets = frozenset(s for s in secrets if s)
         self._pattern = _pattern(self.secrets) if self.secrets else None
         self._encoded = tuple(json.dumps(s)[1:-1] for s in self.secrets)
+        # Each secret's longest run of letters and digits, which no JSON encoder escapes (None
+        # when a secret has no run long enough to tell anything).
+        cores = [max(re.findall("[A-Za-z0-9]+", s), key=len, default="") for s in self.secrets]
+        self._cores = tuple(cores) if all(len(core) >= MIN_CORE for core in cores) else None
 
     def text(self, value: str) -> str:
         if self._pattern is None or not value:
@@ -134,6 +140,15 @@ class Scrubber:
             return node
 
         return walk(value)
+
+    def may_be_in(self, encoded: str) -> bool:
+        """Whether JSON text as a plugin's encoder wrote it (a stored response) may hold a secret:
+        whether the letters and digits at the core of one are in it, which any encoder writes as
+        they are, however it escapes the rest (Python's `\\u00e9`, Go's `\\u0026`). Cheaper than
+        parsing the text and encoding it again; `json` then makes sure."""
+        if self._pattern is None:
+            return False
+        return self._cores is None or any(core in encoded for core in self._cores)
 
     def _holds_secret(self, value: Any) -> bool:
         try:

@@ -196,12 +196,13 @@ def find_logs(
             # character at a time, what a secret is.
             shown = {f"{column}_shown": _shown_column(column, scrubber) for column in LOG_TEXTS}
             rows = rows.alias(**shown).filter(_holding(query, shown))
-    entries = [log_entry(r, include_result=include_result) for r in rows.order_by("-completed_at")[:limit]]
-    for entry in entries:
-        # Only what the plugin wrote, each as what it is: the texts searched as they are, not
-        # encoded with the rest (a page of logs is read often, and its stderr is most of it).
+    page = list(rows.order_by("-completed_at")[:limit])
+    entries = [log_entry(row, include_result=include_result) for row in page]
+    for row, entry in zip(page, entries, strict=True):
+        # Only what the plugin wrote, each as what it is: the texts searched as they are, the
+        # response as it was stored, before it is walked (a page of logs is read often).
         entry["last_error"], entry["stderr"] = scrubber.text(entry["last_error"]), scrubber.text(entry["stderr"])
-        if "result" in entry:
+        if include_result and scrubber.may_be_in(row.result or ""):
             entry["result"] = scrubber.json(entry["result"])
     return entries, rows.count()
 

@@ -82,3 +82,14 @@ def test_no_secret_is_left_in_any_text_short_or_long(secrets, fillers, repeat):
     assert scrubbed == longest_at_each_hash(text, secrets)
     clean = text.replace("#", "")
     assert scrubber.text(clean) is clean
+
+
+def test_a_stored_response_is_looked_at_by_the_letters_and_digits_no_encoder_escapes():
+    """Go writes `&` as `\\u0026`, Python `é` as `\\u00e9`: the core of letters and digits is there
+    whatever the encoder, so a response that may hold a secret is never passed over."""
+    scrubber = Scrubber(["tok&abc123-é"])
+    go, python = '{"result": "tok\\u0026abc123-\\u00e9"}', '{"result": "tok&abc123-\\u00e9"}'
+    assert scrubber.may_be_in(go) and scrubber.may_be_in(python)
+    assert not scrubber.may_be_in('{"result": "nothing of it"}')
+    assert Scrubber(["!@#$%^&*"]).may_be_in("{}")  # no core to look for: always looked at
+    assert not Scrubber().may_be_in(go)
