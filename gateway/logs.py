@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+
+from gateway.terminal import CONTROLS
 
 _EXTRA_KEYS = (
     "plugin",
@@ -27,31 +30,49 @@ _EXTRA_KEYS = (
 _LINE_ENCODER = json.JSONEncoder(default=str)
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
+# Hides the loaded config's secrets in every line: the worker logs a plugin's stderr and errors,
+# which carry whatever the plugin printed. Set when a config loads (gateway.runtime); until one
+# has, no secret is known.
+_scrub: Callable[[str], str] = _unchanged
+
+
+def hide_secrets(scrub: Callable[[str], str]) -> None:
+    global _scrub
+    _scrub = scrub
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return _LINE_ENCODER.encode(self.fields(record))
 
     def fields(self, record: logging.LogRecord) -> dict[str, Any]:
+        scrub = _scrub
         line: dict[str, Any] = {
             "timestamp": datetime.fromtimestamp(record.created, UTC)
             .isoformat(timespec="milliseconds")
             .replace("+00:00", "Z"),
             "level": record.levelname,
             "component": getattr(record, "component", record.name.removeprefix("ductile.")),
-            "message": record.getMessage(),
+            "message": scrub(record.getMessage()),
         }
         for key in _EXTRA_KEYS:
             value = getattr(record, key, None)
             if value is not None:
-                line[key] = value
+                line[key] = scrub(value) if isinstance(value, str) else value
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = scrub(self.formatException(record.exc_info))
         return line
 
 
 class TextFormatter(JsonFormatter):
     """The same fields as `key=value` pairs (logfmt, as Go's slog text handler writes them): a
-    value with a space, a quote, an `=` or a control character is quoted, with JSON's escapes."""
+    value with a space, a quote, an `=` or a control character is quoted, with JSON's escapes,
+    also for the characters JSON leaves as they are (C1 controls, bidi overrides, separators:
+    gateway.terminal), which would act on the terminal that shows the line."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = self.fields(record)
@@ -64,7 +85,11 @@ def _text_value(value: Any) -> str:
     text = value if isinstance(value, str) else _LINE_ENCODER.encode(value)
     if text and not any(c in text for c in ' "=') and text.isprintable():
         return text
-    return json.dumps(text, ensure_ascii=False)
+    return CONTROLS.sub(_json_escape, json.dumps(text, ensure_ascii=False))
+
+
+def _json_escape(match: Any) -> str:
+    return json.dumps(match.group())[1:-1]  # `\u202e`; a surrogate pair beyond the BMP
 
 
 class RaisedOnly(logging.Filter):

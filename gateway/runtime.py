@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -29,10 +30,11 @@ from gateway.config.durations import parse_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, typed_config
+from gateway.config.redaction import Scrubber, secret_values
 from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.validity import process_memo, schema_errors
 from gateway.config.webhooks import Webhooks, parse_webhooks
-from gateway.logs import apply_service_logging
+from gateway.logs import apply_service_logging, hide_secrets
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
@@ -62,6 +64,12 @@ class Runtime:
     relay: Relay | None = None
     # Not django.utils.timezone: this runs before settings exist (bootstrap decides the database).
     loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @cached_property
+    def scrubber(self) -> Scrubber:
+        """What hides this config's secrets wherever plugin text is shown: made at its first use,
+        once per loaded runtime (a process that never shows plugin text never makes it)."""
+        return Scrubber(secret_values(self.config.document))
 
     def claim_caps(self) -> dict[str, int]:
         """What a worker may claim: the registry's caps, plus `relay:` steps' sends when this
@@ -236,6 +244,8 @@ class RuntimeHolder:
         self.config_dir = config_dir
         chosen = (environ if environ is not None else os.environ).get(SNAPSHOT_ENV)
         self.snapshot = snapshot or (Path(chosen) if chosen else None)
+        # The log's lines hide the secrets of whichever runtime this holder serves at the time.
+        hide_secrets(lambda text: self.scrubber().text(text))
         try:
             runtime = self._build(environ)
         except ConfigError as exc:
@@ -250,6 +260,12 @@ class RuntimeHolder:
         if current is None:
             raise self.error or ConfigError([])
         return current
+
+    def scrubber(self) -> Scrubber:
+        """The scrubber of the runtime this process serves (the last one that loaded). Before any
+        loaded, no secret is known, and it hides nothing."""
+        current = self._current
+        return current.scrubber if current is not None else NO_SECRETS
 
     def reload(self) -> tuple[Runtime, Runtime | None]:
         """Build a fresh runtime; on ConfigError the old one stays (the error propagates)."""
@@ -274,4 +290,5 @@ class RuntimeHolder:
             raise ConfigError([ConfigProblem(message, file=self.snapshot)]) from exc
 
 
+NO_SECRETS = Scrubber()
 RUNTIME = RuntimeHolder()

@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from pipelines.dsl import SWITCH_FALSE, SWITCH_SUFFIX, SWITCH_TRUE, Pipeline
 
+# Kept as they are in a quoted label; every other character that is not a letter or a digit is
+# written as Mermaid's entity code (`#37;`), which it draws as the character itself.
+_PLAIN = frozenset(" _.:/@+,=-()'!?*")
+_NAMED = {'"': "#quot;", "&": "#amp;", "<": "#lt;", ">": "#gt;"}
+
 
 def mermaid_label(text: str) -> str:
-    """Text that is safe inside a quoted Mermaid label."""
-    return text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    """Text that is safe inside a quoted Mermaid label, whoever chose it (step ids, event types,
+    plugin and pipeline names are the config's, an agent's or a plugin's): it cannot end the
+    label (`"`), start a line, carry a directive (`%%{init: …}%%` reconfigures the whole
+    diagram, wherever it stands in the text), HTML or markdown (a backtick). A control or format
+    character (a line break, a bidi override) is drawn as its escape, `\\u202e`."""
+    return "".join(_label_char(c) for c in text)
+
+
+def _label_char(c: str) -> str:
+    if c.isalnum() or c in _PLAIN:
+        return c
+    if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+        return f"#92;u{ord(c):04x}"
+    return _NAMED.get(c) or f"#{ord(c)};"
 
 
 TRIGGER_ID = "trigger"

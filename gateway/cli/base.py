@@ -1,4 +1,7 @@
-"""What every NOUN ACTION command shares: `--config-dir`, `--json`, `-v/--verbose`, exit codes.
+"""What every NOUN ACTION command shares: `--config-dir`, `--json`, `-v/--verbose`, exit codes, and
+what reaches the terminal: everything a command writes has its control characters escaped
+(gateway.terminal), and what it emits is scrubbed of the config's secrets (gateway.config.redaction),
+since job errors, stderr, results and events are a plugin's or an agent's words.
 
 Exit codes: 0 ok, 1 a failed check or job, 2 usage, 78 configuration (EX_CONFIG).
 """
@@ -12,13 +15,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandParser, OutputWrapper
 from django.db import DatabaseError
 
 from gateway.config.errors import ConfigError
 from gateway.intake import Refused
-from gateway.runtime import RUNTIME, Runtime
+from gateway.runtime import NO_SECRETS, RUNTIME, Runtime
 from gateway.storage.database import DatabaseCorrupt, SchemaBehind, describe_database, ensure_schema, verify_integrity
+from gateway.terminal import escape_controls
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 78
 
@@ -40,6 +44,17 @@ def json_object(raw: str | None, source: str) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise Exit(EXIT_USAGE, f"{source} must be a JSON object")
     return value
+
+
+class TerminalOutput(OutputWrapper):
+    """A command's stdout or stderr: control characters escaped in all it writes (an escape
+    sequence in a plugin's stderr shows as `\\x1b[2J`, not as a cleared screen). Django's own
+    colours are added after, by `style_func`; `--json` output has none to escape."""
+
+    def write(  # type: ignore[override]  # as OutputWrapper.write, which TextIOBase.write is not
+        self, msg: str = "", style_func: Callable[[str], str] | None = None, ending: str | None = None
+    ) -> None:
+        super().write(escape_controls(msg), style_func, ending)
 
 
 class DuctileCommand(BaseCommand):
@@ -82,8 +97,20 @@ class DuctileCommand(BaseCommand):
             "-v", "--verbose", dest="verbosity", action="count", default=argparse.SUPPRESS, help="explain"
         )
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("stdout", "stderr"):
+            plain = getattr(self, name)
+            escaped = TerminalOutput(plain._out)
+            escaped.style_func = plain.style_func  # stderr's red, on a terminal
+            setattr(self, name, escaped)
+
     def execute(self, *args: Any, **options: Any) -> str | None:
         self.as_json = bool(options.get("json"))
+        # Streams given to `call_command` would be wrapped by Django in plain OutputWrappers.
+        for name in ("stdout", "stderr"):
+            if options.get(name):
+                setattr(self, name, TerminalOutput(options.pop(name)))
         if not self.logs_to_stdout:
             for handler in logging.getLogger("ductile").handlers:
                 if isinstance(handler, logging.StreamHandler):
@@ -109,6 +136,8 @@ class DuctileCommand(BaseCommand):
         return None
 
     def _fail(self, code: int, message: str, data: dict[str, Any] | None) -> None:
+        scrubber = RUNTIME.scrubber()
+        message, data = scrubber.text(message), scrubber.json(data)
         if self.as_json:
             body = {"error": message, "exit_code": code, **(data or {})}
             self.stdout.write(json.dumps(body, indent=2, default=str))
@@ -130,8 +159,11 @@ class DuctileCommand(BaseCommand):
         ensure_schema()
         return runtime
 
-    def emit(self, data: Any, text: Callable[[], str] | str) -> None:
+    def emit(self, data: Any, text: Callable[[], str] | str, *, reveal: bool = False) -> None:
+        """`data` as JSON with `--json`, else `text`, with the config's secrets scrubbed from either;
+        `reveal` only for a secret the command was asked to make (a new token, shown once)."""
+        scrubber = NO_SECRETS if reveal else RUNTIME.scrubber()
         if self.as_json:
-            self.stdout.write(json.dumps(data, indent=2, default=str))
+            self.stdout.write(json.dumps(scrubber.json(data), indent=2, default=str))
         else:
-            self.stdout.write(text() if callable(text) else text)
+            self.stdout.write(scrubber.text(text() if callable(text) else text))

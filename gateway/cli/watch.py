@@ -5,6 +5,9 @@ plugin latency, circuit breakers, next runs, latest failures, pipelines and rece
 The figures are the dashboard's (`gateway.reports.live`), read from the local ledger or over the API
 (`GET /system/watch`). The view redraws every `interval` seconds on the terminal's alternate
 screen and quits on `q` or Ctrl+C; the terminal's modes are restored however it ends.
+
+What plugins and agents named or wrote (errors, event types, plugin and step names) is shown as
+text, never as rich markup (`[link=…]`, `[blink]`), with its control characters escaped.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from rich.text import Text
 from gateway.cli.api_call import Writable, build_call, send
 from gateway.reports import live, parse_rfc3339
 from gateway.runtime import Runtime
+from gateway.terminal import one_line
 
 QUIT_KEYS = frozenset("qQ")
 TWO_COLUMNS = 110  # terminal width from which the sections sit side by side
@@ -147,6 +151,22 @@ def section(title: str, table: Table, empty: str) -> Panel:
     return Panel(body, title=f"[bold]{title}[/]", title_align="left", border_style="grey50")
 
 
+def plain(value: Any) -> Any:
+    """`value` with every string on one line and its control characters escaped (gateway.terminal)."""
+    if isinstance(value, str):
+        return one_line(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
+def cells(*values: RenderableType) -> list[RenderableType]:
+    """A table row's cells: a string as text, which rich would otherwise read as markup."""
+    return [Text(value) if isinstance(value, str) else value for value in values]
+
+
 def grid(*columns: str) -> Table:
     table = Table(box=None, expand=True, pad_edge=False, show_edge=False, header_style="bold dim")
     for name in columns:
@@ -157,6 +177,7 @@ def grid(*columns: str) -> Table:
 def render(snapshot: dict[str, Any], *, now: datetime, where: str, width: int, note: str = "") -> RenderableType:
     """The whole view for one snapshot. `now` is the gateway's clock (the snapshot's time plus
     what passed since it was read), so ages do not depend on this machine's clock."""
+    snapshot = plain(snapshot)
     gateway = snapshot["gateway"]
     header = Text.assemble(
         ("Ductile ", "bold"),
@@ -197,49 +218,67 @@ def render(snapshot: dict[str, Any], *, now: datetime, where: str, width: int, n
     for job in snapshot["running"]:
         elapsed = job["elapsed_seconds"] + (now - parse_rfc3339(snapshot["generated_at"])).total_seconds()
         running.add_row(
-            job["job_id"][:8],
-            f"{job['plugin']}.{job['command']}",
-            f"{job['attempt']}/{job['max_attempts']}",
-            span(elapsed),
-            job["claimed_by"] or "-",
+            *cells(
+                job["job_id"][:8],
+                f"{job['plugin']}.{job['command']}",
+                f"{job['attempt']}/{job['max_attempts']}",
+                span(elapsed),
+                job["claimed_by"] or "-",
+            )
         )
     latency = grid("plugin", "runs", "p50", "p95", "p99", "max")
     for p in snapshot["latency"]["plugins"]:
         times = p["plugin_time_ns"]
         latency.add_row(
-            p["plugin"], str(p["count"]), ms(times["p50"]), ms(times["p95"]), ms(times["p99"]), ms(times["max"])
+            *cells(p["plugin"], str(p["count"]), ms(times["p50"]), ms(times["p95"]), ms(times["p99"]), ms(times["max"]))
         )
     failures = grid("job", "plugin.command", "status", "ended", "error")
     for job in snapshot["failures"]:
         failures.add_row(
-            job["job_id"][:8],
-            f"{job['plugin']}.{job['command']}",
-            status_text(job["status"]),
-            ago(job["completed_at"], now),
-            Text(job["last_error"] or "-", style="red"),
+            *cells(
+                job["job_id"][:8],
+                f"{job['plugin']}.{job['command']}",
+                status_text(job["status"]),
+                ago(job["completed_at"], now),
+                Text(job["last_error"] or "-", style="red"),
+            )
         )
     breakers = grid("plugin.command", "state", "failures", "opened")
     for b in snapshot["breakers"]:
         breakers.add_row(
-            f"{b['plugin']}.{b['command']}", status_text(b["state"]), str(b["failure_count"]), ago(b["opened_at"], now)
+            *cells(
+                f"{b['plugin']}.{b['command']}",
+                status_text(b["state"]),
+                str(b["failure_count"]),
+                ago(b["opened_at"], now),
+            )
         )
     schedules = grid("schedule", "command", "next run", "last fired")
     for s in snapshot["schedules"]:
         schedules.add_row(
-            f"{s['plugin']}:{s['schedule_id']}", s["command"], ago(s["next_run_at"], now), ago(s["last_fired_at"], now)
+            *cells(
+                f"{s['plugin']}:{s['schedule_id']}",
+                s["command"],
+                ago(s["next_run_at"], now),
+                ago(s["last_fired_at"], now),
+            )
         )
     pipelines = grid("pipeline", "trigger", "last run", "started")
     for p in snapshot["pipelines"]:
         run = p["last_run"]
         pipelines.add_row(
-            p["name"],
-            p["trigger"],
-            status_text(run["status"]) if run else Text("never ran", style="dim"),
-            ago(run["started_at"], now) if run else "-",
+            *cells(
+                p["name"],
+                p["trigger"],
+                status_text(run["status"]) if run else Text("never ran", style="dim"),
+                ago(run["started_at"], now) if run else "-",
+            )
         )
     events = grid("#", "type", "source", "job", "at")
     for e in snapshot["recent_events"]:
-        events.add_row(str(e["id"]), e["type"], e["source"] or "-", (e["job_id"] or "-")[:8], ago(e["created_at"], now))
+        events.add_row(
+            *cells(str(e["id"]), e["type"], e["source"] or "-", (e["job_id"] or "-")[:8], ago(e["created_at"], now))
+        )
 
     left = [
         section(f"Running ({len(snapshot['running'])})", running, "nothing running"),
@@ -318,7 +357,7 @@ class Watch:
         try:
             self.snapshot, self.read_at, self.error = self.source.get(), time.monotonic(), None
         except WatchError as exc:
-            self.error = str(exc)  # shown over the last figures; the next refresh tries again
+            self.error = one_line(str(exc))  # shown over the last figures; the next refresh tries again
 
     def view(self) -> RenderableType:
         note = f"q quit · refreshing every {self.interval:g}s"

@@ -1,50 +1,37 @@
 """What the console shows of stored data: secret-like keys redacted exactly as `GET /config/view`
-does (gateway/reports/redaction.py), and every secret value the loaded config holds scrubbed from text
-and JSON wherever it appears (a plugin that prints its API key to stderr, a payload that carries
-a token under an innocent key)."""
+does, and every secret value the loaded config holds scrubbed from text and JSON wherever it
+appears (a plugin that prints its API key to stderr, a payload that carries a token under an
+innocent key): the rule of gateway/config/redaction.py, as every other surface applies it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.errors import ConfigError
-from gateway.reports.redaction import MIN_SCRUBBED, redact, scrub, secret_values
-from gateway.runtime import RUNTIME
-
-_last: tuple[object, Safe] | None = None  # (runtime, its Safe): a reload brings a new runtime
+from gateway.config.redaction import Scrubber, redact
+from gateway.runtime import NO_SECRETS, RUNTIME
 
 
 @dataclass(frozen=True)
 class Safe:
-    secrets: frozenset[str] = frozenset()
+    scrubber: Scrubber = NO_SECRETS
 
     @classmethod
     def current(cls) -> Safe:
-        """From the runtime this process serves (none while its config fails to load: then only
-        secret-like keys are redacted). Worked out once per loaded runtime, not per table cell."""
-        global _last
-        try:
-            runtime = RUNTIME.get()
-        except ConfigError:
-            return cls()
-        if _last is None or _last[0] is not runtime:
-            _last = (runtime, cls(secret_values(runtime.config.document)))
-        return _last[1]
+        """From the runtime this process serves (none while no config has loaded: then only
+        secret-like keys are redacted)."""
+        return cls(RUNTIME.scrubber())
 
     def json(self, value: Any) -> Any:
-        return scrub(redact(value), self.secrets)
+        return self.scrubber.json(redact(value))
 
     def knowing(self, *values: Any) -> Safe:
         """This, also scrubbing what `values` hold under secret-like keys: a token a job carried in
         its payload is hidden in that job's stderr and errors too, not only in its payload."""
-        hidden: set[str] = set()
-        for value in values:
-            redact(value, hidden=hidden)
-        return Safe(self.secrets | {v for v in hidden if len(v) >= MIN_SCRUBBED})
+        return Safe(self.scrubber.knowing(*values))
 
     def text(self, value: str | None) -> str:
-        return scrub(value or "", self.secrets)
+        return self.scrubber.text(value or "")
 
 
 def safe_text(value: str | None) -> str:

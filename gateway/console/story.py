@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.config.redaction import REDACTED
 from gateway.console.render import capped
 from gateway.console.safety import Safe
 from gateway.reports import added_paths, claims_only, parse_response, tree_root
-from gateway.reports.redaction import REDACTED
 from ledger.models import EventContext, EventRecord, Job, JobLog, JobStopwatch, JobTransition, PluginFact
 from pipelines.router import CONTROL
 

@@ -127,7 +127,7 @@ def stream_headers(response: AnyResponse) -> AnyResponse:
 def frame(row: EventRecord) -> bytes:
     data = row_data(row)
     # A line break in a plugin-chosen type would end the `event:` field early; `data` keeps it exact.
-    name = " ".join(row.type.splitlines())
+    name = " ".join(data["type"].splitlines())
     return f"id: {row.id}\nevent: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 

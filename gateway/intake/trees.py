@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from gateway.reports import job_summary, latest_result
+from gateway.reports import job_read
 from gateway.storage.wakeup import WakeListener
 from ledger import wakeups
 from ledger.models import Job
@@ -60,13 +60,14 @@ class TreeOutcome:
     def report(self) -> dict[str, Any]:
         """The API's synchronous answer (spec "API Reference": POST /pipeline/{name})."""
         terminal = self.terminal_job()
+        tree = [job_read(j) for j in self.jobs]
         data: dict[str, Any] = {
             "job_id": self.root_ids[0] if self.root_ids else None,
             "job_ids": list(self.root_ids),
             "status": self.status,
             "duration_ms": self.duration_ms,
-            "result": latest_result(terminal) if terminal else None,
-            "tree": [{**job_summary(j), "result": latest_result(j)} for j in self.jobs],
+            "result": next(hop["result"] for hop in tree if hop["job_id"] == terminal.id) if terminal else None,
+            "tree": tree,
         }
         if not self.complete:
             data["timeout_exceeded"] = True

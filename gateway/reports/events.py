@@ -21,6 +21,7 @@ from typing import Any
 from django.db.models import Max, Q
 
 from gateway.reports import ts
+from gateway.runtime import RUNTIME
 from ledger.models import EventRecord
 
 GAP_GRACE_SECONDS = 10.0
@@ -71,15 +72,19 @@ def latest_id() -> int:
 
 
 def row_data(row: EventRecord) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "type": row.type,
-        "event_id": row.event_id,
-        "source": row.source,
-        "job_id": row.job_id,
-        "payload": row.payload,
-        "created_at": ts(row.created_at),
-    }
+    """An `event_log` row as the streams send it: its type, source and payload are a plugin's
+    words, scrubbed of the config's secrets."""
+    return RUNTIME.scrubber().json(
+        {
+            "id": row.id,
+            "type": row.type,
+            "event_id": row.event_id,
+            "source": row.source,
+            "job_id": row.job_id,
+            "payload": row.payload,
+            "created_at": ts(row.created_at),
+        }
+    )
 
 
 def next_rows(cursor: EventCursor, memo: dict[Any, Any] | None = None) -> list[EventRecord]:

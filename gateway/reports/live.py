@@ -59,12 +59,15 @@ REFRESH_SECONDS = 10.0
 
 
 def build_snapshot(runtime: Runtime, now: datetime | None = None) -> dict[str, Any]:
+    """The figures, scrubbed of the config's secrets as a whole (the latest failures are a plugin's
+    words; an auditor's dashboard and `system watch` show them): once per snapshot, however many
+    views read it."""
     now = now or timezone.now()
     service = runtime.config.service
     queue = queue_status(now, lease_ttl=service.lease_ttl)
     running = list(Job.objects.running().order_by("started_at", "id")[:RUNNING_LIMIT])
     recent_runs = run_index.RECENT_RUNS.latest()
-    return {
+    snapshot = {
         "generated_at": ts(now),
         "gateway": {
             "name": service.name,
@@ -115,6 +118,7 @@ def build_snapshot(runtime: Runtime, now: datetime | None = None) -> dict[str, A
         ],
         "recent_events": [event_summary(row) for row in EventRecord.objects.order_by("-id")[:LIST_LIMIT]],
     }
+    return runtime.scrubber.json(snapshot)
 
 
 def event_summary(row: EventRecord) -> dict[str, Any]:

@@ -26,7 +26,21 @@
   }
 
   async function draw() {
-    mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: darkTheme() ? "dark" : "default" });
+    mermaid.initialize({
+      startOnLoad: false,
+      securityLevel: "strict",
+      theme: darkTheme() ? "dark" : "default",
+      /* No text the diagrams draw may reconfigure them: a `%%{init: …}%%` directive or a front
+         matter `config:` that got past the labels' escaping cannot touch these keys (Mermaid
+         drops them from a diagram's own config, at any depth). */
+      secure: [
+        "secure", "securityLevel", "startOnLoad", "maxTextSize", "suppressErrorRendering", "maxEdges",
+        "theme", "themeCSS", "themeVariables", "fontFamily", "altFontFamily", "fontSize", "darkMode",
+        "look", "handDrawnSeed", "htmlLabels", "flowchart", "layout", "elk", "dompurifyConfig",
+        "deterministicIds", "deterministicIDSeed", "wrap", "arrowMarkerAbsolute", "legacyMathML",
+        "forceLegacyMathML", "markdownAutoWrap", "logLevel",
+      ],
+    });
     let index = 0;
     for (const card of document.querySelectorAll(".dash-pipeline")) {
       const nodes = JSON.parse(card.querySelector("script[type='application/json']").textContent);

@@ -810,6 +810,37 @@ def test_mermaid_escapes_quotes_in_labels():
     assert '"hi"' not in chart
 
 
+# A step id that would reconfigure the whole diagram (Mermaid reads `%%{init: …}%%` anywhere in its
+# text), end its label and start a node and an edge of its own, and carry HTML and a bidi override.
+INJECTING = (
+    '%%{init: {"theme": "forest", "themeCSS": ".node rect {fill: red}"}}%% "] --> evil["x'
+    "\n%%{init: {'theme': 'dark'}}%%\nclick n_evil href \"javascript:alert(1)\" `**md**` <img src=x> \u202e"
+)
+
+
+def test_no_name_in_a_chart_can_carry_a_directive_or_leave_its_label():
+    chart = mermaid(
+        build(
+            pipe(
+                "p",
+                steps=[
+                    {"id": INJECTING, "uses": "echo"},
+                    {"id": "ship", "relay": {"to": "lab", "event": "done.ready"}},
+                ],
+                **{"on": f"go.{INJECTING}"},
+            )
+        ).pipelines["p"]
+    )
+    lines = chart.splitlines()
+    assert len(lines) == 6  # the header, the trigger, two nodes, two edges: nothing the ids added
+    assert "%" not in chart and "`" not in chart and "<img" not in chart and "\u202e" not in chart
+    for line in lines[1:4]:  # each label is one quoted string: no quote inside it, no brace
+        label = line.split('"')[1]
+        assert line.count('"') == 2 and "{" not in label and "}" not in label and "\n" not in label
+    assert "#37;#37;#123;init: #123;#quot;theme#quot;: #quot;forest#quot;" in lines[2]
+    assert "#92;u202e" in lines[2]  # a bidi override is drawn as its escape
+
+
 # -- unknown keys, the automatic depth cap, config.* of a gate ---------------------------------
 
 

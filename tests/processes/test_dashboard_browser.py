@@ -31,6 +31,11 @@ DEMO = {
     ],
 }
 DEMO_NODES = {"greet", "shout", "report__switch", "report"}
+# A step id that, drawn as it is, reconfigures its whole diagram: Mermaid reads `%%{init: …}%%`
+# wherever it stands in the text (single quotes: the labels escaped double ones already).
+RED = "rgb(255, 0, 0)"
+INJECTING = f"%%{{init: {{'theme': 'forest', 'themeCSS': '.node rect {{ fill: {RED} !important; }}'}}}}%%"
+HOSTILE = {"name": "hostile-diagram", "on": "demo.hostile", "steps": [{"id": INJECTING, "uses": "echo"}]}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +51,7 @@ def gateway(tmp_path_factory) -> Iterator[tuple[LiveApi, ConfigDir]]:
         "retry": {"max_attempts": 1},
         "schedules": [{"id": "broken", "every": "3s", "payload": {"mode": "error"}}],
     }
-    cfg.extra["pipelines"] = [DEMO]
+    cfg.extra["pipelines"] = [DEMO, HOSTILE]
     with live_api(cfg, [{"name": "admin", "token": TOKEN, "scopes": ["*"]}], workers=True) as served:
         made = ductile(cfg, "admin", "create-user", "ada", "--role", "auditor", "--password-stdin", input=PASSWORD)
         assert made.returncode == 0, made.stderr
@@ -197,3 +202,27 @@ def test_the_figures_are_drawn(gateway, browser):
     assert "flaky.poll" in breakers and "open" in breakers
     assert "echo:tick" in browser.find("#schedules-table").text
     whole_page(browser, "dashboard")
+
+
+def test_a_step_id_cannot_reconfigure_its_diagram(gateway, browser):
+    """The diagram keeps the page's theme and no CSS of the step id's: the directive is drawn as
+    the step's name, text like any other."""
+    served, _ = gateway
+    open_page(browser, served, "/dashboard/pipelines/")
+    wait_for(lambda: browser.driver.execute_script("return window.ductilePipelines.ready"), 20, what="mermaid")
+    card = "section[data-pipeline='hostile-diagram']"
+    node = browser.find(f"{card} svg g.node[data-step]")
+    assert node.get_attribute("data-step") == INJECTING
+    assert INJECTING in node.text  # the label, as written
+    style = browser.driver.execute_script(
+        "return [...arguments[0].querySelectorAll('style')].map(s => s.textContent).join('')",
+        browser.find(f"{card} svg"),
+    )
+    assert RED not in style and "#cde498" not in style  # neither the injected CSS nor the forest theme
+    assert "#ececff" in style.lower()  # the default theme's node colour
+    fill = browser.driver.execute_script(
+        "return getComputedStyle(arguments[0]).fill", node.find_element("css selector", "rect")
+    )
+    assert fill != RED
+    browser.driver.execute_script("arguments[0].scrollIntoView()", browser.find(card))
+    browser.screenshot("pipelines-hostile-step-id")

@@ -4,6 +4,7 @@ back as it was (the watch's screen gone, the terminal's line editing and echo re
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -50,6 +51,10 @@ class Terminal:
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "0")
+
+    def title(self) -> str:
+        """The pane's title, which a program sets with an OSC 0 or 2 escape sequence."""
+        return self.tmux("display-message", "-p", "-t", "0", "#{pane_title}").strip()
 
     def wait_for_text(self, *texts: str, timeout: float = 30) -> str:
         """The screen once it shows every one of `texts`."""
@@ -133,4 +138,24 @@ def test_ctrl_c_quits_and_restores_the_terminal(terminal):
     term.type(watch_command(cfg))
     term.wait_for_text("Queue and throughput")
     term.key("C-c")
+    assert_shell_is_back(term)
+
+
+def test_a_plugins_words_show_redacted_and_escaped_never_acting_on_the_terminal(terminal):
+    """A plugin failed with the admin token and escape sequences in its error: the view shows
+    `[REDACTED]` and the escapes as text; the pane keeps its title and the view its figures."""
+    term, cfg = terminal
+    token = "tok-admin-5f0c9a7e31"
+    cfg.plugins["leaky"] = {"config": {}, "retry": {"max_attempts": 1}}
+    cfg.extra["api"] = {"auth": {"tokens": [{"name": "admin", "token": token, "scopes": ["*"]}]}}
+    cfg.write()
+    title = term.title()
+    say = f"{token} \x1b]0;pwned\x07\x1b[2J\x1b[H"
+    ran = ductile(cfg, "plugin", "run", "leaky", "--payload", json.dumps({"say": say}))
+    assert ran.returncode == 1, ran.stderr
+    term.type(watch_command(cfg))
+    screen = term.wait_for_text("Latest failures", "[REDACTED] \\x1b]0;pwned\\x07")
+    assert token not in screen
+    assert "Queue and throughput" in screen and term.title() == title != "pwned"
+    term.key("q")
     assert_shell_is_back(term)

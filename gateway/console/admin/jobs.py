@@ -141,9 +141,11 @@ class JobAdmin(ActionsAdmin):
         # its LIMIT when the words are rare, and an index holding the text would break on
         # PostgreSQL for an error longer than its index row limit.
         newest = Job.objects.filter(last_error__isnull=False).order_by("-created_at")
-        words, found = term.casefold(), 0
+        words, found, safe = term.casefold(), 0, Safe.current()
         for pk, error in newest.values_list("pk", "last_error")[:ERROR_SEARCH_WINDOW].iterator(chunk_size=2000):
-            if words in (error or "").casefold():
+            # Found in the error as the page shows it (scrubbed only when the raw text matches,
+            # which is rare): else a term that matched inside a secret would tell its characters.
+            if words in (error or "").casefold() and words in safe.text(error).casefold():
                 ids.add(pk)
                 found += 1
                 if found == ERROR_SEARCH_LIMIT:

@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gateway.config.errors import ConfigError
+from gateway.config.redaction import redact
 from gateway.daemon.control import NotRunning, reload_gateway
 from gateway.http import eventstream
 from gateway.http.api.serializers import errors
@@ -31,7 +32,6 @@ from gateway.operations.doctor import diagnose
 from gateway.reports import events, ts
 from gateway.reports.percentiles import summary
 from gateway.reports.redaction import config_view as redacted_config
-from gateway.reports.redaction import redact
 from gateway.reports.topology import topology
 from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import JobStopwatch

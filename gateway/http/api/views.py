@@ -31,8 +31,7 @@ from gateway.reports import (
     MAX_LOGS,
     find_logs,
     health_status,
-    job_summary,
-    latest_result,
+    job_read,
     normalise_status,
     parse_rfc3339,
     queue_status,
@@ -400,7 +399,7 @@ class JobDetail(Endpoint):
     )
     def get(self, request: Request, job_id: str) -> Response:
         job = job_or_404(job_id)
-        return Response({**job_summary(job), "result": latest_result(job)})
+        return Response(job_read(job))
 
 
 class JobTree(Endpoint):
@@ -417,7 +416,7 @@ class JobTree(Endpoint):
     )
     def get(self, request: Request, job_id: str) -> Response:
         job_or_404(job_id)
-        return Response([{**job_summary(j), "result": latest_result(j)} for j in Job.objects.tree([job_id])])
+        return Response([job_read(j) for j in Job.objects.tree([job_id])])
 
 
 def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:

@@ -21,6 +21,7 @@ from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.integrity import CHECKSUMS, LockReport
 from gateway.config.loader import load_config_tree
+from gateway.config.redaction import redact
 from gateway.operations.config_changes import (
     ChangeRefused,
     FileChange,
@@ -32,7 +33,7 @@ from gateway.operations.config_changes import (
 )
 from gateway.plugins.seal import lock_config
 from gateway.reports import seal_status
-from gateway.reports.redaction import config_view, redact
+from gateway.reports.redaction import config_view
 from gateway.runtime import RUNTIME, Runtime, build_runtime
 
 BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
@@ -286,7 +287,7 @@ class Command(DuctileCommand):
                 ]
             return "\n".join(lines)
 
-        self.emit(data, text)
+        self.emit(data, text, reveal=True)
 
     def token_create(self, name: str, scopes: list[str], description: str, dry_run: bool) -> None:
         try:
@@ -313,7 +314,7 @@ class Command(DuctileCommand):
                 ]
             return "\n".join(lines)
 
-        self.emit(data, text)
+        self.emit(data, text, reveal=True)
 
     def _apply(self, changes: list[FileChange], config_dir: Path | None = None) -> list[Path]:
         try:

@@ -14,6 +14,7 @@ from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.management.commands.pipeline import run_tree
 from gateway.operations import CLI, replay
 from gateway.reports import MAX_LOGS, claims_only, find_logs, job_detail, parse_rfc3339
+from gateway.terminal import one_line
 from ledger.models import EventContext, Job, LostJob
 from ledger.states import ActionRefused, JobStatus
 
@@ -43,7 +44,7 @@ def tree_lines(tree: list[dict[str, Any]], verbose: bool) -> list[str]:
         mark = "  <- this job" if hop["this_job"] else ""
         lines.append(f"{pad}{hop['status']:9} {hop['plugin']}.{hop['command']}{where}  {hop['job_id']}{mark}")
         if hop["last_error"]:
-            lines.append(f"{pad}  error: {hop['last_error']}")
+            lines.append(f"{pad}  error: {one_line(hop['last_error'])}")
         if verbose:
             lines.append(f"{pad}  on {hop['event_type']} at depth {hop['route_depth']}")
             if hop["baggage_added"]:
@@ -165,10 +166,13 @@ class Command(DuctileCommand):
             if data["parent"]:
                 p = data["parent"]
                 lines.append(f"parent: {p['job_id']} {p['plugin']}.{p['command']} {p['status']}")
-            if job.last_error:
-                lines.append(f"last error: {job.last_error}")
+            if data["last_error"]:
+                lines.append(f"last error: {one_line(data['last_error'])}")
             lines.append("transitions:")
-            lines += [f"  {t['at']}  {t['from'] or '-'} -> {t['to']}  {t['reason']}" for t in data["transitions"]]
+            lines += [
+                f"  {t['at']}  {t['from'] or '-'} -> {t['to']}  {one_line(t['reason'] or '')}"
+                for t in data["transitions"]
+            ]
             for attempt in data["attempts"]:
                 lines.append(f"attempt {attempt['attempt']}: {attempt['status']} at {attempt['completed_at']}")
                 if attempt["result"] is not None:
@@ -197,7 +201,7 @@ class Command(DuctileCommand):
         def text() -> str:
             lines = [
                 f"{e['completed_at']}  {e['status']:9} {e['plugin']}.{e['command']}  {e['job_id']}  "
-                f"#{e['attempt']}" + (f"  {e['last_error']}" if e["last_error"] else "")
+                f"#{e['attempt']}" + (f"  {one_line(e['last_error'])}" if e["last_error"] else "")
                 for e in entries
             ]
             lines.append(f"({len(entries)} of {total})")

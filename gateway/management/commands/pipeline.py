@@ -14,6 +14,7 @@ from gateway.intake.events import pipeline_entries, pipeline_starts, preview
 from gateway.intake.trees import TreeWaiter
 from gateway.reports import claims_only
 from gateway.runtime import Runtime
+from gateway.terminal import one_line
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from pipelines.dsl import Pipeline
@@ -38,7 +39,7 @@ def run_tree(command: DuctileCommand, start: Callable[[], list[str]], *, wait: b
     def text() -> str:
         lines = [
             f"{j.created_at:%H:%M:%S} {j.status:9} {j.plugin}.{j.command} {j.id}"
-            + (f"  {j.last_error}" if j.last_error else "")
+            + (f"  {one_line(j.last_error)}" if j.last_error else "")
             for j in outcome.jobs
         ]
         lines.append(

@@ -19,6 +19,7 @@ from gateway.management.commands.config import emit_lock_report
 from gateway.plugins.seal import lock_plugins
 from gateway.reports import latest_result, ts
 from gateway.runtime import RUNTIME, Runtime
+from gateway.terminal import one_line
 from ledger.models import Job, PluginInstanceRecord, WorkerInstance
 from ledger.submitters import Submitter
 
@@ -222,7 +223,7 @@ class Command(DuctileCommand):
                     f"at {ts(job.next_retry_at)}"
                 )
             if job.last_error:
-                lines.append(f"error: {job.last_error}")
+                lines.append(f"error: {one_line(job.last_error)}")
             result = data["result"]
             if isinstance(result, dict) and "result" in result:
                 lines.append(f"result: {result['result']}")

@@ -9,8 +9,11 @@ import blake3
 import pytest
 from rest_framework.test import APIClient
 
+from gateway import intake
 from gateway.runtime import RUNTIME
 from ledger.models import EventContext, Job
+from ledger.models.jobs import AttemptOutcome
+from ledger.submitters import Submitter
 from tests.support import installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -247,6 +250,32 @@ def test_jobs_filters_validate(api, query, code):
 def test_job_logs_filters_validate(api, query, code):
     as_(api, "admin")
     assert api.get(f"/job-logs{query}").status_code == code
+
+
+def test_job_logs_search_finds_what_it_shows_never_a_piece_of_a_secret(api):
+    """`query` matches the texts as they are shown, secrets replaced: a piece of a token finds
+    nothing (else an auditor could grow it a character at a time), the words around it do."""
+    runtime = RUNTIME.get()
+    (job_id,) = intake.submit_ids(runtime, [intake.job(runtime, Submitter.API, "echo", "poll", {})])
+    job = Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60)
+    assert job is not None and job.id == job_id
+    said = AttemptOutcome(
+        "failed",
+        error="refused",
+        retryable=False,
+        response_text=json.dumps({"status": "error", "error": "signed with s3cret"}),
+        stderr="signed in with tok-admin as admin",
+    )
+    job.record_outcome(said, worker="w", default_dedupe_ttl=0)
+    as_(api, "reader")
+    for piece in ("tok-admi", "ok-adm", "s3cre"):
+        assert api.get(f"/job-logs?query={piece}").json() == {"logs": [], "total": 0}, piece
+    found = api.get("/job-logs?query=signed in with").json()
+    assert found["total"] == 1 and found["logs"][0]["stderr"] == "signed in with [REDACTED] as admin"
+    assert api.get("/job-logs?query=signed with&include_result=true").json()["logs"][0]["result"] == {
+        "status": "error",
+        "error": "signed with [REDACTED]",
+    }
 
 
 def test_unknown_paths_and_methods_are_json(api):

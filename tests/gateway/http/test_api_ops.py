@@ -22,9 +22,10 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from gateway.config.redaction import REDACTED, redact
 from gateway.http import eventstream
 from gateway.reports import events
-from gateway.reports.redaction import REDACTED, config_view, redact
+from gateway.reports.redaction import config_view
 from gateway.runtime import RUNTIME
 from ledger.models import EventRecord, JobStopwatch
 from tests.support import installed_runtime, wait_for
