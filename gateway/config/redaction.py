@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -45,24 +45,26 @@ def redact(value: Any, *, name_maps: Collection[KeyPath] = (), hidden: set[str] 
     `name_maps` are the paths of mappings whose keys are names (their values are still judged).
     `hidden`, when given, collects every string and number so removed, but what NAMING_FIELDS
     hold (see `secret_values`)."""
+    return _redacted(value, (), name_maps, hidden)
 
-    def walk(node: Any, path: KeyPath) -> Any:
-        if isinstance(node, Mapping):
-            names = path in name_maps
-            out = {}
-            for k, v in node.items():
-                if not names and is_secret_key(k):
-                    out[k] = REDACTED
-                    if hidden is not None and k not in NAMING_FIELDS:
-                        hidden.update(_leaves(v))
-                else:
-                    out[k] = walk(v, (*path, str(k)))
-            return out
-        if isinstance(node, list | tuple):
-            return [walk(item, path) for item in node]
-        return node
 
-    return walk(value, ())
+# Module-level, not a closure of `redact`: a recursive closure is a reference cycle (the function
+# and its cell), garbage that only the collector frees, at every API read of a job.
+def _redacted(node: Any, path: KeyPath, name_maps: Collection[KeyPath], hidden: set[str] | None) -> Any:
+    if isinstance(node, Mapping):
+        names = path in name_maps
+        out = {}
+        for k, v in node.items():
+            if not names and is_secret_key(k):
+                out[k] = REDACTED
+                if hidden is not None and k not in NAMING_FIELDS:
+                    hidden.update(_leaves(v))
+            else:
+                out[k] = _redacted(v, (*path, str(k)), name_maps, hidden)
+        return out
+    if isinstance(node, list | tuple):
+        return [_redacted(item, path, name_maps, hidden) for item in node]
+    return node
 
 
 # Shorter values are not scrubbed from free text: `on`, `1234` would mangle every page they occur in.
@@ -128,18 +130,7 @@ class Scrubber:
     def json(self, value: Any) -> Any:
         if self._pattern is None or not self._holds_secret(value):
             return value
-        text = self.text
-
-        def walk(node: Any) -> Any:
-            if isinstance(node, str):
-                return text(node)
-            if isinstance(node, Mapping):
-                return {text(str(k)): walk(v) for k, v in node.items()}
-            if isinstance(node, list | tuple):
-                return [walk(item) for item in node]
-            return node
-
-        return walk(value)
+        return _scrubbed(value, self.text)
 
     def may_be_in(self, encoded: str) -> bool:
         """Whether JSON text as a plugin's encoder wrote it (a stored response) may hold a secret:
@@ -168,6 +159,17 @@ class Scrubber:
         return Scrubber(self.secrets | found) if found else self
 
 
+def _scrubbed(node: Any, text: Callable[[str], str]) -> Any:
+    """`Scrubber.json`'s walk (module-level for the reason `_redacted` is)."""
+    if isinstance(node, str):
+        return text(node)
+    if isinstance(node, Mapping):
+        return {text(str(k)): _scrubbed(v, text) for k, v in node.items()}
+    if isinstance(node, list | tuple):
+        return [_scrubbed(item, text) for item in node]
+    return node
+
+
 @lru_cache(maxsize=64)
 def _pattern(secrets: frozenset[str]) -> re.Pattern[str]:
     """Kept per set: a job's own secrets (`knowing`) are met again at each read of that job."""
@@ -178,22 +180,24 @@ def _pattern(secrets: frozenset[str]) -> re.Pattern[str]:
             node = node.setdefault(char, {})
         node[""] = {}  # a secret ends here
 
-    def alternatives(node: dict[str, Any]) -> str:
-        branches = []
-        for char, child in sorted(node.items()):
-            if not char:
-                continue
-            # A run without a fork is one literal: recursion only where secrets part (a 4 KB
-            # private key would otherwise nest 4,000 calls deep).
-            run = [char]
-            while len(child) == 1 and "" not in child:
-                ((char, child),) = child.items()
-                run.append(char)
-            branches.append(re.escape("".join(run)) + alternatives(child))
-        if not branches:
-            return ""
-        body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
-        # Greedy: where a secret ends and a longer one goes on, the longer one is taken whole.
-        return f"(?:{body})?" if "" in node else body
+    return re.compile(_alternatives(trie))
 
-    return re.compile(alternatives(trie))
+
+def _alternatives(node: dict[str, Any]) -> str:
+    """The pattern of a trie of secrets (module-level for the reason `_redacted` is)."""
+    branches = []
+    for char, child in sorted(node.items()):
+        if not char:
+            continue
+        # A run without a fork is one literal: recursion only where secrets part (a 4 KB
+        # private key would otherwise nest 4,000 calls deep).
+        run = [char]
+        while len(child) == 1 and "" not in child:
+            ((char, child),) = child.items()
+            run.append(char)
+        branches.append(re.escape("".join(run)) + _alternatives(child))
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+    # Greedy: where a secret ends and a longer one goes on, the longer one is taken whole.
+    return f"(?:{body})?" if "" in node else body
