@@ -50,6 +50,9 @@ MAX_BUFFERED_BODY = 4 * 1024 * 1024
 # Everything the loop buffers at once, across its connections: past it, a body waits in the kernel
 # for a thread instead (one slow upload must not be able to hold a worker's memory hostage).
 BUFFER_BUDGET = 64 * 1024 * 1024
+# Closed first to make room: a connection that has sent nothing for this long (a client sends a
+# request as a whole, within milliseconds).
+QUIET_SECONDS = 1.0
 # A thread's blocking read or write that waits longer than this fails (SO_RCVTIMEO/SO_SNDTIMEO):
 # the backstop for what the loop does not buffer, and for a client that stops reading its answer.
 SOCKET_SECONDS = 30
@@ -70,9 +73,11 @@ class Reading:
         self.conn = conn
         self.reader = RequestReader(MAX_BUFFERED_BODY)
         self.deadline = now + HEAD_SECONDS
+        self.heard = now  # when it was accepted, or last sent a byte
 
     def feed(self, data: bytes, now: float) -> Framing:
         had_head = bool(self.reader.head_end)
+        self.heard = now
         framing = self.reader.feed(data)
         if not had_head and self.reader.head_end:
             end = self.reader.body_end
@@ -119,11 +124,9 @@ class FrontDoorWorker(ThreadWorker):
         conn.sock.setblocking(False)
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, reading))
 
-    def accept(self, listener: Any) -> None:
-        super().accept(listener)
-        self._make_room()
-
     def _readable(self, reading: Reading, sock: socket.socket) -> None:
+        if self.reading.get(reading.conn) is not reading:
+            return  # closed earlier in this pass of the loop: its event was already in hand
         try:
             data = sock.recv(65536)
         except (BlockingIOError, InterruptedError):
@@ -217,10 +220,14 @@ class FrontDoorWorker(ThreadWorker):
             first = min(reading.deadline for reading in self.reading.values())
             timeout = max(min(timeout, first - time.monotonic() + 0.01), 0.0)
         super().wait_for_and_dispatch_events(timeout)
+        # After the pass, not in `accept`: a connection closed while the pass's events are being
+        # dispatched may still have one of them coming, and gthread's handler of a kept-alive
+        # connection's event fails on a closed socket, taking the whole worker down.
+        self._make_room()
 
     def _make_room(self) -> None:
         """Keep a free connection for the next client: close the oldest idle kept-alive connection,
-        else the oldest unfinished request. Without this, gthread stops accepting when
+        else the quietest unfinished request. Without this, gthread stops accepting when
         `worker_connections` are open, and slow clients would lock everyone out."""
         while self.nr_conns >= self.worker_connections - 1:
             if self.keepalived_conns:
@@ -232,9 +239,27 @@ class FrontDoorWorker(ThreadWorker):
                 self.nr_conns -= 1
                 conn.close()
             elif self.reading:
-                self._give_up(next(iter(self.reading.values())))
+                candidate = self._quietest()
+                if _waiting(candidate.conn.sock):
+                    # Bytes in the kernel the loop has not read yet: the client is not quiet,
+                    # the loop is late (a burst of accepts). Read them; it may be whole now.
+                    self._readable(candidate, candidate.conn.sock)
+                else:
+                    self._give_up(candidate)
             else:
                 return  # every connection is in a thread: gthread waits for one to finish
+
+    def _quietest(self) -> Reading:
+        """Which unfinished request to close for room: the oldest that has sent nothing for
+        QUIET_SECONDS, else the oldest. Not simply the oldest: in a burst of new connections a
+        client that connected a moment before the burst, and whose request the loop has not read
+        yet, would be the oldest (seen as a reset probe in the tests on a busy machine)."""
+        now = time.monotonic()
+        readings = iter(self.reading.values())
+        oldest = next(readings)
+        if now - oldest.heard >= QUIET_SECONDS:
+            return oldest
+        return next((r for r in readings if now - r.heard >= QUIET_SECONDS), oldest)
 
     # -- the thread's side --------------------------------------------------------------------
 
@@ -292,6 +317,16 @@ class _Detaching:
         subscription.adopt(sock, chunked)
         _close(result)
         return ()
+
+
+def _waiting(sock: socket.socket) -> bool:
+    """Whether bytes wait unread in `sock` (non-blocking)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return False
 
 
 def _close(result: Iterable[bytes]) -> None:

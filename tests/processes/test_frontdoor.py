@@ -11,6 +11,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -84,6 +86,16 @@ def answer(sock: socket.socket, timeout: float = 5) -> bytes:
     return data
 
 
+BURST = """
+import socket, sys, time
+held = []
+for _ in range(150):
+    held.append(socket.create_connection(("127.0.0.1", int(sys.argv[1]))))
+    held[-1].sendall(b"G")
+time.sleep(2)
+"""
+
+
 def test_slow_and_idle_clients_hold_no_thread_and_are_closed_at_their_deadline(gateway):
     port = gateway.port
     opened = time.monotonic()
@@ -92,7 +104,12 @@ def test_slow_and_idle_clients_hold_no_thread_and_are_closed_at_their_deadline(g
     slow = [connect(port, b"G") for _ in range(60)]
     slow += [connect(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n") for _ in range(60)]
     slow += [connect(port) for _ in range(60)]
+    # And more arriving while the probes run (from another process, as an attacker's would: a
+    # thread of this one would hold the GIL between a probe's connect and its send): a probe must
+    # not be the one closed to make room.
+    burst = subprocess.Popen([sys.executable, "-c", BURST, str(port)])
     took = probe(port)
+    burst.wait(timeout=30)
     assert max(took) < 1.0, took
     # A head not whole within HEAD_SECONDS is answered 408 and closed; one that never started, closed.
     # (The oldest were already closed to make room for the newer ones and the probes.)
