@@ -16,6 +16,7 @@ from gateway.config.errors import ConfigError
 from gateway.intake import Refused
 from gateway.logs import logger
 from gateway.storage.database import storage_full, unavailable_reason
+from ledger.writes import CommitUnknown
 
 log = logger("api")
 
@@ -59,6 +60,12 @@ def database_unavailable(exc: BaseException, *, writing: bool) -> Response:
 
 def unavailable_message(exc: BaseException, *, writing: bool) -> str:
     reason = unavailable_reason(exc)
+    if isinstance(exc, CommitUnknown):
+        # Neither "nothing was recorded" nor "recorded": a client that retries blindly may run it twice.
+        return (
+            f"the gateway lost its database connection while recording this ({reason}): it may have been "
+            "recorded; look it up (GET /jobs) before you retry"
+        )
     if writing:
         return f"the gateway's database refuses writes: {reason}; nothing was recorded, retry later"
     return f"the gateway's database cannot be read: {reason}; retry later"

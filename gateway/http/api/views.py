@@ -302,7 +302,7 @@ class PluginTrigger(Endpoint):
         "with its input schema, at `/plugin/{plugin}/{command}`.",
         parameters=[path_param("plugin", "A loaded plugin name."), path_param("command", "One of its commands.")],
         request=shapes.PluginTriggerRequestSerializer,
-        responses={202: shapes.TriggerAcceptedSerializer, **errors(400, 401, 403, 404, 415)},
+        responses={202: shapes.TriggerAcceptedSerializer, **errors(400, 401, 403, 404, 415, 503)},
     )
     def post(self, request: Request, plugin: str, command: str) -> Response:
         runtime = self.runtime
@@ -327,7 +327,8 @@ class PipelineTrigger(Endpoint):
         description="Asynchronous pipelines (and `?async=true`) answer 202 with the root jobs. Synchronous ones "
         "wait for the whole tree: 200 with the terminal step's result and the tree, or 202 with "
         "`timeout_exceeded` once the timeout (capped by `api.max_sync_timeout`) passes; more than one "
-        "entry dispatch is refused with 400. Needs `plugin:rw` (or `*`).",
+        "entry dispatch is refused with 400. Once the root job is recorded, a database outage never "
+        "answers 503: the wait reads again until the timeout. Needs `plugin:rw` (or `*`).",
         parameters=[
             path_param("name", "A callable (non-hook) pipeline."),
             query_param("async", {"type": "boolean"}, "Answer 202 at once even for a synchronous pipeline."),
@@ -341,9 +342,10 @@ class PipelineTrigger(Endpoint):
                     serializers=[shapes.PipelineQueuedSerializer, shapes.PipelineRunSerializer],
                     resource_type_field_name=None,
                 ),
-                description="Queued (asynchronous), or still running at the timeout (synchronous).",
+                description="Queued (asynchronous), or still running at the timeout (synchronous); also when "
+                "the database could not be read until the timeout, with the started jobs to follow.",
             ),
-            **errors(400, 401, 403, 404, 415, 429),
+            **errors(400, 401, 403, 404, 415, 429, 503),
         },
     )
     def post(self, request: Request, name: str) -> Response:
