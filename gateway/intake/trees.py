@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -34,6 +34,12 @@ from pipelines.dsl import SWITCH
 RECHECK_SECONDS = 1.0
 # A read the database refused is tried again after this long, doubling up to RECHECK_SECONDS.
 READ_RETRY_FIRST = 0.1
+# How often a waiter whose caller may leave looks whether it has (`wait`'s `gone`).
+GONE_CHECK_SECONDS = 0.25
+
+
+class CallerGone(Exception):
+    """The caller stopped waiting (it closed its connection): the wait ends, the jobs run on."""
 
 
 @dataclass(frozen=True)
@@ -109,9 +115,10 @@ class TreeWaiter:
     ) -> None:
         self._listener.stop()
 
-    def wait(self, root_ids: Sequence[str], timeout: float) -> TreeOutcome:
+    def wait(self, root_ids: Sequence[str], timeout: float, *, gone: Callable[[], bool] | None = None) -> TreeOutcome:
         """The tree once complete, or as it stands at the deadline; read again until then when the
-        database refuses a read (the module docstring)."""
+        database refuses a read (the module docstring). `gone` says whether the caller left: it is
+        asked at each wake-up, at least every GONE_CHECK_SECONDS, and CallerGone ends the wait."""
         roots = tuple(root_ids)
         deadline = time.monotonic() + timeout
         retry = READ_RETRY_FIRST
@@ -132,4 +139,17 @@ class TreeWaiter:
                 if remaining <= 0:
                     return TreeOutcome(roots, (), complete=False, unread=unavailable_reason(exc))
                 pause, retry = retry, min(retry * 2, RECHECK_SECONDS)
-            self._changed.wait(min(remaining, pause))
+            self._sleep(min(remaining, pause), gone)
+
+    def _sleep(self, seconds: float, gone: Callable[[], bool] | None) -> None:
+        """Until a finish wakes this waiter or `seconds` pass; CallerGone when `gone` says so."""
+        if gone is None:
+            self._changed.wait(seconds)
+            return
+        end = time.monotonic() + seconds
+        while True:
+            woken = self._changed.wait(max(min(end - time.monotonic(), GONE_CHECK_SECONDS), 0.0))
+            if gone():
+                raise CallerGone
+            if woken or time.monotonic() >= end:
+                return

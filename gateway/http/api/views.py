@@ -24,8 +24,10 @@ from gateway.config.frozen import thaw
 from gateway.http.api import serializers as shapes
 from gateway.http.api.parsers import TRIGGER_PARSERS
 from gateway.http.api.serializers import errors
-from gateway.http.api.syncgate import Busy, sync_slot
+from gateway.http.api.syncgate import Busy, caller_gone, sync_slot
 from gateway.intake.events import SyncRefused, pipeline_entries, run_synchronously, sync_timeout
+from gateway.intake.trees import CallerGone
+from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
 from gateway.reports import (
     MAX_LOGS,
@@ -47,6 +49,8 @@ from ledger.storable import NOT_STORABLE, storable_text
 from ledger.submitters import Submitter
 
 OPEN = None  # `scopes` answer for endpoints anyone may call
+
+log = logger("api")
 
 
 class Endpoint(APIView):
@@ -361,11 +365,16 @@ class PipelineTrigger(Endpoint):
             return Response({**body, "plugin": "pipeline", "command": name}, status=status.HTTP_202_ACCEPTED)
         limit = runtime.config.api.max_concurrent_sync
         cap = runtime.config.api.max_sync_timeout
+        timeout = sync_timeout(pipeline, None, cap)
         try:
             with sync_slot(runtime.config.state_path.parent / "sync-slots", limit):
                 outcome = run_synchronously(
-                    runtime, name, payload, submitter=Submitter.API, timeout=sync_timeout(pipeline, None, cap)
+                    runtime, name, payload, submitter=Submitter.API, timeout=timeout, gone=caller_gone(request.META)
                 )
+        except CallerGone:
+            # Nobody reads this answer: nginx's 499 for the server's own record.
+            log.info("synchronous caller of pipeline %s went away; its slot is free, its jobs run on", name)
+            return Response({"error": "the caller closed its connection"}, status=499)
         except Busy:
             raise Throttled(
                 detail=f"{limit} synchronous callers are already waiting (api.max_concurrent_sync)"
