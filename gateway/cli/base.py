@@ -18,7 +18,14 @@ from django.db import DatabaseError
 from gateway.config.errors import ConfigError
 from gateway.intake import Refused
 from gateway.runtime import RUNTIME, Runtime
-from gateway.storage.database import DatabaseCorrupt, SchemaBehind, describe_database, ensure_schema, verify_integrity
+from gateway.storage.database import (
+    DatabaseCorrupt,
+    SchemaBehind,
+    describe_database,
+    described,
+    ensure_schema,
+    verify_integrity,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 78
 
@@ -105,7 +112,7 @@ class DuctileCommand(BaseCommand):
         except DatabaseCorrupt as exc:
             self._fail(EXIT_FAILED, str(exc), None)
         except DatabaseError as exc:
-            self._fail(EXIT_FAILED, f"database {describe_database()}: {exc}", None)
+            self._fail(EXIT_FAILED, f"database {describe_database()}: {described(exc)}", None)
         return None
 
     def _fail(self, code: int, message: str, data: dict[str, Any] | None) -> None:
