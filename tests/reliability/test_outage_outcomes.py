@@ -60,6 +60,8 @@ def test_an_outcome_finished_during_an_outage_is_recorded_once_the_database_is_b
     assert [a["status"] for a in inspected["attempts"]] == ["succeeded"], inspected["attempts"]
     assert inspected["attempts"][0]["result"]["result"] == "ok after 2.0s", inspected["attempts"]
     assert len(inspected["stopwatch"]) == 1, inspected["stopwatch"]
+    if process_db.database_url:  # the workers' LISTEN connection said it once, not at every reconnect
+        assert text.count("wake-ups failed") == 1 and "wake-ups works again" in text, text
 
 
 def test_an_outcome_the_database_refused_past_the_lease_is_dropped_and_the_job_runs_again(process_db, tmp_path):
