@@ -3,6 +3,7 @@ from __future__ import annotations
 import gc
 
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class GatewayConfig(AppConfig):
@@ -37,3 +38,12 @@ class GatewayConfig(AppConfig):
         # "Pipelines": the root hop).
         wakeups.add_listener(poke_local_workers, wakeups.ENQUEUED, at_once=True)
         wakeups.add_listener(poke_local_waiters, wakeups.FINISHED)
+
+        if "postgresql" in settings.DATABASES["default"]["ENGINE"]:
+            # A server restart ends every connection; the API's request threads would each fail
+            # once on theirs (SQLite has no server to end them: nothing added to its requests).
+            from django.core.signals import request_started
+
+            from gateway.storage.hangups import drop_connections_the_server_ended
+
+            request_started.connect(drop_connections_the_server_ended, dispatch_uid="ductile-hangups")

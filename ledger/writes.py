@@ -63,6 +63,12 @@ class UngatedTransaction(RuntimeError):
     """A ledger write inside a transaction that was opened without `writing()`."""
 
 
+class CommitUnknown(DatabaseError):
+    """A write whose COMMIT was sent but never answered: the connection went (a PostgreSQL
+    restart), so the write may have been recorded or not. Unlike any other error of a write, it
+    must not be taken for "nothing was recorded"."""
+
+
 def _database(conn: BaseDatabaseWrapper) -> str | None:
     """The SQLite file, or None on another backend or an in-memory database (one process only)."""
     if conn.vendor != "sqlite":
@@ -475,14 +481,34 @@ class _Writer:
         finally:
             connection.close()
 
-    def _commit(self, calls: list[_Call]) -> None:
+    def _commit(self, calls: list[_Call], *, reconnected: bool = False) -> None:
+        held = connection.connection
+        ran = False
         try:
             with writing():
                 for call in calls:
                     call.result = call.fn()
+                ran = True
         except BaseException as exc:  # the caller's to handle, whatever it is
             connection.close_if_unusable_or_obsolete()
-            if len(calls) == 1:
+            # Django replaces a connection it could not even roll back on: it was lost.
+            lost = isinstance(exc, DatabaseError) and connection.connection is not held
+            if lost and not ran and not reconnected:
+                # The connection was dead before anything could commit (a PostgreSQL restart ends
+                # every client's connection, and this thread, unlike a request's, is never checked
+                # between uses): the same calls once more, on a new connection. Why not check it
+                # before each transaction (Django's CONN_HEALTH_CHECKS): a `SELECT 1` per batch, a
+                # round trip on every write of a healthy database, for what happens at a restart.
+                for call in calls:
+                    call.result = None
+                self._commit(calls, reconnected=True)
+            elif lost and ran:
+                # The connection went during the COMMIT: whether it was made, nobody here knows.
+                # Running the calls again could record them twice; each caller is told so.
+                for call in calls:
+                    call.error = CommitUnknown(f"the database connection was lost while committing: {exc}")
+                    call.error.__cause__ = exc
+            elif len(calls) == 1:
                 calls[0].error = exc
             else:  # nothing of any call was kept: each again, alone (the class's docstring)
                 for call in calls:

@@ -21,7 +21,14 @@ from django.db import DatabaseError
 from gateway.config.errors import ConfigError
 from gateway.intake import Refused
 from gateway.runtime import NO_SECRETS, RUNTIME, Runtime
-from gateway.storage.database import DatabaseCorrupt, SchemaBehind, describe_database, ensure_schema, verify_integrity
+from gateway.storage.database import (
+    DatabaseCorrupt,
+    SchemaBehind,
+    describe_database,
+    described,
+    ensure_schema,
+    verify_integrity,
+)
 from gateway.terminal import escape_controls
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 78
@@ -132,7 +139,7 @@ class DuctileCommand(BaseCommand):
         except DatabaseCorrupt as exc:
             self._fail(EXIT_FAILED, str(exc), None)
         except DatabaseError as exc:
-            self._fail(EXIT_FAILED, f"database {describe_database()}: {exc}", None)
+            self._fail(EXIT_FAILED, f"database {describe_database()}: {described(exc)}", None)
         return None
 
     def _fail(self, code: int, message: str, data: dict[str, Any] | None) -> None:

@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args[1] = ALIASES[args[1]]
     from django.db import DatabaseError
 
-    from gateway.storage.database import describe_database
+    from gateway.storage.database import describe_database, described
 
     # The gateway's own commands report these themselves (gateway.cli.base); this is for Django's
     # (`migrate`, `createsuperuser`, `shell`): a sentence naming what is wrong, not a traceback.
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: configuration is invalid:\n{exc}\n")
         return 78
     except DatabaseError as exc:
-        sys.stderr.write(f"error: database {describe_database()}: {exc}\n")
+        sys.stderr.write(f"error: database {describe_database()}: {described(exc)}\n")
         return 1
     return 0
 

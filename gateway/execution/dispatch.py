@@ -6,20 +6,22 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from gateway import intake
 from gateway.config.frozen import thaw
+from gateway.execution.leases import Leases
 from gateway.execution.protocol import build_request, judge, shown
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
 from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
+from gateway.storage.database import unavailable_reason
 from ledger import wakeups
 from ledger.ids import new_id
 from ledger.models import AttemptOutcome, EventContext, Job, LostJob, PluginState
@@ -45,12 +47,26 @@ log = logger("dispatch")
 # The worker's claim of its next job (gateway/execution/workers.py), run inside a completion's transaction.
 Claim = Callable[[], Job | None]
 
+# An outcome the database refused is tried again after this pause, doubling up to the ceiling
+# (seconds), while the lease lasts (`Executor._record_while_leased`).
+RECORD_RETRY_FIRST = 0.25
+RECORD_RETRY_CEILING = 2.0
+
 
 class Executor:
-    def __init__(self, holder: RuntimeHolder, worker_id: str, *, claim_next: Claim | None = None):
+    def __init__(
+        self,
+        holder: RuntimeHolder,
+        worker_id: str,
+        *,
+        claim_next: Claim | None = None,
+        leases: Leases | None = None,
+    ):
         self.holder = holder
         self.worker_id = worker_id
         self.claim_next = claim_next
+        # The leases its heartbeats renewed (the worker daemon's); without, the claim's lease.
+        self.leases = leases
 
     def execute(self, job: Job) -> Job | None:
         """Run a job this worker has claimed through to a recorded outcome. With `claim_next`, the
@@ -354,8 +370,13 @@ class Executor:
         instance = runtime.registry.instances.get(job.plugin)
         if job.submitter is Submitter.SCHEDULER and instance is not None:
             outcome.breaker_threshold = instance.config.circuit_breaker.threshold
+        claimed_until = job.lease_until  # read now: a recording that fails has already cleared it
         try:
             following = self._commit(job, outcome, runtime)
+        except (OperationalError, InterfaceError) as exc:
+            if claimed_until is None or not self._record_while_leased(job, outcome, runtime, claimed_until, exc):
+                return None
+            following = None
         except LostJob as exc:
             # Why: our lease ran out and another process recovered the job; its next attempt is
             # the one that counts (at-least-once), so this result is dropped, not double-written.
@@ -411,6 +432,68 @@ class Executor:
         with writing():
             record()
         return None
+
+    def _record_while_leased(
+        self, job: Job, outcome: AttemptOutcome, runtime: Runtime, lease: datetime, error: Exception
+    ) -> bool:
+        """The database refused the outcome of a run that happened (it is down, restarting, or its
+        files cannot be written): keep it and try again, with a growing pause, for as long as this
+        worker's lease on the job lasts, so that the plugin runs once. Why not drop it at once, as
+        any lost compare-and-set is dropped: after a short outage the job then waited out its
+        lease and ran again (issue 33). A heartbeat failing meanwhile loses no lease (Leases), and
+        the compare-and-set on `claimed_by` still decides whose the job is; past the lease another
+        worker may have taken it, and the result is dropped as before. Whether it was recorded."""
+        extra = {"plugin": job.plugin, "job_id": job.id, "worker": self.worker_id}
+        log.warning(
+            "recording the outcome failed: %s; keeping it and trying again while this worker's lease lasts (until %s)",
+            unavailable_reason(error),
+            iso(lease),
+            extra=extra,
+        )
+        began, attempts, pause = time.monotonic(), 1, RECORD_RETRY_FIRST
+        while True:
+            if self.leases is not None:
+                lease = self.leases.until(job, lease)
+            left = (lease - timezone.now()).total_seconds()
+            if attempts > 1 and left <= 0:
+                log.warning(
+                    "result discarded: the database refused it for as long as this worker's lease lasted "
+                    "(%d attempts over %.0fs, last: %s); the job's next attempt will run it again",
+                    attempts,
+                    time.monotonic() - began,
+                    unavailable_reason(error),
+                    extra=extra,
+                )
+                return False
+            time.sleep(max(min(pause, left), 0.0))
+            pause = min(pause * 2, RECORD_RETRY_CEILING)
+            attempts += 1
+            connection.close_if_unusable_or_obsolete()  # one the outage broke is replaced
+            try:
+                job.refresh_from_db()  # the failed attempts moved the job in memory
+                if job.lease_until is not None and job.lease_until > lease:
+                    lease = job.lease_until
+                if job.status != JobStatus.RUNNING or job.claimed_by != self.worker_id:
+                    log.warning(
+                        "the job is no longer running for this worker (its outcome was recorded after all, or "
+                        "another worker recovered it): nothing more is recorded",
+                        extra=extra,
+                    )
+                    return False
+                with writing():
+                    job.record_outcome(
+                        outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl
+                    )
+            except (OperationalError, InterfaceError) as exc:
+                error = exc
+                continue
+            except LostJob as exc:
+                log.warning("result discarded: %s", exc, extra=extra)
+                return False
+            log.warning(
+                "outcome recorded after %d attempts over %.0fs", attempts, time.monotonic() - began, extra=extra
+            )
+            return True
 
 
 def preflight_event(job: Job, decision: str, reason: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
+from datetime import timedelta
 from types import FrameType
 
 from django.db import DatabaseError, close_old_connections, connection, connections
@@ -20,6 +21,7 @@ from django.utils import timezone
 from gateway.config.errors import ConfigError
 from gateway.daemon.pause import Pause
 from gateway.execution.dispatch import Executor
+from gateway.execution.leases import Leases
 from gateway.execution.lifecycle import schedule_inits
 from gateway.execution.runner import kill_live_groups
 from gateway.logs import logger
@@ -66,7 +68,8 @@ class WorkerDaemon:
         self.install_signals = install_signals
         self.hostname = socket.gethostname()
         self.worker_id = f"{self.hostname}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.executor = Executor(holder, self.worker_id, claim_next=self._claim_following)
+        self.leases = Leases()
+        self.executor = Executor(holder, self.worker_id, claim_next=self._claim_following, leases=self.leases)
         # The queue's methods on one QuerySet made once: `Job.objects.claim_next` builds a new
         # QuerySet (and its Query) at every call, ~10 µs of each job's claim.
         self._queue = Job.objects.all()
@@ -210,7 +213,9 @@ class WorkerDaemon:
     def _beat(self, instance: WorkerInstance, lease_ttl: float) -> None:
         with self._count_lock:
             in_flight = list(self._in_flight)
-        Job.objects.heartbeat(self.worker_id, in_flight, lease_ttl)
+        now = timezone.now()
+        Job.objects.heartbeat(self.worker_id, in_flight, lease_ttl, now=now)
+        self.leases.renewed(in_flight, now + timedelta(seconds=lease_ttl))
         instance.beat(timezone.now())
 
     def _checkpoint(self, announcement: Announcement, busy: bool) -> None:

@@ -3,6 +3,7 @@ start. Each is routed like any other event; the jobs enter through the intake (g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.utils import timezone
@@ -98,9 +99,11 @@ def run_synchronously(
     submitter: Submitter,
     timeout: float,
     dedupe_key: str | None = None,
+    gone: Callable[[], bool] | None = None,
 ) -> TreeOutcome:
-    """Start a pipeline and wait for its whole tree (or `timeout`). Entry dispatches are resolved
-    first: more than one cannot be answered as one result, so it is refused before anything runs."""
+    """Start a pipeline and wait for its whole tree (or `timeout`, or until `gone` says the caller
+    left: trees.CallerGone). Entry dispatches are resolved first: more than one cannot be answered
+    as one result, so it is refused before anything runs."""
     specs = pipeline_entries(runtime, name, payload, submitter=submitter, dedupe_key=dedupe_key)
     if len(specs) != 1:
         raise SyncRefused(
@@ -108,7 +111,7 @@ def run_synchronously(
             "(run it asynchronously instead)"
         )
     with TreeWaiter() as waiter:
-        return waiter.wait(intake.submit_ids(runtime, specs), timeout)
+        return waiter.wait(intake.submit_ids(runtime, specs), timeout, gone=gone)
 
 
 def sync_timeout(pipeline: Pipeline, requested: float | None, cap: float | None = None) -> float:

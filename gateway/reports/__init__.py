@@ -108,10 +108,14 @@ def hiding(*carried: Any) -> Scrubber:
     return RUNTIME.scrubber().knowing(*carried)
 
 
-def job_read(job: Job) -> dict[str, Any]:
-    """A job and its latest result: `GET /job/{id}`, each hop of `GET /job/{id}/tree` and of a
-    synchronous pipeline's answer."""
-    return hiding(job.payload, job.event).json({**job_summary(job), "result": latest_result(job)})
+_UNREAD = object()
+
+
+def job_read(job: Job, result: Any = _UNREAD) -> dict[str, Any]:
+    """A job and its latest result (read here unless given): `GET /job/{id}`, each hop of
+    `GET /job/{id}/tree` and of a synchronous pipeline's answer."""
+    found = latest_result(job) if result is _UNREAD else result
+    return hiding(job.payload, job.event).json({**job_summary(job), "result": found})
 
 
 def log_entry(row: JobLog, *, include_result: bool = True) -> dict[str, Any]:

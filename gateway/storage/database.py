@@ -225,39 +225,122 @@ def _migration_lock() -> Iterator[None]:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [_PG_MIGRATION_LOCK])
 
 
-# sqlite3's primary result codes (the low byte of an extended code): SQLITE_FULL is "database or
-# disk is full"; on a full disk a WAL write can fail as SQLITE_IOERR ("disk I/O error") instead.
-_SQLITE_STORAGE = {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR}
-_SQLITE_STORAGE_TEXT = ("database or disk is full", "disk i/o error")
-_PG_DISK_FULL = "53100"  # PostgreSQL's disk_full SQLSTATE
-_OS_STORAGE = {errno.ENOSPC, errno.EDQUOT}
+# Why a database refuses writes, told apart (issue 33: a read-only ledger was reported as a full
+# disk). sqlite3's primary result codes are the low byte of an extended code. SQLite says "disk
+# I/O error" (SQLITE_IOERR) both for a write into a file made read-only under an open connection
+# (chattr +i, a file system remounted read-only) and, at times, for a full disk: the files and
+# their file system are then looked at, which only ever happens on that error's path.
+_SQLITE_FULL = {sqlite3.SQLITE_FULL}
+_SQLITE_READ_ONLY = {sqlite3.SQLITE_READONLY}
+_SQLITE_LOOK = {sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN}  # the files say which, if either
+_SQLITE_FULL_TEXT = "database or disk is full"
+_SQLITE_IOERR_TEXT = "disk i/o error"
+_PG_DISK_FULL = "53100"  # disk_full
+_PG_READ_ONLY = "25006"  # read_only_sql_transaction: a standby, or default_transaction_read_only
+_OS_FULL = {errno.ENOSPC, errno.EDQUOT}
+_OS_READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
+# Less free space than this under a SQLite file that failed a write with "disk I/O error": full.
+_NEARLY_FULL_BYTES = 1 << 20
+
+FULL = "its disk is full"
+WRITE_FAILED = "a write to its disk failed"
 
 
-def storage_full(exc: BaseException) -> bool:
-    """Whether `exc` (or what it wraps: Django re-raises the driver's error from it) says the
-    database's storage refuses writes: a full disk, a quota, a write error."""
+def storage_refusal(exc: BaseException) -> str | None:
+    """Why the database's storage refuses writes, in words, when `exc` (or what it wraps: Django
+    re-raises the driver's error from it) says it does: FULL (a full disk, a quota), read-only
+    (naming what cannot be written: a file's attributes or permissions, a read-only file system,
+    a read-only server), or WRITE_FAILED; None for any other error."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, sqlite3.Error):
-            code = getattr(current, "sqlite_errorcode", None)
-            if code is not None and code & 0xFF in _SQLITE_STORAGE:
-                return True
-            if any(text in str(current).lower() for text in _SQLITE_STORAGE_TEXT):
-                return True
-        if getattr(current, "sqlstate", None) == _PG_DISK_FULL:
-            return True
-        if isinstance(current, OSError) and current.errno in _OS_STORAGE:
-            return True
+            found = _sqlite_refusal(current)
+            if found is not None:
+                return found
+        sqlstate = getattr(current, "sqlstate", None)
+        if sqlstate == _PG_DISK_FULL:
+            return FULL
+        if sqlstate == _PG_READ_ONLY:
+            return "it is read-only (the server accepts no writes: a standby, or default_transaction_read_only)"
+        if isinstance(current, OSError) and current.errno in _OS_FULL:
+            return FULL
+        if isinstance(current, OSError) and current.errno in _OS_READ_ONLY:
+            where = f"{current.filename} " if current.filename else ""
+            return f"its files are read-only: {where}cannot be written ({os.strerror(current.errno)})"
         current = current.__cause__ or current.__context__
-    return False
+    return None
+
+
+def _sqlite_refusal(error: sqlite3.Error) -> str | None:
+    code = getattr(error, "sqlite_errorcode", None)
+    primary = code & 0xFF if code is not None else None
+    text = str(error).lower()
+    if primary in _SQLITE_FULL or _SQLITE_FULL_TEXT in text:
+        return FULL
+    if primary in _SQLITE_READ_ONLY:
+        return _unwritable_ledger() or "its files are read-only"
+    if primary in _SQLITE_LOOK or _SQLITE_IOERR_TEXT in text:
+        unwritable = _unwritable_ledger()
+        if unwritable is not None:
+            return unwritable
+        if primary == sqlite3.SQLITE_CANTOPEN:
+            return None
+        return FULL if _nearly_full() else WRITE_FAILED
+    return None
+
+
+def _ledger_path() -> str | None:
+    db = settings.DATABASES["default"]
+    name = str(db.get("NAME") or "")
+    if not db["ENGINE"].endswith("sqlite3") or not name or name == ":memory:" or "mode=memory" in name:
+        return None
+    return name
+
+
+def _unwritable_ledger() -> str | None:
+    """What of the SQLite ledger cannot be written (its file, its WAL, its directory), in words."""
+    database = _ledger_path()
+    if database is None:
+        return None
+    directory = os.path.dirname(os.path.abspath(database))
+    for path in (database, f"{database}-wal", directory):
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            try:
+                read_only_mount = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+            except OSError:
+                read_only_mount = False
+            if read_only_mount:
+                return f"its files are read-only: {path} is on a read-only file system"
+            return f"its files are read-only: {path} cannot be written (its permissions or attributes: chattr +i?)"
+    return None
+
+
+def _nearly_full() -> bool:
+    database = _ledger_path()
+    if database is None:
+        return True  # nothing to look at: a full disk, as SQLite's I/O errors most often are
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(database)))
+    except OSError:
+        return True
+    free = st.f_bfree if os.geteuid() == 0 else st.f_bavail  # root may use the reserved blocks
+    return free * st.f_frsize < _NEARLY_FULL_BYTES
 
 
 def unavailable_reason(exc: BaseException) -> str:
     """Why the database could not do what was asked, in words for whoever asked (an API client,
-    a log line): a full disk said as such, anything else by its class and first line."""
+    a log line, a command's error): a storage refusal said as such (`storage_refusal`), anything
+    else by its class and first line."""
     first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-    if storage_full(exc):
-        return f"its disk is full ({first_line})" if first_line else "its disk is full"
+    refusal = storage_refusal(exc)
+    if refusal is not None:
+        return f"{refusal} ({first_line})" if first_line else refusal
     return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+
+
+def described(exc: BaseException) -> str:
+    """A database error for a command's message: a storage refusal with its cause named, any
+    other in the driver's own words."""
+    return unavailable_reason(exc) if storage_refusal(exc) is not None else str(exc)

@@ -1,7 +1,7 @@
-"""Riding out a database that refuses work (a full disk, a server restarting, a lock held too
-long): a daemon's loop keeps running, retries with a growing delay, and says so in the log once
-when the trouble starts, now and then while it lasts, and once when it ends, instead of a
-traceback at every attempt (on a full disk, the log may share that disk)."""
+"""Riding out a database that refuses work (a full disk, read-only files, a server restarting, a
+lock held too long): a daemon's loop keeps running, retries with a growing delay, and says so in
+the log once when the trouble starts, now and then while it lasts, and once when it ends, instead
+of a traceback at every attempt (on a full disk, the log may share that disk)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 
-from gateway.storage.database import storage_full, unavailable_reason
+from gateway.storage.database import storage_refusal, unavailable_reason
 
 # While an outage lasts, a reminder at most this often (seconds).
 REMIND_EVERY = 60.0
@@ -35,14 +35,14 @@ class Outage:
             delay = min(self.floor * 2 ** (self.failures - 1), self.ceiling)
             if self.failures == 1:
                 self._since = self._reminded = now
-                full = storage_full(exc)
-                # The traceback once, for whoever debugs it; a full disk needs none.
+                refused = storage_refusal(exc) is not None
+                # The traceback once, for whoever debugs it; a full disk or read-only files need none.
                 self.log.error(
                     "%s failed: the database %s; retrying with backoff (up to every %.0fs) until it works again",
                     self.what,
-                    "refuses writes: " + unavailable_reason(exc) if full else "failed: " + unavailable_reason(exc),
+                    ("refuses writes: " if refused else "failed: ") + unavailable_reason(exc),
                     self.ceiling,
-                    exc_info=None if full else exc,
+                    exc_info=None if refused else exc,
                 )
             elif now - self._reminded >= REMIND_EVERY:
                 self._reminded = now

@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 
 from gateway.logs import logger
+from gateway.storage.outage import Outage
 from ledger import wakeups
 
 log = logger("wakeup")
@@ -200,16 +201,19 @@ class WakeListener:
     def _listen_loop(self) -> None:
         import psycopg
 
+        # Said once when the connection is lost and once when it is back, not at every attempt:
+        # while the server is down, that was a warning a second from each listener.
+        down = Outage(f"listening for {self.channel} wake-ups", log, floor=0.5, ceiling=2.0)
         while not self._stop.is_set():
             try:
                 with psycopg.connect(**_pg_params(), autocommit=True) as conn:
                     conn.execute(f"LISTEN {self.channel}")
+                    down.recovered()
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=0.5, stop_after=1):
                             self.on_poke()
             except Exception as exc:  # the bounded re-check covers us while we reconnect
-                log.warning("LISTEN connection lost (%s); reconnecting", exc)
-                self._stop.wait(1.0)
+                self._stop.wait(down.failed(exc))
 
 
 def _pg_params() -> dict[str, Any]:

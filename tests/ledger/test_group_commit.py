@@ -117,3 +117,42 @@ def test_a_call_that_raises_past_exception_reaches_its_caller_and_the_writer_car
     worker.start()
     worker.join(10)
     assert len(answer) == 1 and Job.objects.filter(pk=answer[0]).exists()
+
+
+# A deferred constraint trigger runs inside the COMMIT: this one ends its own backend there, as a
+# server going down under a committing client does. The client's COMMIT is never answered.
+ENDS_ITS_COMMIT = """
+CREATE TABLE ends_its_commit (n integer);
+CREATE FUNCTION end_this_backend() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER end_at_commit AFTER INSERT ON ends_its_commit DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW EXECUTE FUNCTION end_this_backend();
+"""
+
+
+def test_a_commit_whose_connection_is_lost_is_reported_unknown_and_not_run_again(sharing: None) -> None:
+    """Whether a COMMIT the server never answered was made, nobody on this side can know: the
+    batch's calls are not run again (that could record them twice), and each caller is told."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL: a server that ends a connection during its COMMIT")
+    with connection.cursor() as cursor:
+        cursor.execute(ENDS_ITS_COMMIT)
+
+    def ending() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO ends_its_commit VALUES (1)")
+        return enqueue()
+
+    errors: list[BaseException] = []
+
+    def call(fn: Callable[[], str]) -> None:
+        try:
+            writes.shared(fn)
+        except BaseException as exc:
+            errors.append(exc)
+
+    in_one_batch([functools.partial(call, fn) for fn in (enqueue, ending, enqueue)])
+
+    assert len(errors) == 3 and all(isinstance(e, writes.CommitUnknown) for e in errors), errors
+    assert Job.objects.count() == 0  # not committed here; run again, the two enqueues would have been
+    assert Job.objects.filter(pk=writes.shared(enqueue)).exists()  # the writer carries on, on a new connection

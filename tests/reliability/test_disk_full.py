@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import free_port, wait_for
+from tests.support import ductile, free_port, wait_for
 from tests.support.live_api import Api, live_api, post_bytes
 
 pytestmark = [pytest.mark.slow]
@@ -115,6 +115,10 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
         code, body = refused
         assert code == 503, body
         assert "disk is full" in body["error"] and "nothing was recorded" in body["error"], body
+        assert "read-only" not in body["error"], body
+        # The CLI names the cause in the same words (issue 33, item 9).
+        cli = ductile(cfg, "plugin", "run", "echo")
+        assert cli.returncode == 1 and "its disk is full" in cli.stderr and "read-only" not in cli.stderr, cli
         # Reads still answer; the webhook listener refuses its write the same way.
         assert gateway.job(accepted[0])["job_id"] == accepted[0]
         assert gateway.api.call("GET", "/healthz", token=None)[0] == 200

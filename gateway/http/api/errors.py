@@ -15,7 +15,8 @@ from rest_framework.views import exception_handler
 from gateway.config.errors import ConfigError
 from gateway.intake import Refused
 from gateway.logs import logger
-from gateway.storage.database import storage_full, unavailable_reason
+from gateway.storage.database import storage_refusal, unavailable_reason
+from ledger.writes import CommitUnknown
 
 log = logger("api")
 
@@ -36,7 +37,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         message = f"the gateway cannot serve: its config does not load: {exc}; fix it, then reload"
         log.error(message)
         return Response({"error": message}, status=503, headers={"Retry-After": str(RETRY_AFTER)})
-    if isinstance(exc, DatabaseError) or storage_full(exc):
+    if isinstance(exc, DatabaseError) or storage_refusal(exc) is not None:
         request = context.get("request")
         return database_unavailable(exc, writing=getattr(request, "method", "GET") not in ("GET", "HEAD", "OPTIONS"))
     response = exception_handler(exc, context)
@@ -49,9 +50,9 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
 
 
 def database_unavailable(exc: BaseException, *, writing: bool) -> Response:
-    """503 with why, when the database refuses (a full disk) or cannot be reached: the API stays
-    up and says so, reads that still work keep working, and a refused write loses nothing
-    because nothing was accepted (issue 12)."""
+    """503 with why, when the database refuses (a full disk, read-only files) or cannot be reached:
+    the API stays up and says so, reads that still work keep working, and a refused write loses
+    nothing because nothing was accepted (issue 12)."""
     message = unavailable_message(exc, writing=writing)
     log.warning(message)
     return Response({"error": message}, status=503, headers={"Retry-After": str(RETRY_AFTER)})
@@ -59,6 +60,12 @@ def database_unavailable(exc: BaseException, *, writing: bool) -> Response:
 
 def unavailable_message(exc: BaseException, *, writing: bool) -> str:
     reason = unavailable_reason(exc)
+    if isinstance(exc, CommitUnknown):
+        # Neither "nothing was recorded" nor "recorded": a client that retries blindly may run it twice.
+        return (
+            f"the gateway lost its database connection while recording this ({reason}): it may have been "
+            "recorded; look it up (GET /jobs) before you retry"
+        )
     if writing:
         return f"the gateway's database refuses writes: {reason}; nothing was recorded, retry later"
     return f"the gateway's database cannot be read: {reason}; retry later"

@@ -33,6 +33,9 @@ ERROR_MEANINGS = {
     404: "No such plugin, command, pipeline or job.",
     415: "The body is not `application/json`.",
     429: "Too many synchronous callers are already waiting (`api.max_concurrent_sync`); retry later.",
+    503: "The database refused the write (unreachable, full, read-only): nothing was recorded, retry after "
+    "`Retry-After` seconds. Only when `error` says the connection was lost while recording, it may have been "
+    "recorded: look it up before retrying.",
 }
 
 
@@ -268,7 +271,11 @@ class PipelineRunSerializer(serializers.Serializer):
     result = serializers.JSONField(help_text="The terminal step's result, or null.")
     tree = JobSerializer(many=True)
     timeout_exceeded = serializers.BooleanField(required=False)
-    message = serializers.CharField(required=False)
+    message = serializers.CharField(
+        required=False,
+        help_text="With `timeout_exceeded`: the pipeline still runs; or, when the database could not be read "
+        "until the timeout, that its jobs are started and how to follow them (`tree` is then empty).",
+    )
 
 
 class JobListItemSerializer(serializers.Serializer):

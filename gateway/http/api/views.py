@@ -24,8 +24,10 @@ from gateway.config.frozen import thaw
 from gateway.http.api import serializers as shapes
 from gateway.http.api.parsers import TRIGGER_PARSERS
 from gateway.http.api.serializers import errors
-from gateway.http.api.syncgate import Busy, sync_slot
+from gateway.http.api.syncgate import Busy, caller_gone, sync_slot
 from gateway.intake.events import SyncRefused, pipeline_entries, run_synchronously, sync_timeout
+from gateway.intake.trees import CallerGone
+from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
 from gateway.reports import (
     MAX_LOGS,
@@ -46,6 +48,8 @@ from ledger.storable import NOT_STORABLE, storable_text
 from ledger.submitters import Submitter
 
 OPEN = None  # `scopes` answer for endpoints anyone may call
+
+log = logger("api")
 
 
 class Endpoint(APIView):
@@ -301,7 +305,7 @@ class PluginTrigger(Endpoint):
         "with its input schema, at `/plugin/{plugin}/{command}`.",
         parameters=[path_param("plugin", "A loaded plugin name."), path_param("command", "One of its commands.")],
         request=shapes.PluginTriggerRequestSerializer,
-        responses={202: shapes.TriggerAcceptedSerializer, **errors(400, 401, 403, 404, 415)},
+        responses={202: shapes.TriggerAcceptedSerializer, **errors(400, 401, 403, 404, 415, 503)},
     )
     def post(self, request: Request, plugin: str, command: str) -> Response:
         runtime = self.runtime
@@ -326,7 +330,8 @@ class PipelineTrigger(Endpoint):
         description="Asynchronous pipelines (and `?async=true`) answer 202 with the root jobs. Synchronous ones "
         "wait for the whole tree: 200 with the terminal step's result and the tree, or 202 with "
         "`timeout_exceeded` once the timeout (capped by `api.max_sync_timeout`) passes; more than one "
-        "entry dispatch is refused with 400. Needs `plugin:rw` (or `*`).",
+        "entry dispatch is refused with 400. Once the root job is recorded, a database outage never "
+        "answers 503: the wait reads again until the timeout. Needs `plugin:rw` (or `*`).",
         parameters=[
             path_param("name", "A callable (non-hook) pipeline."),
             query_param("async", {"type": "boolean"}, "Answer 202 at once even for a synchronous pipeline."),
@@ -340,9 +345,10 @@ class PipelineTrigger(Endpoint):
                     serializers=[shapes.PipelineQueuedSerializer, shapes.PipelineRunSerializer],
                     resource_type_field_name=None,
                 ),
-                description="Queued (asynchronous), or still running at the timeout (synchronous).",
+                description="Queued (asynchronous), or still running at the timeout (synchronous); also when "
+                "the database could not be read until the timeout, with the started jobs to follow.",
             ),
-            **errors(400, 401, 403, 404, 415, 429),
+            **errors(400, 401, 403, 404, 415, 429, 503),
         },
     )
     def post(self, request: Request, name: str) -> Response:
@@ -358,11 +364,16 @@ class PipelineTrigger(Endpoint):
             return Response({**body, "plugin": "pipeline", "command": name}, status=status.HTTP_202_ACCEPTED)
         limit = runtime.config.api.max_concurrent_sync
         cap = runtime.config.api.max_sync_timeout
+        timeout = sync_timeout(pipeline, None, cap)
         try:
             with sync_slot(runtime.config.state_path.parent / "sync-slots", limit):
                 outcome = run_synchronously(
-                    runtime, name, payload, submitter=Submitter.API, timeout=sync_timeout(pipeline, None, cap)
+                    runtime, name, payload, submitter=Submitter.API, timeout=timeout, gone=caller_gone(request.META)
                 )
+        except CallerGone:
+            # Nobody reads this answer: nginx's 499 for the server's own record.
+            log.info("synchronous caller of pipeline %s went away; its slot is free, its jobs run on", name)
+            return Response({"error": "the caller closed its connection"}, status=499)
         except Busy:
             raise Throttled(
                 detail=f"{limit} synchronous callers are already waiting (api.max_concurrent_sync)"

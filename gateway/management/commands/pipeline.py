@@ -42,9 +42,16 @@ def run_tree(command: DuctileCommand, start: Callable[[], list[str]], *, wait: b
             + (f"  {one_line(j.last_error)}" if j.last_error else "")
             for j in outcome.jobs
         ]
-        lines.append(
-            f"{outcome.status} in {outcome.duration_ms} ms" if outcome.complete else f"still running after {timeout:g}s"
-        )
+        if outcome.complete:
+            lines.append(f"{outcome.status} in {outcome.duration_ms} ms")
+        elif outcome.unread is not None:
+            root = outcome.root_ids[0]
+            lines.append(
+                f"started, but its jobs could not be read within {timeout:g}s ({outcome.unread}); "
+                f"follow it with `ductile job inspect {root}`"
+            )
+        else:
+            lines.append(f"still running after {timeout:g}s")
         return "\n".join(lines)
 
     command.emit(data, text)
