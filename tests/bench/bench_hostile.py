@@ -48,9 +48,8 @@ from _common import (
     tree_cpu_seconds,
     wait_until,
 )
-from bench_api import free_port, healthy, start_api
+from bench_api import TOKEN, free_port, healthy, start_api
 
-TOKEN = "bench-token"
 STREAM_TOKENS = [f"stream-{n}" for n in range(4)]
 TIMEOUT = 5.0  # a probe not answered within this counts as failed
 

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from gateway.relay import wire
-from tests.support import ConfigDir, ductile, ductile_json, ledger, wait_for
+from tests.support import ConfigDir, ductile, ductile_json, http_server, ledger, wait_for
 from tests.support.live_api import TOKEN, LiveApi, live_api, post_bytes
 
 pytestmark = pytest.mark.slow
@@ -140,14 +139,8 @@ def tap(target: str) -> Iterator[tuple[int, list[Captured]]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], captured
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(Forward) as port:
+        yield port, captured
 
 
 @dataclass

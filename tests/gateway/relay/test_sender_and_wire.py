@@ -9,10 +9,9 @@ range or without a zone (one past what a datetime holds is told apart: it is out
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import MappingProxyType
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from gateway.config.relay import Relay, RelayInstance
 from gateway.relay import wire
 from gateway.relay.sender import RelayFailed, send
+from tests.support import http_server
 
 ENVELOPE = wire.Envelope("backup.ready", {"id": 1}, "k-1", {"instance": "home"})
 
@@ -45,14 +45,8 @@ def receiver(status: int, body: dict, headers: dict[str, str] | None = None) -> 
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(Handler) as port:
+        yield port, seen
 
 
 def relay_to(port: int) -> Relay:
