@@ -78,8 +78,8 @@ def pipeline(count: int, gap_ms: float, name: str) -> dict[str, object]:
             stamps["entered_ns"] = time.time_ns()
             return self
 
-        def wait(self, root_ids, timeout):  # type: ignore[no-untyped-def]
-            outcome = super().wait(root_ids, timeout)
+        def wait(self, root_ids, timeout, **options):  # type: ignore[no-untyped-def]
+            outcome = super().wait(root_ids, timeout, **options)
             stamps["waited_ns"] = time.time_ns()
             return outcome
 
