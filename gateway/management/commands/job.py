@@ -28,6 +28,31 @@ def rfc3339(value: str | None, flag: str) -> datetime | None:
         raise Exit(EXIT_USAGE, f"{flag} {exc}") from None
 
 
+# `job logs --json` as the original prints it (its JobLogEntry, Go's field names), beside ours: the
+# spec's health-check and operator scripts read `Status`, `CreatedAt`, `LastError`, `JobID`,
+# `Result` (spec 000, "Health Check" and "Operator Handbook"), and must work as printed there.
+ORIGINAL_LOG_KEYS = {
+    "job_id": "JobID",
+    "log_id": "LogID",
+    "plugin": "Plugin",
+    "command": "Command",
+    "status": "Status",
+    "attempt": "Attempt",
+    "submitted_by": "SubmittedBy",
+    "created_at": "CreatedAt",
+    "completed_at": "CompletedAt",
+    "last_error": "LastError",
+    "stderr": "Stderr",
+    "result": "Result",
+}
+
+
+def with_original_keys(entry: dict[str, Any]) -> dict[str, Any]:
+    """`entry` with the original's key for each field too (`Result` null unless asked for, as
+    the original's empty raw message)."""
+    return {**entry, **{theirs: entry.get(ours) for ours, theirs in ORIGINAL_LOG_KEYS.items()}}
+
+
 def tree_lines(tree: list[dict[str, Any]], verbose: bool) -> list[str]:
     """One line per hop, indented under its parent; baggage where a hop changed it (every hop with
     `-v`, which also shows the core's `ductile.*` control fields, the event that reached the hop and
@@ -196,7 +221,7 @@ class Command(DuctileCommand):
             )
         except ValueError as exc:
             raise Exit(EXIT_USAGE, str(exc)) from exc
-        data = {"logs": entries, "total": total}
+        data = {"logs": [with_original_keys(e) for e in entries], "total": total}
 
         def text() -> str:
             lines = [
