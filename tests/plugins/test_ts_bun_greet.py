@@ -14,7 +14,7 @@ from ledger.states import JobStatus
 from tests.support import ConfigDir, ductile_json, last_response, load_runtime, run_job
 
 BUN = shutil.which("bun")
-needs_bun = pytest.mark.skipif(BUN is None, reason="bun is not installed here (.ci/run installs it: npm install -g bun)")
+needs_bun = pytest.mark.skipif(BUN is None, reason="bun is not installed here (.ci/run installs it with npm)")
 
 # The original's README example, verbatim.
 EXAMPLE = {"enabled": True, "schedules": [{"every": "1m"}], "config": {"greeting": "Hi", "name": "Ductile"}}
@@ -69,7 +69,10 @@ def test_without_bun_it_is_skipped_with_the_reason_in_plugin_list_doctor_and_str
     config_dir.extra = {"api": {"enabled": False}}
     config_dir.write()
     env = {"PATH": str(bin_dir)}
-    reason = f"interpreter 'bun' is not on the plugins' PATH ({bin_dir}) (entrypoint run.ts starts with '#!/usr/bin/env bun')"
+    reason = (
+        f"interpreter 'bun' is not on the plugins' PATH ({bin_dir}) "
+        "(entrypoint run.ts starts with '#!/usr/bin/env bun')"
+    )
 
     code, listing = ductile_json(config_dir, "plugin", "list", **env)
     assert code == 0

@@ -96,7 +96,8 @@ def test_the_registry_skips_an_instance_and_the_doctor_names_it(tmp_path: Path, 
 
     found = {(f.check, f.severity, f.message) for f in diagnose(runtime)}
     assert ("interpreter_missing", ERROR, f"plugin 'alias' is enabled but cannot run: {reason}") in found
-    assert ("interpreter_missing", INFO, f"plugin 'unused-missing' is discovered but cannot run here: {reason}") in found
+    unused = f"plugin 'unused-missing' is discovered but cannot run here: {reason}"
+    assert ("interpreter_missing", INFO, unused) in found
     assert not any("'off'" in message for _, _, message in found)
 
 
