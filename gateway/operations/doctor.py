@@ -2,10 +2,11 @@
 Handbook: "Startup and runtime health checks"). Pure over a loaded runtime, no I/O.
 
 Load-time problems refuse the config outright (exit 78, `config check`); the doctor looks for
-what loads but cannot work as meant: an enabled plugin that was skipped (not discovered, or a
-required config key missing), an alias that names another alias (a chain, or a cycle), routes
-that loop, a token scope naming a plugin that is not configured, plugins discovered but never
-configured or configured but never triggered, and a webhook listener sharing the API's address.
+what loads but cannot work as meant: an enabled plugin that was skipped (not discovered, its
+interpreter missing, or a required config key missing), an alias that names another alias (a
+chain, or a cycle), routes that loop, a token scope naming a plugin that is not configured,
+plugins discovered but never configured (or unable to run here) or configured but never
+triggered, and a webhook listener sharing the API's address.
 """
 
 from __future__ import annotations
@@ -68,10 +69,18 @@ class _Doctor:
         self.findings.append(Finding(check, severity, message, where, key))
 
     def skipped_plugins(self) -> None:
+        manifests = self.runtime.registry.discovery.manifests
         for name, reason in self.runtime.registry.skipped.items():
-            if not self.config.plugins[name].enabled:
+            plugin = self.config.plugins[name]
+            if not plugin.enabled:
                 continue
-            check = "required_config_missing" if "missing required config keys" in reason else "plugin_not_discovered"
+            manifest = manifests.get(plugin.uses)
+            if manifest is not None and manifest.cannot_run:
+                check = "interpreter_missing"
+            elif "missing required config keys" in reason:
+                check = "required_config_missing"
+            else:
+                check = "plugin_not_discovered"
             self.add(check, ERROR, f"plugin {name!r} is enabled but cannot run: {reason}", ("plugins", name))
 
     def alias_chains(self) -> None:
@@ -129,7 +138,13 @@ class _Doctor:
         registry = self.runtime.registry
         used = {p.uses for p in self.config.plugins.values()}
         for name in sorted(set(registry.discovery.manifests) - used):
-            self.add("unused_plugin", INFO, f"plugin {name!r} is discovered but not configured (add it under plugins:)")
+            reason = registry.discovery.manifests[name].cannot_run
+            if reason:
+                self.add("interpreter_missing", INFO, f"plugin {name!r} is discovered but cannot run here: {reason}")
+            else:
+                self.add(
+                    "unused_plugin", INFO, f"plugin {name!r} is discovered but not configured (add it under plugins:)"
+                )
         triggered = {s.plugin for s in self.config.scheduled_entries()}
         triggered |= {r.target for r in self.config.routes}
         for pipeline in self.runtime.pipelines.pipelines.values():

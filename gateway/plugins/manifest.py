@@ -24,6 +24,9 @@ from gateway.config.frozen import freeze
 from gateway.config.validity import schema_errors
 from gateway.config.yamlsrc import YamlDocument, coerce_yaml11_booleans, dotted, parse_yaml
 
+from .environment import plugin_environment
+from .interpreter import missing_interpreter
+
 SUPPORTED_PROTOCOLS = frozenset({2})
 DEFAULT_MAX_SUBS = 32
 MANIFEST_FILE = "manifest.yaml"
@@ -67,6 +70,9 @@ class Manifest:
     optional_config: tuple[str, ...]
     max_subs: int
     fingerprint: str
+    # Why the entrypoint cannot start on this machine (its shebang's interpreter is missing): the
+    # registry skips an instance of it with this reason. None when it can start.
+    cannot_run: str | None = None
 
     def fact_rule(self, command: str) -> FactOutput | None:
         return next((rule for rule in self.fact_outputs if rule.command == command), None)
@@ -149,6 +155,7 @@ def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) ->
         optional_config=tuple(config_keys.get("optional") or ()),
         max_subs=max_subs,
         fingerprint=blake3.blake3(raw).hexdigest(),
+        cannot_run=missing_interpreter(entrypoint, plugin_environment()["PATH"]),
     )
 
 

@@ -75,6 +75,9 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
                 name=name, config=plugin, manifest=manifest, parallelism=_parallelism(config, plugin, manifest)
             )
             continue
+        if manifest.cannot_run:
+            skipped[name] = manifest.cannot_run
+            continue
         missing = [key for key in manifest.required_config if key not in plugin.config]
         if missing:
             skipped[name] = f"missing required config keys {', '.join(missing)} (manifest config_keys.required)"

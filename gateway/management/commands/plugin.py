@@ -100,10 +100,17 @@ class Command(DuctileCommand):
                     }
                 )
         configured_bases = {p.uses for p in runtime.config.plugins.values()}
+        unconfigured = sorted(n for n in registry.discovery.manifests if n not in configured_bases)
         data: dict[str, Any] = {
             "plugins": sorted(rows, key=lambda r: str(r["name"])),
             "skipped": [{"name": n, "reason": r} for n, r in sorted(registry.skipped.items())],
-            "discovered_unconfigured": sorted(n for n in registry.discovery.manifests if n not in configured_bases),
+            "discovered_unconfigured": unconfigured,
+            # Of those, the ones that could not run here if configured (a configured one is `skipped`).
+            "cannot_run": [
+                {"name": n, "reason": reason}
+                for n in unconfigured
+                if (reason := registry.discovery.manifests[n].cannot_run)
+            ],
             "invalid_manifests": [
                 {"directory": str(d), "problems": [str(p) for p in problems]}
                 for d, problems in sorted(registry.discovery.invalid.items())
@@ -124,6 +131,8 @@ class Command(DuctileCommand):
                 lines.append(f"invalid manifest in {d['directory']}: {'; '.join(d['problems'])}")
             if data["discovered_unconfigured"]:
                 lines.append("discovered but not configured: " + ", ".join(data["discovered_unconfigured"]))
+            for c in data["cannot_run"]:
+                lines.append(f"cannot run here {c['name']}: {c['reason']}")
             return "\n".join(lines)
 
         self.emit(data, text)
