@@ -71,6 +71,12 @@ class _Doctor:
         for name, reason in self.runtime.registry.skipped.items():
             if not self.config.plugins[name].enabled:
                 continue
+            for problem in self.runtime.registry.refusals.get(name, ()):  # its config_schema's verdict
+                where = f"{problem.file}" + (f":{problem.line}" if problem.line else "") + f" key {problem.key}"
+                message = f"plugin {name!r} is enabled but cannot run: {problem.message}"
+                self.findings.append(Finding("plugin_config_invalid", ERROR, message, where, problem.key))
+            if name in self.runtime.registry.refusals:
+                continue
             check = "required_config_missing" if "missing required config keys" in reason else "plugin_not_discovered"
             self.add(check, ERROR, f"plugin {name!r} is enabled but cannot run: {reason}", ("plugins", name))
 
