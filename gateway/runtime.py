@@ -155,11 +155,19 @@ def plugin_commands(registry: Registry) -> dict[str, tuple[str, ...] | None]:
 def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegistry) -> list[ConfigProblem]:
     """What strict mode refuses beyond the seal (spec "Operator Guide", Strict Mode): an enabled
     plugin that cannot run (the config check failed), and an API without a single usable token."""
-    problems = [
-        config.problem(("plugins", name), f"plugin {name!r} cannot run: {reason} (refused in strict_mode)")
-        for name, reason in registry.skipped.items()
-        if config.plugins[name].enabled
-    ]
+    problems = []
+    for name, reason in registry.skipped.items():
+        if not config.plugins[name].enabled:
+            continue
+        if name in registry.refusals:  # each at its own line and key, where an agent can fix it
+            problems += [
+                replace(p, message=f"plugin {name!r} cannot run: {p.message} (refused in strict_mode)")
+                for p in registry.refusals[name]
+            ]
+        else:
+            problems.append(
+                config.problem(("plugins", name), f"plugin {name!r} cannot run: {reason} (refused in strict_mode)")
+            )
     if config.api.enabled and not tokens.tokens:
         problems.append(
             config.problem(

@@ -22,7 +22,7 @@ from .errors import ConfigError, ConfigProblem
 from .frozen import freeze
 from .loader import MergedConfig, load_config_tree
 from .schedules import Schedule, parse_schedules
-from .validity import schema_errors
+from .validity import describe, schema_errors, unknown_keys
 from .yamlsrc import KeyPath, coerce_yaml11_booleans
 
 DEFAULT_TIMEOUTS: Mapping[str, float] = {"poll": 60.0, "handle": 120.0, "health": 10.0, "init": 30.0}
@@ -212,40 +212,14 @@ def _schema_problems(merged: MergedConfig) -> list[ConfigProblem]:
     problems = []
     coerce_yaml11_booleans(config_schema(), merged.data, _deref)
     for error in sorted(schema_errors(config_schema(), merged.data), key=lambda e: list(map(str, e.absolute_path))):
-        path: KeyPath = tuple(error.absolute_path)
-        message = error.message
-        if error.validator == "required":
-            # Name the missing key itself, not the mapping that lacks it.
-            missing = [k for k in error.validator_value if isinstance(error.instance, dict) and k not in error.instance]
-            if missing:
-                path = (*path, missing[0])
-                message = f"missing required key {missing[0]!r}"
-        elif error.validator == "anyOf" and "description" in error.schema:
-            message = f"expected {error.schema['description']}, got {error.instance!r}"
-        elif error.validator == "additionalProperties" or error.validator == "propertyNames":
+        path, message = describe(error)
+        if error.validator == "additionalProperties" or error.validator == "propertyNames":
             message = f"invalid name: {error.message}"
         problems.append(merged.problem(path, message))
-    _warn_unknown(merged, config_schema(), merged.data, ())
+    # Unknown keys are warned by name, never refused: configs written for newer gateways still load.
+    unknown = unknown_keys(config_schema(), merged.data)
+    merged.warnings.extend(merged.problem(path, f"unknown key {path[-1]!r} is ignored") for path in unknown)
     return problems
-
-
-def _warn_unknown(merged: MergedConfig, schema: Mapping[str, Any], data: Any, path: KeyPath) -> None:
-    """Unknown keys are warned by name, never refused: configs written for newer gateways still load."""
-    schema = _deref(schema)
-    if isinstance(data, dict):
-        props = schema.get("properties", {})
-        if schema.get("x-warn-unknown"):
-            for key in data:
-                if key not in props:
-                    merged.warnings.append(merged.problem((*path, key), f"unknown key {key!r} is ignored"))
-        for key, value in data.items():
-            if key in props:
-                _warn_unknown(merged, props[key], value, (*path, key))
-            elif isinstance(schema.get("additionalProperties"), dict):
-                _warn_unknown(merged, schema["additionalProperties"], value, (*path, key))
-    elif isinstance(data, list) and isinstance(schema.get("items"), dict):
-        for index, item in enumerate(data):
-            _warn_unknown(merged, schema["items"], item, (*path, index))
 
 
 def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:

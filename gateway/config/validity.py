@@ -103,8 +103,10 @@ class KnownValid:
         self._added = False
         self._schemas: dict[int, tuple[Mapping[str, Any], bytes]] = {}
 
-    def errors(self, schema: Mapping[str, Any], document: Any) -> list[Any]:
-        """jsonschema's errors for the document (Draft 2020-12), or none when it passed before."""
+    def errors(self, schema: Mapping[str, Any], document: Any, *, foreign: bool = False) -> list[Any]:
+        """jsonschema's errors for the document (Draft 2020-12), or none when it passed before.
+        A `foreign` schema (a plugin manifest's, not the gateway's own) is checked first, and one
+        jsonschema cannot apply raises SchemaUnusable saying why."""
         try:
             key = self._digest(schema, document)
         except NotCanonical:
@@ -114,7 +116,10 @@ class KnownValid:
                 return []
         from jsonschema import Draft202012Validator
 
-        found = list(Draft202012Validator(schema).iter_errors(document))
+        if foreign:
+            found = _foreign_errors(Draft202012Validator, schema, document)
+        else:
+            found = list(Draft202012Validator(schema).iter_errors(document))
         if not found and key is not None:
             with self._lock:
                 self._known()[key] = None
@@ -166,7 +171,77 @@ def process_memo() -> KnownValid:
     return KnownValid(memo_path(os.environ))
 
 
-def schema_errors(schema: Mapping[str, Any], document: Any) -> list[Any]:
-    """The process memo's `errors`: what the config loader, the manifest loader and the
-    pipelines' compiler validate with."""
-    return process_memo().errors(schema, document)
+def schema_errors(schema: Mapping[str, Any], document: Any, *, foreign: bool = False) -> list[Any]:
+    """The process memo's `errors`: what the config loader, the manifest loader, the registry
+    (a plugin's `config_schema`) and the pipelines' compiler validate with."""
+    return process_memo().errors(schema, document, foreign=foreign)
+
+
+def describe(error: Any) -> tuple[tuple[str | int, ...], str]:
+    """Where and what, for one jsonschema error: a missing key is named itself (not the mapping
+    that lacks it), a constant says what it wants, and an `anyOf` with a `description` says the
+    value it got against that description."""
+    path = tuple(error.absolute_path)
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [key for key in error.validator_value if key not in error.instance]
+        if missing:
+            return (*path, missing[0]), f"missing required key {missing[0]!r}"
+    if error.validator == "const":
+        return path, f"must be {error.validator_value!r}, got {error.instance!r}"
+    if error.validator == "anyOf" and "description" in error.schema:
+        return path, f"expected {error.schema['description']}, got {error.instance!r}"
+    return path, str(error.message)
+
+
+class SchemaUnusable(ValueError):
+    """A schema from outside the gateway (a plugin manifest's `config_schema`) that jsonschema
+    cannot apply: not valid JSON Schema, an unknown type, a `$ref` that resolves nowhere."""
+
+
+def _foreign_errors(validator: Any, schema: Mapping[str, Any], document: Any) -> list[Any]:
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        validator.check_schema(schema)
+        return list(validator(schema).iter_errors(document))
+    except SchemaError as exc:
+        where = "/".join(map(str, exc.absolute_path))
+        raise SchemaUnusable(f"{exc.message}" + (f" (at {where})" if where else "")) from exc
+    except Exception as exc:  # whatever else jsonschema raises while applying it: an author's mistake
+        raise SchemaUnusable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def unknown_keys(schema: Mapping[str, Any], document: Any) -> list[tuple[str | int, ...]]:
+    """The paths of the keys the document holds where the schema says `x-warn-unknown` and does
+    not name them: what a loader warns about instead of refusing, so documents written for newer
+    versions still load. `$ref`s are resolved within `schema` (`#/$defs/...`); `allOf` is read
+    through its first member, `oneOf` through the member of the document's kind (list or not)."""
+    found: list[tuple[str | int, ...]] = []
+
+    def walk(node: Mapping[str, Any], data: Any, path: tuple[str | int, ...]) -> None:
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            node = schema["$defs"][ref.removeprefix("#/$defs/")]
+        if "allOf" in node:
+            return walk(node["allOf"][0], data, path)
+        if "oneOf" in node:
+            for option in node["oneOf"]:
+                if (option.get("type") == "array") == isinstance(data, list):
+                    return walk(option, data, path)
+            return None
+        if isinstance(data, dict):
+            props = node.get("properties", {})
+            for key, value in data.items():
+                if key in props:
+                    walk(props[key], value, (*path, key))
+                elif isinstance(node.get("additionalProperties"), dict):
+                    walk(node["additionalProperties"], value, (*path, key))
+                elif node.get("x-warn-unknown"):
+                    found.append((*path, key))
+        elif isinstance(data, list) and isinstance(node.get("items"), dict):
+            for index, item in enumerate(data):
+                walk(node["items"], item, (*path, index))
+        return None
+
+    walk(schema, document, ())
+    return found

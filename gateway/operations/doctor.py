@@ -74,6 +74,12 @@ class _Doctor:
             plugin = self.config.plugins[name]
             if not plugin.enabled:
                 continue
+            for problem in self.runtime.registry.refusals.get(name, ()):  # its config_schema's verdict
+                where = f"{problem.file}" + (f":{problem.line}" if problem.line else "") + f" key {problem.key}"
+                message = f"plugin {name!r} is enabled but cannot run: {problem.message}"
+                self.findings.append(Finding("plugin_config_invalid", ERROR, message, where, problem.key))
+            if name in self.runtime.registry.refusals:
+                continue
             manifest = manifests.get(plugin.uses)
             if manifest is not None and manifest.cannot_run:
                 check = "interpreter_missing"

@@ -11,7 +11,7 @@ import json
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -21,7 +21,7 @@ import blake3
 
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.frozen import freeze
-from gateway.config.validity import schema_errors
+from gateway.config.validity import describe, schema_errors, unknown_keys
 from gateway.config.yamlsrc import YamlDocument, coerce_yaml11_booleans, dotted, parse_yaml
 
 from .environment import plugin_environment
@@ -73,6 +73,9 @@ class Manifest:
     # Why the entrypoint cannot start on this machine (its shebang's interpreter is missing): the
     # registry skips an instance of it with this reason. None when it can start.
     cannot_run: str | None = None
+    # JSON Schema for the instance's `config` (the registry checks it), kept as plain JSON: the
+    # validation memo digests it, which a frozen mapping would defeat. Left out of eq and hash.
+    config_schema: dict[str, Any] | None = field(default=None, compare=False)
 
     def fact_rule(self, command: str) -> FactOutput | None:
         return next((rule for rule in self.fact_outputs if rule.command == command), None)
@@ -107,7 +110,9 @@ def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) ->
     declared = data.get("name") if isinstance(data.get("name"), str) else None
     coerce_yaml11_booleans(manifest_schema(), data, _deref)
     problems = _schema_problems(doc)
-    _warn_unknown(doc, manifest_schema(), data, (), warnings)
+    warnings.extend(
+        _at(doc, path, f"unknown manifest key {path[-1]!r} is ignored") for path in unknown_keys(manifest_schema(), data)
+    )
     if problems:
         raise ManifestInvalid(problems, declared)
     commands = _commands(data["commands"])
@@ -156,6 +161,7 @@ def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) ->
         max_subs=max_subs,
         fingerprint=blake3.blake3(raw).hexdigest(),
         cannot_run=missing_interpreter(entrypoint, plugin_environment()["PATH"]),
+        config_schema=data.get("config_schema"),
     )
 
 
@@ -214,26 +220,14 @@ def _trusted_entrypoint(
 def _schema_problems(doc: YamlDocument) -> list[ConfigProblem]:
     problems = []
     for error in schema_errors(manifest_schema(), doc.data):
-        path, message = _describe(error)
+        path, message = describe(error)
         if error.validator == "oneOf" and path == ("commands",):
             message = "commands must be a non-empty list of {name, type, ...} or a mapping of name to command"
             best = min(error.context or [], key=lambda e: len(list(e.absolute_path)) * -1, default=None)
             if best is not None and len(best.absolute_path) > 1:
-                path, message = _describe(best)
+                path, message = describe(best)
         problems.append(_at(doc, path, message))
     return problems
-
-
-def _describe(error: Any) -> tuple[tuple[Any, ...], str]:
-    """Where and what: a missing key is named itself (not its parent), a constant says what it wants."""
-    path = tuple(error.absolute_path)
-    if error.validator == "required" and isinstance(error.instance, dict):
-        missing = [key for key in error.validator_value if key not in error.instance]
-        if missing:
-            return (*path, missing[0]), f"missing required key {missing[0]!r}"
-    if error.validator == "const":
-        return path, f"must be {error.validator_value!r}, got {error.instance!r}"
-    return path, str(error.message)
 
 
 def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -241,34 +235,6 @@ def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
         return manifest_schema()["$defs"][ref.removeprefix("#/$defs/")]  # type: ignore[no-any-return]
     return schema
-
-
-def _warn_unknown(
-    doc: YamlDocument, schema: Mapping[str, Any], data: Any, path: tuple[Any, ...], warnings: list[ConfigProblem]
-) -> None:
-    if "$ref" in schema:
-        schema = manifest_schema()["$defs"][schema["$ref"].rsplit("/", 1)[1]]
-    if "allOf" in schema:
-        schema = schema["allOf"][0]
-        return _warn_unknown(doc, schema, data, path, warnings)
-    if "oneOf" in schema:
-        for option in schema["oneOf"]:
-            if (option.get("type") == "array") == isinstance(data, list):
-                return _warn_unknown(doc, option, data, path, warnings)
-        return None
-    if isinstance(data, dict):
-        props = schema.get("properties", {})
-        for key, value in data.items():
-            if key in props:
-                _warn_unknown(doc, props[key], value, (*path, key), warnings)
-            elif isinstance(schema.get("additionalProperties"), dict):
-                _warn_unknown(doc, schema["additionalProperties"], value, (*path, key), warnings)
-            elif schema.get("x-warn-unknown"):
-                warnings.append(_at(doc, (*path, key), f"unknown manifest key {key!r} is ignored"))
-    elif isinstance(data, list) and isinstance(schema.get("items"), dict):
-        for index, item in enumerate(data):
-            _warn_unknown(doc, schema["items"], item, (*path, index), warnings)
-    return None
 
 
 def _at(doc: YamlDocument, path: tuple[Any, ...], message: str) -> ConfigProblem:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from gateway.config.errors import ConfigProblem
+from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, PluginConfig
+from gateway.config.validity import SchemaUnusable, describe, schema_errors, unknown_keys
 
 from pipelines.dsl import SWITCH
 
@@ -36,6 +38,9 @@ class Registry:
     skipped: Mapping[str, str]  # configured but refused, with the reason
     discovery: Discovery
     warnings: tuple[ConfigProblem, ...]
+    # A skipped instance's config problems, each at its file, line and key (its config_schema's
+    # verdict): what strict mode refuses the config with.
+    refusals: Mapping[str, tuple[ConfigProblem, ...]]
 
     def parallelism_caps(self) -> dict[str, int]:
         return {name: inst.parallelism for name, inst in self.instances.items()}
@@ -52,6 +57,7 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
     instances: dict[str, PluginInstance] = {}
     disabled: dict[str, PluginInstance] = {}
     skipped: dict[str, str] = {}
+    refusals: dict[str, tuple[ConfigProblem, ...]] = {}
     warnings = list(discovery.warnings)
     # A refused manifest answers for its directory's name and for the name it declares.
     invalid_by_name: dict[str, list[ConfigProblem]] = {}
@@ -82,6 +88,13 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
         if missing:
             skipped[name] = f"missing required config keys {', '.join(missing)} (manifest config_keys.required)"
             continue
+        if manifest.config_schema is not None:
+            refused, unknown = _schema_verdict(config, name, plugin, manifest)
+            if refused:
+                refusals[name] = refused
+                skipped[name] = "config does not match the plugin's config_schema: " + "; ".join(map(str, refused))
+                continue
+            warnings += unknown
         declared = set(manifest.required_config) | set(manifest.optional_config)
         if declared:
             for key in plugin.config:
@@ -104,7 +117,32 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
         skipped=MappingProxyType(skipped),
         discovery=discovery,
         warnings=tuple(warnings),
+        refusals=MappingProxyType(refusals),
     )
+
+
+def _schema_verdict(
+    config: GatewayConfig, name: str, plugin: PluginConfig, manifest: Manifest
+) -> tuple[tuple[ConfigProblem, ...], list[ConfigProblem]]:
+    """(the config's problems under the manifest's config_schema, each at its file, line and key;
+    warnings for keys the schema marks `x-warn-unknown` and does not name)."""
+    assert manifest.config_schema is not None
+    document = thaw(plugin.config)
+    base = ("plugins", name, "config")
+    try:
+        errors = schema_errors(manifest.config_schema, document, foreign=True)
+    except SchemaUnusable as exc:
+        problem = ConfigProblem(f"config_schema cannot be applied: {exc}", file=manifest.file, key="config_schema")
+        return (problem,), []
+    found = sorted(map(describe, errors), key=lambda where_what: list(map(str, where_what[0])))
+    problems = tuple(config.problem((*base, *path), message) for path, message in found)
+    unknown = [
+        config.problem(
+            (*base, *path), f"config key {path[-1]!r} is not declared by plugin {manifest.name!r} and may be ignored"
+        )
+        for path in unknown_keys(manifest.config_schema, document)
+    ]
+    return problems, unknown
 
 
 def _parallelism(config: GatewayConfig, plugin: PluginConfig, manifest: Manifest) -> int:

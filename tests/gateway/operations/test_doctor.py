@@ -30,6 +30,16 @@ def test_an_enabled_plugin_not_discovered_and_a_missing_required_key_are_errors(
     assert "sleeper" not in str(found)
 
 
+def test_a_plugin_config_its_schema_refuses_is_named_at_its_key(config_dir, tmp_path):
+    config_dir.plugins["folder_watch"] = {"config": {"watches": [{"id": "w", "root": str(tmp_path)}]}}
+    config_dir.write()
+    (finding,) = [f for f in diagnose(build_runtime(config_dir.path)) if f.check == "plugin_config_invalid"]
+    assert finding.severity == ERROR and finding.key == "plugins.folder_watch.config.watches[0].event_type"
+    assert finding.message == "plugin 'folder_watch' is enabled but cannot run: missing required key 'event_type'"
+    assert finding.where and finding.where.startswith(f"{config_dir.path / 'config.yaml'}:")
+    assert "plugin_not_discovered" not in {f.check for f in diagnose(build_runtime(config_dir.path))}
+
+
 def test_alias_chains_and_cycles_are_named(config_dir):
     config_dir.plugins["loud"] = {"uses": "echo", "config": {"message": "x"}}
     config_dir.plugins["louder"] = {"uses": "loud", "config": {}}

@@ -948,6 +948,54 @@ def test_plugin_without_declared_config_keys_accepts_any_config(tmp_path: Path, 
     assert registry.warnings == ()
 
 
+def test_a_config_schema_refuses_a_bad_config_at_its_line_and_warns_about_unknown_keys(
+    tmp_path: Path, root: Path
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/item"}}},
+        "$defs": {"item": {"type": "object", "x-warn-unknown": True, "properties": {"n": {"type": "integer"}}}},
+    }
+    make_plugin(root, "typed", manifest_doc("typed", config_schema=schema))
+    registry = registry_for(
+        tmp_path,
+        root,
+        """
+        plugins:
+          good:
+            uses: typed
+            config:
+              items: [{n: 1, extra: 2}]
+          bad:
+            uses: typed
+            config:
+              items:
+                - n: 1
+                - n: two
+        """,
+    )
+    assert set(registry.instances) == {"good"} and set(registry.skipped) == {"bad"}
+    (problem,) = registry.refusals["bad"]
+    plugins_yaml = tmp_path / "config" / "plugins.yaml"
+    assert (problem.file, problem.line, problem.key) == (plugins_yaml, 12, "plugins.bad.config.items[1].n")
+    assert "'two' is not of type 'integer'" in problem.message
+    assert f"{plugins_yaml}:12 key plugins.bad.config.items[1].n" in registry.skipped["bad"]
+    unknown = [w for w in registry.warnings if w.key == "plugins.good.config.items[0].extra"]
+    assert [(w.file, w.line) for w in unknown] == [(plugins_yaml, 6)]
+
+
+def test_a_config_schema_jsonschema_cannot_apply_skips_its_instances_naming_the_manifest(
+    tmp_path: Path, root: Path
+) -> None:
+    make_plugin(root, "sloppy", manifest_doc("sloppy", config_schema={"type": "text"}))
+    make_plugin(root, "fine", manifest_doc("fine"))
+    registry = registry_for(tmp_path, root, "plugins:\n  sloppy: {config: {a: 1}}\n  fine: {}\n")
+    assert set(registry.instances) == {"fine"}
+    (problem,) = registry.refusals["sloppy"]
+    assert problem.file == root / "sloppy" / "manifest.yaml" and problem.key == "config_schema"
+    assert problem.message.startswith("config_schema cannot be applied: 'text' is not valid")
+
+
 def test_unknown_plugin_is_skipped_naming_the_roots(tmp_path: Path, stocked_root: Path) -> None:
     registry = registry_for(tmp_path, stocked_root, "plugins:\n  ghost: {}\n  alias: {uses: phantom}\n  echo: {}\n")
     assert set(registry.instances) == {"echo"}
