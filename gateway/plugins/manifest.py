@@ -111,7 +111,8 @@ def load_manifest(directory: Path, root: Path, warnings: list[ConfigProblem]) ->
     coerce_yaml11_booleans(manifest_schema(), data, _deref)
     problems = _schema_problems(doc)
     warnings.extend(
-        _at(doc, path, f"unknown manifest key {path[-1]!r} is ignored") for path in unknown_keys(manifest_schema(), data)
+        _at(doc, path, f"unknown manifest key {path[-1]!r} is ignored")
+        for path in unknown_keys(manifest_schema(), data)
     )
     if problems:
         raise ManifestInvalid(problems, declared)

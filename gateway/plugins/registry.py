@@ -13,7 +13,6 @@ from gateway.config.errors import ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, PluginConfig
 from gateway.config.validity import SchemaUnusable, describe, schema_errors, unknown_keys
-
 from pipelines.dsl import SWITCH
 
 from .discovery import Discovery

@@ -87,7 +87,12 @@ def test_first_poll_is_a_baseline_then_modified_and_deleted_with_the_original_pa
     }
     assert deleted == {
         "type": "config.changed",
-        "payload": {"watch_id": "cfg", "path": str(target), "change_type": "deleted", "previous_fingerprint": fingerprint},
+        "payload": {
+            "watch_id": "cfg",
+            "path": str(target),
+            "change_type": "deleted",
+            "previous_fingerprint": fingerprint,
+        },
         "dedupe_key": f"file_watch:cfg:deleted:{fingerprint}",
     }
 
@@ -210,7 +215,9 @@ def test_bad_config_is_refused_at_load_naming_file_line_and_key(config_dir, targ
         "plugins.file_watch.config.watches[0].emit_deleted",
     }
     assert all(e["file"] == str(config_dir.path / "config.yaml") and e["line"] for e in errors.values())
-    assert "expected true or false, got 'maybe'" in errors["plugins.file_watch.config.watches[0].emit_deleted"]["message"]
+    assert (
+        "expected true or false, got 'maybe'" in errors["plugins.file_watch.config.watches[0].emit_deleted"]["message"]
+    )
 
 
 def test_a_config_the_load_did_not_check_is_refused_by_the_plugin_without_retry(config_dir, target):

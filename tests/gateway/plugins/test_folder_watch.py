@@ -423,8 +423,9 @@ def test_bad_config_is_refused_at_load_naming_file_line_and_key(config_dir, tree
     code, listed = ductile_json(config_dir, "plugin", "list")
     assert code == 0 and "folder_watch" not in {p["name"] for p in listed["plugins"]}
     [skipped] = [s for s in listed["skipped"] if s["name"] == "folder_watch"]
-    assert f"config.yaml:{line_of('strategy: md5')} key plugins.folder_watch.config.watches[0].strategy" in (
-        skipped["reason"]
+    assert (
+        f"config.yaml:{line_of('strategy: md5')} key plugins.folder_watch.config.watches[0].strategy"
+        in (skipped["reason"])
     )
 
 
