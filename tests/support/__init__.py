@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
+    import ssl
+
     from gateway.runtime import RuntimeHolder
     from ledger.models import Job, JobLog
 
@@ -396,9 +398,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
-    """`handler` served on a loopback port of its own, on a thread, for the test's duration: its port."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def http_server(
+    handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+) -> Iterator[int]:
+    """`handler` served on a loopback address (a port of its own unless `port` is given; over TLS
+    with a `tls` server context), on a thread, for the test's duration: its port."""
+    server = ThreadingHTTPServer((host, port), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
