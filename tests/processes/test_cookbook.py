@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,11 @@ pytestmark = [pytest.mark.slow]
 COOKBOOK = REPO / "fixtures" / "cookbook"
 
 
+def as_env(env: dict[str, str]) -> dict[str, Any]:
+    """`env` as `ductile`'s keyword arguments (its other keywords are not environment names)."""
+    return env
+
+
 def recipe(name: str, tmp_path: Path, **env: str) -> ConfigDir:
     """The recipe's directory, sealed (`config lock`) and checked in strict mode. `env` is every
     command's environment from then on (the API token the recipes read from it included)."""
@@ -29,7 +35,7 @@ def recipe(name: str, tmp_path: Path, **env: str) -> ConfigDir:
     shutil.copytree(COOKBOOK / name, copy)
     (tmp_path / "plugins").symlink_to(REPO / "plugins")
     cfg = ConfigDir(copy)
-    lock = ductile(cfg, "config", "lock", **env)
+    lock = ductile(cfg, "config", "lock", **as_env(env))
     assert lock.returncode == 0, lock.stderr
     code, check = ductile_json(cfg, "config", "check", "--strict", **env)
     assert (code, check["errors"]) == (0, []), check
@@ -72,7 +78,7 @@ def test_the_astro_staging_rebuild_recipe(tmp_path):
     (summaries / "2026" / "new.md").write_text("a new summary")
     changed = ductile_json(cfg, "plugin", "run", "folder_watch", **env)[1]
     assert changed["status"] == "succeeded", changed
-    drained = ductile(cfg, "runworkers", "--once", **env)
+    drained = ductile(cfg, "runworkers", "--once", **as_env(env))
     assert drained.returncode == 0, drained.stderr
     assert calls.read_text().splitlines() == [
         f"{home / 'admin'}|compose -f {home}/admin/docker-compose.yml up -d --build"
