@@ -49,7 +49,9 @@ def event_of(job: Job) -> dict[str, Any]:
 
 
 def test_payload_keys_reach_the_command_as_ductile_payload_variables(config_dir):
-    holder = runtime_with(config_dir, envdump={"command": "env | grep ^DUCTILE_ | sort"})
+    holder = runtime_with(
+        config_dir, envdump={"command": "env | grep -E '^DUCTILE_(COMMAND|EVENT_TYPE|JOB_ID|PAYLOAD)' | sort"}
+    )
     payload = {"video-id": "a b *", "n": 3, "obj": {"x": [1]}, "Video_ID": "dup", "1st": True, "": None, "t": "é"}
     job = run_job(holder, "envdump", "handle", payload=payload)
     assert job.status == JobStatus.SUCCEEDED, job.last_error
