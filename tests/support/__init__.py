@@ -359,16 +359,30 @@ def jobs_by_step(pipeline: str, exclude: Collection[str] = ()) -> dict[str | Non
 def run_job(holder: RuntimeHolder, plugin: str, command: str = "poll", payload: Any = None, **spec: Any) -> Job:
     """Enqueue one job (the plugin's retry budget unless `max_attempts` is given) and run it, and
     whatever it enqueues, until the queue is idle; the job as it stands afterwards."""
+    [job] = run_jobs(holder, [(plugin, command, payload)], **spec)
+    return job
+
+
+def run_jobs(holder: RuntimeHolder, jobs: list[tuple[str, str, Any]], **spec: Any) -> list[Job]:
+    """`run_job` for a table of (plugin, command, payload): all enqueued, then run in one pass of
+    the worker loop (a table of cases costs one worker start, not one each); the jobs in order."""
     from ledger.models import Job, JobSpec
     from ledger.submitters import Submitter
 
-    spec.setdefault("max_attempts", holder.get().registry.instances[plugin].config.retry.max_attempts)
-    job_id = Job.objects.enqueue(
-        JobSpec(plugin=plugin, command=command, submitter=Submitter.CLI, payload=payload, **spec),
-        default_dedupe_ttl=86400,
-    ).job_id
-    run_until_idle(holder)
-    return Job.objects.get(id=job_id)
+    ids = []
+    for plugin, command, payload in jobs:
+        attempts = spec.get("max_attempts", holder.get().registry.instances[plugin].config.retry.max_attempts)
+        job_spec = JobSpec(
+            plugin=plugin,
+            command=command,
+            submitter=Submitter.CLI,
+            payload=payload,
+            **{**spec, "max_attempts": attempts},
+        )
+        ids.append(Job.objects.enqueue(job_spec, default_dedupe_ttl=86400).job_id)
+    run_until_idle(holder, limit=max(50, 4 * len(jobs)))
+    found = Job.objects.in_bulk(ids)
+    return [found[job_id] for job_id in ids]
 
 
 def last_log(job: Job) -> JobLog:

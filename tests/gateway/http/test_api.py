@@ -75,7 +75,8 @@ def test_discovery_contents(api):
     plugins = {p["name"]: p for p in api.get("/plugins").json()["plugins"]}
     assert "poll" in plugins["echo"]["commands"]
     skills = {s["name"]: s for s in api.get("/skills").json()["skills"]}
-    assert skills["plugin.echo.poll"]["tier"] == "READ" and skills["plugin.echo.handle"]["tier"] == "WRITE"
+    assert skills["plugin.echo.health"]["tier"] == "READ" and skills["plugin.echo.handle"]["tier"] == "WRITE"
+    assert skills["plugin.echo.poll"]["tier"] == "WRITE"  # as the original's echo declares it
     assert skills["pipeline.flow"]["execution_mode"] == "asynchronous"
     assert skills["pipeline.fan"]["execution_mode"] == "synchronous"
     health = api.get("/healthz").json()
@@ -107,10 +108,11 @@ def test_a_tampered_scope_file_refuses_that_token_and_says_why(api):
         ("ci", "get", "/jobs", 200),  # `read:jobs` in a registry scope file
         ("plugin-ro", "get", "/jobs", 403),
         ("reader", "post", "/plugin/echo/poll", 403),
-        ("plugin-ro", "post", "/plugin/echo/poll", 202),  # poll is a read command
+        ("plugin-ro", "post", "/plugin/echo/health", 202),  # health is a read command
+        ("plugin-ro", "post", "/plugin/echo/poll", 403),  # echo's poll writes, as in the original
         ("plugin-ro", "post", "/plugin/echo/handle", 403),  # handle writes
         ("echo-rw", "post", "/plugin/echo/handle", 202),  # per-plugin write scope
-        ("echo-rw", "post", "/plugin/echo/poll", 202),  # ...which implies its read
+        ("echo-rw", "post", "/plugin/echo/health", 202),  # ...which implies its read
         ("echo-rw", "post", "/plugin/probe/handle", 403),
         ("echo-rw", "get", "/plugin/echo", 200),
         ("plugin-ro", "get", "/plugin/echo", 200),
