@@ -8,8 +8,10 @@ ledger it writes stay out of the repository."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +90,29 @@ def test_the_astro_staging_rebuild_recipe(tmp_path):
     assert rebuilt["status"] == "succeeded"
     _, job = ductile_json(cfg, "job", "inspect", rebuilt["job_id"], **env)
     assert job["payload"]["created"] == ["2026/new.md"]  # the event it ran for
+
+
+def test_the_route_youtube_vs_web_recipe(tmp_path):
+    env = {"DUCTILE_ADMIN_TOKEN": "cookbook-admin-token-0123456789"}
+    cfg = recipe("route-youtube-vs-web", tmp_path, **env)
+    for text in ("https://youtu.be/abc", "https://example.org/page", "just words"):
+        code, published = ductile_json(
+            cfg, "event", "publish", "discord.ai.command", "--payload", json.dumps({"text": text}), **env
+        )
+        assert code == 0, published
+    drained = ductile(cfg, "runworkers", "--once", **as_env(env))
+    assert drained.returncode == 0, drained.stderr
+    _, logs = ductile_json(cfg, "job", "logs", "--limit", "50", **env)
+    handled = [entry for entry in logs["logs"] if entry["command"] == "handle"]  # not the classifier's init
+    assert all(entry["status"] == "succeeded" for entry in handled)
+    # The YouTube link takes youtube-wisdom's three steps, the web link web-summarize's one; plain
+    # text is classified `text.received`, which no pipeline takes.
+    assert Counter(entry["plugin"] for entry in handled) == {
+        "check_youtube": 3,
+        "youtube_transcript": 1,
+        "fabric": 2,
+        "file_handler": 1,
+    }
+    [transcript] = [entry for entry in handled if entry["plugin"] == "youtube_transcript"]
+    _, job = ductile_json(cfg, "job", "inspect", transcript["job_id"], **env)
+    assert job["payload"]["text"] == "https://youtu.be/abc"
