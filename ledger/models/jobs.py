@@ -573,11 +573,13 @@ class Job(models.Model):
                 self.move(JobStatus.DEAD, f"max attempts ({self.max_attempts}) exhausted", now=now)
             elif final is None:
                 self._retry(outcome.backoff_base, now=now, rng=rng)
-            if self.command == "init" and self.submitter is Submitter.SYSTEM and final is not None:
-                # In the completion's transaction: a plugin's health is never behind its init job.
-                PluginInstanceRecord.objects.init_finished(
-                    self.plugin, error=None if final == JobStatus.SUCCEEDED else outcome.error, now=now
-                )
+            if self.command in ("init", "health") and final is not None:
+                # In the completion's transaction: a plugin's health is never behind its answer.
+                error = None if final == JobStatus.SUCCEEDED else outcome.error
+                if self.command == "health":
+                    PluginInstanceRecord.objects.health_answered(self.plugin, error=error, now=now)
+                elif self.submitter is Submitter.SYSTEM:
+                    PluginInstanceRecord.objects.init_finished(self.plugin, error=error, now=now)
             if self.is_terminal:
                 notify_finished()
 

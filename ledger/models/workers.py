@@ -117,8 +117,23 @@ class PluginInstanceRecordQuerySet(models.QuerySet["PluginInstanceRecord"]):
             )
 
 
+    def health_answered(self, name: str, *, error: str | None, now: datetime) -> None:
+        """Called by the completion of a `health` command of the plugin, in its transaction: its
+        health is what it last said, whoever asked (`plugin list --check`, a schedule, an agent)."""
+        with writing():
+            self.update_or_create(
+                name=name,
+                defaults={
+                    "health": PluginHealth.UNHEALTHY if error else PluginHealth.HEALTHY,
+                    "last_error": error,
+                    "updated_at": now,
+                },
+            )
+
+
 class PluginInstanceRecord(models.Model):
-    """Per configured plugin: the fingerprint `init` last ran for, and what it said."""
+    """Per configured plugin: the fingerprint `init` last ran for, and what it or the plugin's
+    last `health` answer said."""
 
     name = models.CharField(primary_key=True, max_length=200)
     fingerprint = models.CharField(max_length=64, blank=True, default="")

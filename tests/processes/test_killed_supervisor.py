@@ -14,7 +14,7 @@ from tests.support import descendants, ductile, free_port, start_system, stop_gr
 from tests.support.live_api import Api
 from tests.support.output import Output
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def running(pid: int) -> bool:

@@ -20,7 +20,7 @@ import pytest
 from tests.support import ConfigDir, children, descendants, wait_for
 from tests.support.live_api import LiveApi, live_api
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 TOKENS = [{"name": "admin", "token": "tok-admin", "scopes": ["*"]}]
 

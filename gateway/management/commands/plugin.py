@@ -30,6 +30,11 @@ class Command(DuctileCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         listing = actions.add_parser("list", help="discovered and configured plugins")
+        listing.add_argument(
+            "--check",
+            action="store_true",
+            help="run each enabled plugin's health command first (as `plugin run NAME --command health`)",
+        )
         self.add_json(listing)
         run = actions.add_parser("run", help="enqueue one command and run it here (or leave it to the daemon)")
         run.add_argument("name", help="plugin or alias name")
@@ -77,6 +82,8 @@ class Command(DuctileCommand):
     def list_plugins(self, options: dict[str, Any]) -> None:
         runtime = self.runtime()
         registry = runtime.registry
+        if options["check"]:
+            self._check_health(runtime)
         health: dict[str, str] = {}
         try:
             self.open_ledger()
@@ -101,6 +108,23 @@ class Command(DuctileCommand):
                 )
         configured_bases = {p.uses for p in runtime.config.plugins.values()}
         unconfigured = sorted(n for n in registry.discovery.manifests if n not in configured_bases)
+        for name in unconfigured:
+            # Shown too, so a fresh config's `plugin list` shows every bundled plugin: its health
+            # is whether it could run here (its manifest loads, its interpreter is there).
+            manifest = registry.discovery.manifests[name]
+            rows.append(
+                {
+                    "name": name,
+                    "uses": name,
+                    "state": "available",
+                    "version": manifest.version,
+                    "description": manifest.description,
+                    "commands": list(manifest.commands),
+                    "parallelism": None,
+                    "health": "cannot run" if manifest.cannot_run else "ready",
+                    "directory": str(manifest.directory),
+                }
+            )
         data: dict[str, Any] = {
             "plugins": sorted(rows, key=lambda r: str(r["name"])),
             "skipped": [{"name": n, "reason": r} for n, r in sorted(registry.skipped.items())],
@@ -121,8 +145,9 @@ class Command(DuctileCommand):
         def text() -> str:
             lines = [f"{'NAME':24} {'STATE':9} {'VERSION':9} {'PAR':>3} {'HEALTH':9} COMMANDS"]
             for r in data["plugins"]:
+                parallelism = "-" if r["parallelism"] is None else r["parallelism"]
                 lines.append(
-                    f"{r['name']:24} {r['state']:9} {r['version']:9} {r['parallelism']:>3} {r['health']:9} "
+                    f"{r['name']:24} {r['state']:9} {r['version']:9} {parallelism:>3} {r['health']:9} "
                     f"{', '.join(r['commands'])}"
                 )
             for s in data["skipped"]:
@@ -130,12 +155,23 @@ class Command(DuctileCommand):
             for d in data["invalid_manifests"]:
                 lines.append(f"invalid manifest in {d['directory']}: {'; '.join(d['problems'])}")
             if data["discovered_unconfigured"]:
-                lines.append("discovered but not configured: " + ", ".join(data["discovered_unconfigured"]))
+                lines.append("available: discovered, not configured (add them to plugins.yaml to use them)")
             for c in data["cannot_run"]:
                 lines.append(f"cannot run here {c['name']}: {c['reason']}")
             return "\n".join(lines)
 
         self.emit(data, text)
+
+    def _check_health(self, runtime: Runtime) -> None:
+        """Each enabled plugin's `health`, run here now through the queue; its answer is the
+        plugin's health (ledger: `health_answered`)."""
+        self.open_ledger()
+        specs = [
+            intake.job(runtime, Submitter.CLI, name, "health")
+            for name, inst in sorted(runtime.registry.instances.items())
+            if "health" in inst.manifest.commands
+        ]
+        self._run_here([result.job_id for result in intake.submit(runtime, specs)], runtime)
 
     # -- plugin run ----------------------------------------------------------------------------
 
@@ -165,7 +201,7 @@ class Command(DuctileCommand):
             job = Job.objects.get(pk=result.job_id)
             self._report(job, deduplicated=result.deduplicated)
             return
-        job = self._run_here(result.job_id, runtime)
+        [job] = self._run_here([result.job_id], runtime)
         self._report(job, deduplicated=False)
         if job.status != "succeeded":
             raise SystemExit(EXIT_FAILED)
@@ -181,8 +217,8 @@ class Command(DuctileCommand):
                 raise Exit(EXIT_USAGE, f"cannot read {source}: {exc.strerror}") from exc
         return json_object(raw, source)
 
-    def _run_here(self, job_id: str, runtime: Runtime) -> Job:
-        """Run our job through the normal claim path; if a daemon took it first, wait for it."""
+    def _run_here(self, job_ids: list[str], runtime: Runtime) -> list[Job]:
+        """Run our jobs through the normal claim path; if a daemon took one first, wait for it."""
         worker = WorkerInstance.objects.register(
             f"{socket.gethostname()}:{os.getpid()}:cli",
             hostname=socket.gethostname(),
@@ -191,22 +227,25 @@ class Command(DuctileCommand):
             plugins="cli",
         )
         try:
-            while True:
-                job = Job.objects.claim_next(
-                    worker_id=worker.id,
-                    caps=runtime.claim_caps(),
-                    lease_ttl=runtime.config.service.lease_ttl,
-                    only=job_id,
-                )
-                if job is not None:
-                    Executor(RUNTIME, worker.id).execute(job)
-                    return Job.objects.get(pk=job_id)
-                job = Job.objects.get(pk=job_id)
-                if job.is_terminal or (job.status == "queued" and job.attempt > 1):
-                    return job
-                time.sleep(0.05)
+            return [self._run_one(job_id, worker.id, runtime) for job_id in job_ids]
         finally:
             worker.stop(timezone.now())
+
+    def _run_one(self, job_id: str, worker_id: str, runtime: Runtime) -> Job:
+        while True:
+            job = Job.objects.claim_next(
+                worker_id=worker_id,
+                caps=runtime.claim_caps(),
+                lease_ttl=runtime.config.service.lease_ttl,
+                only=job_id,
+            )
+            if job is not None:
+                Executor(RUNTIME, worker_id).execute(job)
+                return Job.objects.get(pk=job_id)
+            job = Job.objects.get(pk=job_id)
+            if job.is_terminal or (job.status == "queued" and job.attempt > 1):
+                return job
+            time.sleep(0.05)
 
     def _report(self, job: Job, *, deduplicated: bool) -> None:
         data = {

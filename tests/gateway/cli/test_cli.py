@@ -167,7 +167,9 @@ def test_plugin_list_json_shows_loaded_skipped_and_unconfigured(cfg):
     cfg.write()
     code, body = ductile_json(cfg, "plugin", "list")
     assert code == 0
-    assert {p["name"] for p in body["plugins"]} == {"echo", "stress", "probe", "py-greet"}
+    configured = {p["name"] for p in body["plugins"] if p["state"] != "available"}
+    assert configured == {"echo", "stress", "probe", "py-greet"}
+    assert {p["name"]: p["health"] for p in body["plugins"] if p["state"] == "available"}["fetch"] == "ready"
     assert body["skipped"][0]["name"] == "broken" and "command" in body["skipped"][0]["reason"]
     echo = next(p for p in body["plugins"] if p["name"] == "echo")
     assert echo["commands"] == ["poll", "handle", "health"] and echo["state"] == "enabled"

@@ -13,7 +13,7 @@ import yaml
 
 from gateway.config.integrity import CHECKSUMS, read_seal
 from gateway.runtime import build_runtime
-from tests.support import ConfigDir, ductile, ductile_json
+from tests.support import REPO, ConfigDir, ductile, ductile_json
 
 
 def test_check_lists_every_problem_with_file_line_and_key_and_exits_78(config_dir: ConfigDir) -> None:
@@ -138,6 +138,29 @@ def test_init_writes_a_sealed_starter_that_passes_check_and_runs_a_job(config_di
     assert "first light" in run.stdout
     again = ductile(target, "config", "init", str(target.path))
     assert again.returncode == 1 and "never overwrites" in again.stderr
+
+
+def test_a_fresh_config_lists_every_bundled_plugin_with_its_health(tmp_path) -> None:
+    """Issue 34: `plugin list` on a fresh `config init` shows every bundled plugin, configured or
+    not, each with its health; `--check` asks the enabled ones (their `health` command) first."""
+    target = ConfigDir(tmp_path / "fresh")
+    assert ductile_json(target, "config", "init", str(target.path))[0] == 0
+    bundled = {d.name for d in (REPO / "plugins").iterdir() if (d / "manifest.yaml").is_file() and d.name[0] != "_"}
+    code, listed = ductile_json(target, "plugin", "list")
+    rows = {row["name"]: row for row in listed["plugins"]}
+    assert code == 0 and set(rows) == bundled
+    assert rows["echo"]["state"] == "enabled" and rows["echo"]["health"] == "unknown"
+    assert {row["health"] for name, row in rows.items() if name != "echo"} <= {"ready", "cannot run"}
+    assert all(row["state"] == "available" for name, row in rows.items() if name != "echo")
+    code, checked = ductile_json(target, "plugin", "list", "--check")
+    assert code == 0 and {row["name"]: row["health"] for row in checked["plugins"]}["echo"] == "healthy"
+    # A plugin whose health check fails says so (sys_exec's working_dir is not there).
+    (target.path / "plugins.yaml").write_text(
+        "plugins:\n  echo: {}\n  sys_exec:\n    config: {command: 'true', working_dir: /no/such/dir}\n"
+    )
+    assert ductile(target, "config", "lock").returncode == 0
+    _, checked = ductile_json(target, "plugin", "list", "--check")
+    assert {row["name"]: row["health"] for row in checked["plugins"]}["sys_exec"] == "unhealthy"
 
 
 def test_init_creates_its_directories_0700_and_its_files_0600_and_an_edit_keeps_a_relaxed_mode(tmp_path) -> None:
