@@ -116,7 +116,6 @@ class PluginInstanceRecordQuerySet(models.QuerySet["PluginInstanceRecord"]):
                 health=PluginHealth.UNHEALTHY if error else PluginHealth.HEALTHY, last_error=error, updated_at=now
             )
 
-
     def health_answered(self, name: str, *, error: str | None, now: datetime) -> None:
         """Called by the completion of a `health` command of the plugin, in its transaction: its
         health is what it last said, whoever asked (`plugin list --check`, a schedule, an agent)."""
