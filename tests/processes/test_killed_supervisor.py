@@ -5,6 +5,7 @@ next start looped on "Address already in use"."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -35,23 +36,35 @@ def test_a_killed_supervisor_takes_its_tree_with_it_and_the_next_start_comes_up(
     cfg.extra["api"] = {"listen": f"127.0.0.1:{port}"}
     cfg.write()
     first = start_system(cfg, "--housekeeping-linger", "300")
-    output = Output(first)
-    api = Api(port)
-    wait_for(api.up, timeout=60, what="the API", explain=lambda: output.text)
-    tree = wait_for(
-        lambda: with_cluster(descendants(first.pid)),
-        timeout=60,
-        what="the housekeeping cluster to run beside the API and the workers",
-        explain=lambda: output.text,
-    )
-    assert any("gunicorn" in c for c in tree.values()) and any("runworkers" in c for c in tree.values())
-    # A second start beside a live one is refused: it would take the PID lock and the port.
-    beside = ductile(cfg, "system", "start")
-    assert beside.returncode == 1 and "already runs" in beside.stderr, beside.stderr
+    try:
+        output = Output(first)
+        api = Api(port)
+        wait_for(api.up, timeout=60, what="the API", explain=lambda: output.text)
+        tree = wait_for(
+            lambda: with_cluster(descendants(first.pid)),
+            timeout=60,
+            what="the housekeeping cluster to run beside the API and the workers",
+            explain=lambda: output.text,
+        )
+        assert any("gunicorn" in c for c in tree.values()) and any("runworkers" in c for c in tree.values())
+        # A second start beside a live one is refused: it would take the PID lock and the port.
+        beside = ductile(cfg, "system", "start")
+        assert beside.returncode == 1 and "already runs" in beside.stderr, beside.stderr
 
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    wait_for(lambda: not any(running(pid) for pid in tree), timeout=30, what="every process of the tree to end")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        wait_for(lambda: not any(running(pid) for pid in tree), timeout=30, what="every process of the tree to end")
+    finally:
+        # A failure before the SIGKILL above must not leave a supervisor tree running for hours.
+        if first.poll() is None:
+            leftovers = descendants(first.pid)
+            first.kill()
+            first.wait()
+            for pid in leftovers:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     second = start_system(cfg, "--no-housekeeping")
     try:
