@@ -28,13 +28,13 @@ No worker runs (every enqueued job stays queued) except in the spread_workers sc
      must enqueue k jobs (checked). Afterwards the bench marks those jobs succeeded (what a
      worker would do; not timed) and times the next tick, which records k successes.
    - idle, pending: 100 ticks with nothing due right after a k = 1000 tick whose jobs were left
-     queued (workers down; the same query cost as last jobs that failed): `_record_successes`
+     queued (workers down; the same query cost as last jobs that failed): `_record_outcomes`
      then reads all 1,000 entries and their jobs on every tick.
    - `sleep_for(now)` (the loop's other query, after every tick): 200 calls.
    - breakdown (`fire_breakdown_k100`): 10 more k = 100 trials with wall-clock timers around the
      steps of `Scheduler.fire` (take, gate reads, admit, enqueue_many, record_fired, next_run) and
      around every statement through Django's cursor inside `fire`; ms per fired entry.
-   Wall (perf_counter) and CPU (thread_time) per call; a tick is split into `_record_successes`,
+   Wall (perf_counter) and CPU (thread_time) per call; a tick is split into `_record_outcomes`,
    the due query and the `fire` calls by timing around those methods in a subclass. On SQLite
    the statements of one idle tick and one k = 1 tick are captured with sqlite3's trace
    callback (`statements`).
@@ -240,9 +240,9 @@ def tick_child(config_dir: str, history: int, sync_repeat: int, seed: int) -> di
     parts: dict[str, float] = {}
 
     class TimedScheduler(Scheduler):
-        def _record_successes(self) -> None:
+        def _record_outcomes(self, now: dt.datetime) -> None:
             w = time.perf_counter()
-            super()._record_successes()
+            super()._record_outcomes(now)
             parts["record_successes"] = parts.get("record_successes", 0.0) + time.perf_counter() - w
 
         def fire(self, entries: Any, now: dt.datetime) -> Any:
