@@ -76,7 +76,7 @@ def fingerprint(schedule: Schedule) -> str:
 class Skip:
     """Why a due run was not enqueued: the original's reason code, and the words for people."""
 
-    reason: str  # circuit_open, circuit_half_open, already_running, outstanding_limit
+    reason: str  # circuit_open, circuit_half_open, already_running, outstanding_limit, schedule_paused_manual
     message: str
 
 
@@ -379,6 +379,7 @@ class Scheduler:
     def tick(self, now: datetime) -> list[Fired]:
         self._record_outcomes(now)
         self._announce_breakers(now)
+        self._pass_over_paused(now)
         due = []
         for row in ScheduleEntry.objects.due(now):
             schedule = self.schedules.get((row.plugin, row.schedule_id))
@@ -492,6 +493,37 @@ class Scheduler:
                 following = every_run(schedule, outcome.ended_at).due if outcome.succeeded else now
             settled.append((outcome, following))
         ScheduleEntry.objects.settle(settled, now=now)
+
+    def _pass_over_paused(self, now: datetime) -> None:
+        """A run that comes while its entry is paused by hand is announced as skipped
+        (`schedule_paused_manual`, the original's reason) and the entry's next run moves on, so
+        each run is announced once; a resume computes the next run afresh."""
+        passed = [
+            (row, self.schedules[(row.plugin, row.schedule_id)])
+            for row in ScheduleEntry.objects.passed_while_paused(now)
+            if (row.plugin, row.schedule_id) in self.schedules
+        ]
+        if not passed:
+            return
+        skip = Skip("schedule_paused_manual", "the entry is paused (`schedule resume` starts it again)")
+        with writing():
+            events = []
+            for row, schedule in passed:
+                due = row.next_run_at
+                assert due is not None
+                following = self._following(schedule, now)
+                if ScheduleEntry.objects.pass_over(row.pk, due, following, now=now):
+                    events.append(skipped_event(Due(row, schedule, due, [], following), skip))
+            announce(self.holder.get(), events, source=SOURCE, now=now)
+
+    def _following(self, schedule: Schedule, now: datetime) -> datetime | None:
+        """The run after one at `now` (none for a one-shot: a resume re-arms it)."""
+        if schedule.one_shot:
+            return None
+        if schedule.kind is Kind.EVERY:
+            return every_run(schedule, now).due
+        run = next_run(schedule, now)
+        return run.due if run else None
 
     def _announce_breakers(self, now: datetime) -> None:
         """`scheduler.circuit_half_open` and `scheduler.circuit_state_changed` for each breaker

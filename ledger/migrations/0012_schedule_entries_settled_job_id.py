@@ -15,4 +15,8 @@ class Migration(migrations.Migration):
             name='settled_job_id',
             field=models.CharField(blank=True, max_length=36, null=True),
         ),
+        migrations.AddIndex(
+            model_name='scheduleentry',
+            index=models.Index(condition=models.Q(('status', 'paused_manual')), fields=['next_run_at'], name='schedule_entries_paused_idx'),
+        ),
     ]

@@ -59,6 +59,22 @@ class ScheduleEntryQuerySet(models.QuerySet["ScheduleEntry"]):
     def due(self, now: datetime) -> ScheduleEntryQuerySet:
         return self.active().filter(next_run_at__lte=now).order_by("next_run_at")
 
+    def passed_while_paused(self, now: datetime) -> ScheduleEntryQuerySet:
+        """Entries paused by hand whose next run has come: each is announced as skipped once."""
+        return self.filter(status=ScheduleStatus.PAUSED_MANUAL, next_run_at__lte=now).order_by("next_run_at")
+
+    def pass_over(self, entry_id: int, due: datetime, following: datetime | None, *, now: datetime) -> bool:
+        """Move a paused entry's run due at `due` on to `following`, unless another scheduler (or
+        a resume) moved it first (compare-and-set, as `take`). Call inside the announcing
+        transaction; True when this caller moved it."""
+        with writing():
+            moved = sql.update(
+                ScheduleEntry,
+                {"next_run_at": following, "updated_at": now},
+                {"id": entry_id, "status": ScheduleStatus.PAUSED_MANUAL, "next_run_at": due},
+            )
+        return moved == 1
+
     def unsettled(self) -> list[Outcome]:
         """Entries whose last run has ended since the scheduler last took one into account (its
         id is not `settled_job_id`): a success to record, or a failure (failed, timed out, dead)."""
@@ -195,6 +211,10 @@ class ScheduleEntry(models.Model):
         indexes = [
             # Read by ScheduleEntryQuerySet.due at every scheduler tick.
             models.Index(fields=["next_run_at"], name="schedule_entries_due_idx", condition=Q(status="active")),
+            # And by passed_while_paused.
+            models.Index(
+                fields=["next_run_at"], name="schedule_entries_paused_idx", condition=Q(status="paused_manual")
+            ),
         ]
 
     def __str__(self) -> str:

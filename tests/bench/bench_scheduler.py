@@ -22,6 +22,8 @@ No worker runs (every enqueued job stays queued) except in the spread_workers sc
    key), as a day of retained `job_queue` would have.
    - `start(now)` on the empty ledger (1,000 rows created), then again on the same ledger (a
      restart: 1,000 unchanged rows), `--sync-repeat` times.
+   - warm-up (not timed): the 500 new `every` entries run at once (an `every` entry counts from
+     its last success); their jobs are marked succeeded and the next tick records them.
    - idle: 200 ticks with nothing due and every entry's last job recorded (the common case).
    - k due (k = 1, 10, 100: 40, 40, 10 trials; k = 1000: 3 trials): k random entries get
      `next_run_at` = now - 1 s (one UPDATE, not timed), then one timed `tick(now)`; each trial
@@ -287,17 +289,19 @@ def tick_child(config_dir: str, history: int, sync_repeat: int, seed: int) -> di
             "split_wall_p50": {k: round(percentile(v, 50), 3) for k, v in split.items() if v},
         }
 
-    scheduler.tick(advance())  # warm-up
-    out["idle_tick_ms"] = tick_series(200)
-
     pk_of = {(p, s): pk for pk, p, s in ScheduleEntry.objects.values_list("pk", "plugin", "schedule_id")}
+
+    def complete(job_ids: list[str]) -> None:
+        Job.objects.filter(pk__in=job_ids).update(status=JobStatus.SUCCEEDED, completed_at=clock["now"])
+
+    # Warm-up: a new `every` entry runs at once; its run succeeds, so it is next due an interval on.
+    complete([j for f in scheduler.tick(advance()) for j in f.job_ids])
+    scheduler.tick(advance())
+    out["idle_tick_ms"] = tick_series(200)
 
     def make_due(rows: list[tuple[str, str]]) -> None:
         pks = [pk_of[key] for key in rows]
         ScheduleEntry.objects.filter(pk__in=pks).update(next_run_at=clock["now"] - dt.timedelta(seconds=1))
-
-    def complete(job_ids: list[str]) -> None:
-        Job.objects.filter(pk__in=job_ids).update(status=JobStatus.SUCCEEDED, completed_at=clock["now"])
 
     def due_trials(k: int, trials: int, *, leave_queued: bool = False) -> dict[str, Any]:
         walls, cpus, per_entry, recs, fires, rests, success_ticks = [], [], [], [], [], [], []

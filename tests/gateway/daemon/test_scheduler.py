@@ -468,3 +468,20 @@ def test_breaker_changes_are_announced_once_each_and_heard_by_pipelines(config_d
     assert changes == [("closed", "open", "failure_threshold"), ("half_open", "closed", "manual_reset")]
     assert len(announced("scheduler.circuit_half_open")) == 1
     assert [event_of(j)["payload"]["state"] for j in heard("scheduler.circuit_state_changed")] == ["open", "closed"]
+
+
+def test_a_run_that_comes_while_the_entry_is_paused_is_announced_once(config_dir):
+    listening(config_dir, "scheduler.skipped")
+    loop = scheduler(config_dir, Clock(T0), stress=stress({"id": "tick", "cron": "*/5 * * * *"}))
+    row(schedule_id="tick").pause_by_hand(by="cli", now=T0)
+    assert loop.tick(T0 + timedelta(minutes=5)) == []  # nothing enqueued for the paused entry...
+    (event,) = announced("scheduler.skipped")  # ...but its run is announced as skipped, once
+    assert {k: event.payload[k] for k in ("schedule_id", "reason", "next_run_at")} == {
+        "schedule_id": "tick",
+        "reason": "schedule_paused_manual",
+        "next_run_at": "2026-11-23T09:10:00Z",
+    }
+    assert loop.tick(T0 + timedelta(minutes=6)) == [] and len(announced("scheduler.skipped")) == 1
+    assert row(schedule_id="tick").next_run_at == T0 + timedelta(minutes=10)
+    assert [event_of(j)["payload"]["reason"] for j in heard("scheduler.skipped")] == ["schedule_paused_manual"]
+    assert jobs() == []
