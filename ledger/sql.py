@@ -395,6 +395,16 @@ def schedule_take(entry_count: int, vendor: str) -> str:
 
 # Each fired entry's newest job. Parameters: job id, updated_at, entry id.
 SCHEDULE_FIRED = "UPDATE schedule_entries SET last_job_id = %s, updated_at = %s WHERE id = %s"
+# An entry's last run ended (ScheduleEntryQuerySet.settle): its id, the success (both NULL after
+# a failure, which keeps the last success), the next run (NULL keeps it), updated_at, the entry,
+# and the run again for the guard.
+SCHEDULE_SETTLED = (
+    "UPDATE schedule_entries SET settled_job_id = %s,"
+    " last_success_job_id = COALESCE(%s, last_success_job_id),"
+    " last_success_at = COALESCE(%s, last_success_at),"
+    " next_run_at = COALESCE(%s, next_run_at), updated_at = %s"
+    " WHERE id = %s AND last_job_id = %s"
+)
 
 # What the executor reads of other tables before a claimed job's spawn, returned by the claim's
 # own RETURNING (`claim_next`): the plugin's `state` for the request, then the job's event_context

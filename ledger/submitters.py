@@ -18,7 +18,7 @@ class Submitter(StrEnum):
     SCHEDULER = "scheduler"
     ROUTE = "route"  # a pipeline hop or a route's target: a child of another job
     HOOK = "hook"  # the root of a lifecycle hook pipeline (DSL reference §8)
-    SYSTEM = "system"  # the gateway itself: a plugin's `init`
+    SYSTEM = "system"  # the gateway itself: a plugin's `init`, the pipelines its `scheduler.*` events start
     ADMIN = "admin"  # a person in the audit console
     RELAY = "relay"  # a peer gateway (remote event relay)
 

@@ -24,9 +24,10 @@ from gateway.config.yamlsrc import KeyPath
 
 DEFAULT_ID = "default"
 DEFAULT_COMMAND = "poll"
-# The spec names no default; one fixed zone keeps cron and window evaluation identical on every
-# host, which several schedulers on one database rely on (the host's zone would not).
-DEFAULT_TIMEZONE = "UTC"
+# Without `timezone:` an entry reads the host's local clock, as the original does (000's runbook:
+# "Ductile cron runs in the system timezone unless overridden"). Schedulers on hosts in different
+# zones then disagree: such a deployment sets `timezone:` on its entries.
+FALLBACK_TIMEZONE = "UTC"  # a host whose zone has no IANA name (tzlocal finds none)
 # The shortest month bounds jitter for `every: monthly`, as the interval bounds it for the rest.
 SHORTEST_MONTH = timedelta(days=28)
 
@@ -185,6 +186,17 @@ def parse_schedules(plugin: str, raw: object, problem_at: ProblemAt) -> ParsedSc
     return ParsedSchedules(tuple(entries), (), tuple(warnings))
 
 
+def host_timezone() -> ZoneInfo:
+    """The host's local time zone (TZ, else /etc/localtime), by its IANA name so that reports and
+    fingerprints name it; read once per process."""
+    from tzlocal import get_localzone_name  # why a library: TZ, /etc/timezone, /etc/localtime links
+
+    try:
+        return ZoneInfo(get_localzone_name() or FALLBACK_TIMEZONE)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return ZoneInfo(FALLBACK_TIMEZONE)
+
+
 class _EntryReader:
     """Reads one entry, collecting every problem rather than stopping at the first."""
 
@@ -234,7 +246,7 @@ class _EntryReader:
             self.warnings.append(
                 self.problem("preferred_window", "accepted but not enforced (spec 000 §4.2); only_between is")
             )
-        zone = self._timezone(item.get("timezone", DEFAULT_TIMEZONE))
+        zone = self._timezone(item["timezone"]) if "timezone" in item else host_timezone()
         not_on = self._not_on(item.get("not_on", []))
         catch_up = self._choice("catch_up", item.get("catch_up", CatchUp.SKIP), CatchUp)
         if catch_up not in (None, CatchUp.SKIP) and kind not in (None, Kind.EVERY):

@@ -5,6 +5,11 @@ Each due run is taken by compare-and-set on the `next_run_at` it was read with, 
 transaction that gates it (circuit breaker, if_running, poll guard) and enqueues it, so several
 schedulers on one database fire a run exactly once and a crash never loses a taken run. Time is
 passed in (`tick(now)`), so tests drive the clock and never sleep.
+
+Each tick first learns how the entries' last runs ended (an `every` entry's next run counts from
+its last success; a failed one runs again now) and announces the circuit breakers' changes; a due
+run that is not enqueued is announced too. These `scheduler.*` events (the original's names and
+payloads) are recorded in event_log and start the pipelines whose `on:` names them.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import FrameType
+from typing import Any
 
 import blake3
 from django.db import OperationalError, close_old_connections, connections
@@ -26,13 +32,24 @@ from django.utils import timezone
 from gateway import intake
 from gateway.config.errors import ConfigError
 from gateway.config.frozen import thaw
-from gateway.config.schedules import IfRunning, Kind, Schedule
+from gateway.config.schedules import CatchUp, IfRunning, Kind, Schedule
+from gateway.intake.events import announce
 from gateway.logs import logger
+from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
-from gateway.scheduler.timing import catch_up, next_run
+from gateway.scheduler.timing import catch_up, every_run, first_due, next_run, overdue
 from gateway.storage.database import ensure_schema
 from gateway.storage.outage import Outage
-from ledger.models import CircuitBreaker, Gate, Job, JobSpec, ScheduleEntry, ScheduleStatus
+from ledger.models import (
+    BreakerState,
+    CircuitBreaker,
+    CircuitBreakerTransition,
+    Gate,
+    Job,
+    JobSpec,
+    ScheduleEntry,
+    ScheduleStatus,
+)
 from ledger.models.schedules import Take
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
@@ -41,6 +58,7 @@ from ledger.writes import writing
 log = logger("scheduler")
 
 IN_FLIGHT = (JobStatus.QUEUED, JobStatus.RUNNING)
+SOURCE = "scheduler"  # the `source` of the scheduler's own events
 # Due entries fired per transaction. Why batches: 1,000 entries due at one instant, fired one
 # transaction each, took 2.2 s (SQLite) to 5 s (PostgreSQL); a batch shares its reads, inserts and
 # commit. Why not one transaction for all: a batch holds SQLite's write lock, and workers claiming
@@ -55,12 +73,21 @@ def fingerprint(schedule: Schedule) -> str:
 
 
 @dataclass(frozen=True)
+class Skip:
+    """Why a due run was not enqueued: the original's reason code, and the words for people."""
+
+    reason: str  # circuit_open, circuit_half_open, already_running, outstanding_limit, schedule_paused_manual
+    message: str
+
+
+@dataclass(frozen=True)
 class Fired:
     """What one tick did with one due entry (for logs, tests and `--once` output)."""
 
     address: str
     job_ids: tuple[str, ...]
     skipped: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,15 +120,14 @@ class _Gates:
         )
         self.polls = _scheduled_polls({s.plugin for s in schedules if s.command == "poll"})
 
-    def admit(self, due: Due) -> tuple[list[str], str | None]:
+    def admit(self, due: Due) -> tuple[list[str], Skip | None]:
         """The runs this entry may enqueue now, or why none."""
         schedule = due.schedule
-        if not due.runs:
-            return [], "catch_up: skip"
         target = (schedule.plugin, schedule.command)
         gate = self._gate(target)
         if gate == Gate.BLOCKED:
-            return [], f"circuit breaker {self.breakers[target].state}"
+            state = self.breakers[target].state
+            return [], Skip(f"circuit_{state}", f"circuit breaker {state}")
         blocked = self._overlap(schedule)
         if blocked:
             return [], blocked
@@ -129,7 +155,7 @@ class _Gates:
         probe_finished = probe is not None and Job.objects.filter(pk=probe).exclude(status__in=IN_FLIGHT).exists()
         return breaker.gate(reset_after=policy.reset_after, probe_finished=probe_finished, now=self.now)
 
-    def _overlap(self, schedule: Schedule) -> str | None:
+    def _overlap(self, schedule: Schedule) -> Skip | None:
         """Why this run must wait for the previous ones (if_running, the poll guard), or None."""
         if schedule.if_running is IfRunning.QUEUE:
             return None  # enqueued regardless; same-key run exclusion still runs them one at a time
@@ -137,7 +163,7 @@ class _Gates:
             schedule.if_running is IfRunning.SKIP
             and (schedule.plugin, schedule.command, schedule.dedupe_key) in self.in_flight
         ):
-            return "a previous run is still queued or running (if_running: skip)"
+            return Skip("already_running", "a previous run is still queued or running (if_running: skip)")
         if schedule.if_running is IfRunning.CANCEL:
             reason = f"cancelled by schedule {schedule.plugin}:{schedule.id} (if_running: cancel)"
             cancelled = Job.objects.cancel_queued(
@@ -149,8 +175,43 @@ class _Gates:
         if schedule.command == "poll":
             limit = self.runtime.config.plugins[schedule.plugin].max_outstanding_polls
             if self.polls[schedule.plugin] >= limit:
-                return f"{self.polls[schedule.plugin]} scheduled poll(s) outstanding (max_outstanding_polls: {limit})"
+                outstanding = self.polls[schedule.plugin]
+                return Skip(
+                    "outstanding_limit",
+                    f"{outstanding} scheduled poll(s) outstanding (max_outstanding_polls: {limit})",
+                )
         return None
+
+
+def skipped_event(due: Due, skip: Skip) -> dict[str, Any]:
+    """`scheduler.skipped`: a due run that was not enqueued, and when the entry runs next."""
+    schedule = due.schedule
+    payload = {
+        "plugin": schedule.plugin,
+        "schedule_id": schedule.id,
+        "command": schedule.command,
+        "reason": skip.reason,
+        "message": skip.message,
+        "next_run_at": iso(due.following) if due.following else None,
+    }
+    return {"type": "scheduler.skipped", "payload": payload}
+
+
+def breaker_event(transition: CircuitBreakerTransition) -> dict[str, Any]:
+    """The original's two breaker events: half-open (the cooldown elapsed, a probe may go), and
+    every other change of state, with the states and the failure count."""
+    target = {"plugin": transition.plugin, "command": transition.command}
+    if transition.to_state == BreakerState.HALF_OPEN:
+        return {"type": "scheduler.circuit_half_open", "payload": target}
+    payload = {
+        **target,
+        "previous_state": transition.from_state,
+        "state": transition.to_state,
+        "failure_count": transition.failure_count,
+        "reason": transition.reason,
+        "job_id": transition.job_id,
+    }
+    return {"type": "scheduler.circuit_state_changed", "payload": payload}
 
 
 def _scheduled_polls(plugins: set[str]) -> Counter[str]:
@@ -282,14 +343,17 @@ class Scheduler:
                 row = self._create(schedule, print_, now)
             elif row.fingerprint != print_:
                 row.redefine(
-                    command=schedule.command, fingerprint=print_, next_run_at=self._first(schedule, now), now=now
+                    command=schedule.command,
+                    fingerprint=print_,
+                    next_run_at=self._first(schedule, now, row),
+                    now=now,
                 )
             if problem and row.status != ScheduleStatus.PAUSED_MANUAL:
                 if row.status != ScheduleStatus.PAUSED_INVALID or row.reason != problem:
                     row.pause(problem, manual=False, now=now)
                     log.warning("schedule %s paused: %s", row.address, problem)
             elif not problem and row.status == ScheduleStatus.PAUSED_INVALID:
-                row.resume(next_run_at=self._first(schedule, now), now=now)
+                row.resume(next_run_at=self._first(schedule, now, row), now=now)
         for key, row in rows.items():
             if key not in self.schedules and row.status in (ScheduleStatus.ACTIVE, ScheduleStatus.PAUSED_INVALID):
                 reason = f"no longer configured (plugin {row.plugin!r} removed, disabled or without this schedule)"
@@ -306,14 +370,16 @@ class Scheduler:
             now=now,
         )
 
-    def _first(self, schedule: Schedule, now: datetime) -> datetime | None:
-        run = next_run(schedule, now, started_at=self.started_at)
-        return run.due if run else None
+    def _first(self, schedule: Schedule, now: datetime, row: ScheduleEntry | None = None) -> datetime | None:
+        last_success_at = row.last_success_at if row else None
+        return first_due(schedule, now, started_at=self.started_at, last_success_at=last_success_at)
 
     # -- firing ------------------------------------------------------------------------------
 
     def tick(self, now: datetime) -> list[Fired]:
-        self._record_successes()
+        self._record_outcomes(now)
+        self._announce_breakers(now)
+        self._pass_over_paused(now)
         due = []
         for row in ScheduleEntry.objects.due(now):
             schedule = self.schedules.get((row.plugin, row.schedule_id))
@@ -352,14 +418,22 @@ class Scheduler:
         assert due is not None
         if schedule.one_shot:
             return Due(row, schedule, due, [schedule.dedupe_key], None)
+        if schedule.kind is Kind.EVERY:
+            # Until this run ends (`_record_outcomes` then counts from its end), the next one is
+            # an interval after this firing: a run still out by then meets if_running.
+            following = every_run(schedule, now).due
+            missed: tuple[str, ...] = ()
+            if schedule.catch_up is not CatchUp.SKIP and overdue(schedule, due, now):
+                since = row.last_fired_at or row.last_success_at
+                missed = tuple(m.dedupe_key for m in catch_up(schedule, last_fired_at=since, now=now))
+            return Due(row, schedule, due, list(missed or [schedule.dedupe_key]), following)
         after = next_run(schedule, due)
         assert after is not None
         if after.due > now:  # on time: the usual run
             return Due(row, schedule, due, [schedule.dedupe_key], after.due)
         # Downtime: more than one run is past due; catch_up decides which fire.
-        missed = catch_up(schedule, last_fired_at=due - timedelta(microseconds=1), now=now)
         upcoming = next_run(schedule, now)
-        return Due(row, schedule, due, [m.dedupe_key for m in missed], upcoming.due if upcoming else None)
+        return Due(row, schedule, due, [schedule.dedupe_key], upcoming.due if upcoming else None)
 
     def fire(self, entries: Sequence[tuple[Schedule, ScheduleEntry]], now: datetime) -> list[Fired]:
         """Take these due entries' runs and enqueue what the policies allow, all in one
@@ -370,13 +444,16 @@ class Scheduler:
         with writing():
             won = ScheduleEntry.objects.take(takes, now=now)
             batch = [d for d in planned if d.row.pk in won]  # the others another scheduler fired
-            gates = _Gates(self.holder.get(), batch, now)
+            runtime = self.holder.get()
+            gates = _Gates(runtime, batch, now)
             admitted: list[tuple[Due, list[JobSpec]]] = []
+            skips: list[dict[str, Any]] = []
             for due in batch:
-                runs, skipped = gates.admit(due)
-                if skipped:
-                    log.info("schedule %s: not enqueued: %s", due.row.address, skipped)
-                    fired.append(Fired(due.row.address, (), skipped=skipped))
+                runs, skip = gates.admit(due)
+                if skip:
+                    log.info("schedule %s: not enqueued: %s", due.row.address, skip.message)
+                    fired.append(Fired(due.row.address, (), skipped=skip.message, reason=skip.reason))
+                    skips.append(skipped_event(due, skip))
                 else:
                     admitted.append((due, [self._job(due.schedule, key) for key in runs]))
             job_ids = iter(intake.submit_decided([spec for _, specs in admitted for spec in specs], now=now))
@@ -387,6 +464,7 @@ class Scheduler:
                 gates.sent(due, ids[0])
                 fired.append(Fired(due.row.address, ids))
             ScheduleEntry.objects.record_fired(last_jobs, now=now)
+            announce(runtime, skips, source=SOURCE, now=now)
         for result in fired:
             if result.job_ids:
                 log.info("schedule %s: enqueued %s", result.address, ", ".join(result.job_ids))
@@ -402,10 +480,60 @@ class Scheduler:
             note=f"schedule {schedule.id}",
         )
 
-    def _record_successes(self) -> None:
-        """The workers record each job; an entry learns that its last run succeeded here, in one
-        statement per tick (and none when there is nothing to learn)."""
-        ScheduleEntry.objects.record_successes()
+    def _record_outcomes(self, now: datetime) -> None:
+        """The workers record each job; an entry learns here how its last run ended (one read per
+        tick, one batched write when there is something to learn). An `every` entry's next run is
+        an interval after its last success ends (spec 000 §4.2); after a failure it runs again
+        now, which the circuit breaker bounds, as the original does."""
+        settled = []
+        for outcome in ScheduleEntry.objects.unsettled():
+            schedule = self.schedules.get((outcome.plugin, outcome.schedule_id))
+            following = None
+            if schedule is not None and schedule.kind is Kind.EVERY:
+                following = every_run(schedule, outcome.ended_at).due if outcome.succeeded else now
+            settled.append((outcome, following))
+        ScheduleEntry.objects.settle(settled, now=now)
+
+    def _pass_over_paused(self, now: datetime) -> None:
+        """A run that comes while its entry is paused by hand is announced as skipped
+        (`schedule_paused_manual`, the original's reason) and the entry's next run moves on, so
+        each run is announced once; a resume computes the next run afresh."""
+        passed = [
+            (row, self.schedules[(row.plugin, row.schedule_id)])
+            for row in ScheduleEntry.objects.passed_while_paused(now)
+            if (row.plugin, row.schedule_id) in self.schedules
+        ]
+        if not passed:
+            return
+        skip = Skip("schedule_paused_manual", "the entry is paused (`schedule resume` starts it again)")
+        with writing():
+            events = []
+            for row, schedule in passed:
+                due = row.next_run_at
+                assert due is not None
+                following = self._following(schedule, now)
+                if ScheduleEntry.objects.pass_over(row.pk, due, following, now=now):
+                    events.append(skipped_event(Due(row, schedule, due, [], following), skip))
+            announce(self.holder.get(), events, source=SOURCE, now=now)
+
+    def _following(self, schedule: Schedule, now: datetime) -> datetime | None:
+        """The run after one at `now` (none for a one-shot: a resume re-arms it)."""
+        if schedule.one_shot:
+            return None
+        if schedule.kind is Kind.EVERY:
+            return every_run(schedule, now).due
+        run = next_run(schedule, now)
+        return run.due if run else None
+
+    def _announce_breakers(self, now: datetime) -> None:
+        """`scheduler.circuit_half_open` and `scheduler.circuit_state_changed` for each breaker
+        transition not yet announced (a worker's outcome, this scheduler's probe, an operator's
+        reset), each claimed once however many schedulers share the database."""
+        if not CircuitBreakerTransition.objects.unannounced().exists():
+            return
+        with writing():
+            claimed = CircuitBreakerTransition.objects.claim_unannounced()
+            announce(self.holder.get(), [breaker_event(t) for t in claimed], source=SOURCE, now=now)
 
     def _install_signal_handlers(self) -> None:
         def on_stop(signum: int, frame: FrameType | None) -> None:

@@ -3,7 +3,8 @@ start. Each is routed like any other event; the jobs enter through the intake (g
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -11,15 +12,18 @@ from django.utils import timezone
 from gateway import intake
 from gateway.config.frozen import thaw
 from gateway.intake.trees import TreeOutcome, TreeWaiter
+from gateway.logs import logger
 from gateway.reports import iso
 from gateway.runtime import Runtime
 from ledger.ids import new_id
-from ledger.models import JobSpec
+from ledger.models import EventRecord, JobSpec
 from ledger.submitters import Submitter
 from pipelines.dsl import Pipeline
 from pipelines.router import Position, Successor, step_successor, successors
 from pipelines.routing import stamp_event
 from pipelines.simulate import ASSUMPTION, dry_run
+
+log = logger("events")
 
 
 def root_event(event_type: str, payload: dict[str, Any], source: str, dedupe_key: str | None = None) -> dict[str, Any]:
@@ -38,6 +42,27 @@ def event_starts(
     return successors(
         source_plugin=None, position=Position(), events=[event], routes=runtime.routing, pipelines=runtime.pipelines
     )
+
+
+def announce(runtime: Runtime, events: Sequence[dict[str, Any]], *, source: str, now: datetime) -> list[str]:
+    """The gateway's own events (`scheduler.*`: `{type, payload}`): each recorded in event_log and
+    routed like any root event, starting the pipelines whose `on:` names it (submitted by
+    `system`). Call inside the transaction that decided them. A pipeline whose entry cannot start
+    on this payload is logged and left out; the event is recorded either way. Returns job ids."""
+    if not events:
+        return []
+    stamped = [root_event(e["type"], dict(e["payload"]), source) for e in events]
+    EventRecord.record(stamped, job_id=None, now=now)
+    specs: list[JobSpec] = []
+    for event in stamped:
+        starts = successors(
+            source_plugin=None, position=Position(), events=[event], routes=runtime.routing, pipelines=runtime.pipelines
+        )
+        try:
+            specs += as_roots(runtime, starts, Submitter.SYSTEM)
+        except intake.Refused as exc:
+            log.warning("event %s started no pipeline: %s", event["type"], exc)
+    return [result.job_id for result in intake.submit(runtime, specs, now=now)]
 
 
 def pipeline_starts(

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from gateway import intake
 from gateway.runtime import Runtime
-from gateway.scheduler.timing import next_run
+from gateway.scheduler.timing import first_due
 from ledger.models import Job, ScheduleEntry
 from ledger.states import ActionRefused
 from ledger.submitters import Submitter
@@ -43,12 +43,13 @@ def replay(runtime: Runtime, job: Job, *, by: Actor) -> str:
 
 
 def resume_schedule(runtime: Runtime, entry: ScheduleEntry, *, now: datetime, dry_run: bool = False) -> None:
-    """Fire again from the next run after now (missed runs are not caught up). ActionRefused
+    """Fire again from the next run after now (`every`: an interval after the last success, or
+    now; missed runs are not caught up). ActionRefused
     when the entry is no longer configured, or (`ScheduleEntry.resume_by_hand`) not paused by hand."""
     target = (entry.plugin, entry.schedule_id)
     schedule = next((s for s in runtime.config.scheduled_entries() if (s.plugin, s.id) == target), None)
     if schedule is None:
         raise ActionRefused(f"{entry.address} is no longer configured; it cannot be resumed")
     if not dry_run:
-        run = next_run(schedule, now, started_at=now)
-        entry.resume_by_hand(next_run_at=run.due if run else None, now=now)
+        due = first_due(schedule, now, started_at=now, last_success_at=entry.last_success_at)
+        entry.resume_by_hand(next_run_at=due, now=now)

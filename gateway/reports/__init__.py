@@ -19,13 +19,14 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError
 from gateway.config.integrity import SealUnusable, file_digest, read_seal, tier_of
 from gateway.config.loader import config_files
 from gateway.config.redaction import REDACTED, Scrubber
 from gateway.config.schedules import Schedule
 from gateway.runtime import RUNTIME, Runtime
-from gateway.scheduler.timing import next_run
+from gateway.scheduler.timing import first_due
 from ledger.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
@@ -359,50 +360,74 @@ def added_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
     return out
 
 
-def breaker_report(breaker: CircuitBreaker, limit: int = 20) -> dict[str, Any]:
-    history = CircuitBreakerTransition.objects.filter(plugin=breaker.plugin, command=breaker.command)
+def breaker_report(
+    breaker: CircuitBreaker | None, limit: int = 20, *, plugin: str = "", command: str = ""
+) -> dict[str, Any]:
+    """One breaker as `system breaker --json` shows it, in the original's shape and field names;
+    None (no outcome counted yet) is a breaker without a row: `state` null, no transitions."""
+    plugin, command = (breaker.plugin, breaker.command) if breaker else (plugin, command)
+    history = CircuitBreakerTransition.objects.filter(plugin=plugin, command=command)
     return {
-        "plugin": breaker.plugin,
-        "command": breaker.command,
-        "state": breaker.state,
-        "failure_count": breaker.failure_count,
-        "opened_at": ts(breaker.opened_at),
-        "last_failure_at": ts(breaker.last_failure_at),
-        "last_job_id": breaker.last_job_id,
-        "updated_at": ts(breaker.updated_at),
-        "history": [
+        "plugin": plugin,
+        "command": command,
+        "state": breaker.state if breaker else None,
+        "failure_count": breaker.failure_count if breaker else 0,
+        "opened_at": ts(breaker.opened_at) if breaker else None,
+        "last_failure_at": ts(breaker.last_failure_at) if breaker else None,
+        "last_job_id": breaker.last_job_id if breaker else None,
+        "updated_at": ts(breaker.updated_at) if breaker else None,
+        "transitions": [
             {
-                "from": t.from_state,
-                "to": t.to_state,
-                "reason": t.reason,
+                "id": t.id,
+                "from_state": t.from_state,
+                "to_state": t.to_state,
                 "failure_count": t.failure_count,
+                "reason": t.reason,
                 "job_id": t.job_id,
-                "at": ts(t.created_at),
+                "actor": t.actor,
+                "created_at": ts(t.created_at),
             }
             for t in history.order_by("-created_at")[:limit]
         ],
     }
 
 
+def schedule_entries(runtime: Runtime, now: datetime) -> list[dict[str, Any]]:
+    """Every configured schedule entry (`schedule_report`), then the rows no longer configured:
+    `system scheduler --json`'s `entries` and `GET /scheduler/jobs`'s `jobs`."""
+    rows = {(r.plugin, r.schedule_id): r for r in ScheduleEntry.objects.all()}
+    entries = []
+    for schedule in runtime.config.scheduled_entries():
+        entries.append(schedule_report(schedule, rows.pop((schedule.plugin, schedule.id), None), now))
+    return entries + [schedule_report(None, row, now) for row in rows.values()]
+
+
+def schedule_when(schedule: Schedule) -> str:
+    """The entry's trigger as written: `7m`, `monthly`, `0 9 * * 1-5`, an RFC 3339 instant, `30s`."""
+    if schedule.every is not None:
+        return schedule.every.text
+    if schedule.cron is not None:
+        return schedule.cron
+    if schedule.at is not None:
+        return iso(schedule.at)
+    assert schedule.after is not None
+    return format_duration(schedule.after.total_seconds())
+
+
 def schedule_report(schedule: Schedule | None, row: ScheduleEntry | None, now: datetime) -> dict[str, Any]:
     """One schedule entry as `system scheduler` shows it: the config's definition and the
     scheduler's durable state. Before `runscheduler` first sees it, the next run is computed."""
     assert schedule is not None or row is not None
-    when = None
-    if schedule is not None:
-        when = {"every": schedule.every, "cron": schedule.cron, "at": schedule.at, "after": schedule.after}[
-            schedule.kind.value
-        ]
     next_run_at = row.next_run_at if row else None
     if row is None and schedule is not None:
-        run = next_run(schedule, now, started_at=now)
-        next_run_at = run.due if run else None
+        next_run_at = first_due(schedule, now, started_at=now, last_success_at=None)
     return {
         "plugin": schedule.plugin if schedule else row.plugin,  # type: ignore[union-attr]
         "schedule_id": schedule.id if schedule else row.schedule_id,  # type: ignore[union-attr]
         "command": schedule.command if schedule else row.command,  # type: ignore[union-attr]
         "kind": schedule.kind.value if schedule else None,
-        "when": str(when) if when is not None else None,
+        "mode": schedule.kind.value if schedule else None,  # the original's name for `kind`
+        "when": schedule_when(schedule) if schedule else None,
         "timezone": str(schedule.timezone) if schedule else None,
         "status": row.status if row else "not_started",
         "reason": row.reason if row else ("runscheduler has not run with this entry yet" if schedule else None),

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from ledger.ids import new_id
@@ -162,6 +163,21 @@ class CircuitBreaker(models.Model):
         )
 
 
+class CircuitBreakerTransitionQuerySet(models.QuerySet["CircuitBreakerTransition"]):
+    def unannounced(self) -> CircuitBreakerTransitionQuerySet:
+        return self.filter(announced=False)
+
+    def claim_unannounced(self, limit: int = 100) -> list[CircuitBreakerTransition]:
+        """The oldest transitions no scheduler has announced yet, marked announced: each claimed by
+        exactly one caller (compare-and-set per row). Call inside the announcing transaction."""
+        claimed = []
+        for row in self.unannounced().order_by("created_at", "id")[:limit]:
+            with writing():
+                if CircuitBreakerTransition.objects.filter(pk=row.pk, announced=False).update(announced=True):
+                    claimed.append(row)
+        return claimed
+
+
 class CircuitBreakerTransition(models.Model):
     id = models.CharField(primary_key=True, max_length=36, default=new_id, editable=False)
     plugin = models.CharField(max_length=200)
@@ -174,11 +190,19 @@ class CircuitBreakerTransition(models.Model):
     # Who asked for a manual reset (`admin:alice`, `cli`); empty for the breaker's own changes.
     actor = models.CharField(max_length=200, null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Whether the scheduler has sent its `scheduler.circuit_*` event (gateway.daemon.scheduler).
+    announced = models.BooleanField(default=False)
+
+    objects = CircuitBreakerTransitionQuerySet.as_manager()
 
     class Meta:
         db_table = "circuit_breaker_transitions"
-        # Read by `system breaker` (history per plugin, newest first).
-        indexes = [models.Index(fields=["plugin", "command", "created_at"], name="cb_transitions_target_idx")]
+        indexes = [
+            # Read by `system breaker` (history per plugin, newest first).
+            models.Index(fields=["plugin", "command", "created_at"], name="cb_transitions_target_idx"),
+            # Read at every scheduler tick: the few transitions still to announce.
+            models.Index(fields=["created_at"], name="cb_transitions_unannounced_idx", condition=Q(announced=False)),
+        ]
 
     def __str__(self) -> str:
         return f"{self.plugin}.{self.command} {self.from_state} -> {self.to_state} ({self.reason})"

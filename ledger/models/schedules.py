@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError, models
 from django.db.models import Exists, F, OuterRef, Q, Subquery
@@ -22,6 +23,23 @@ class ScheduleStatus(models.TextChoices):
     PAUSED_INVALID = "paused_invalid"
     PAUSED_MANUAL = "paused_manual"
     EXHAUSTED = "exhausted"  # a one-shot (`at`, `after`) that has fired
+
+
+# A run the scheduler can learn from: it ended for good (a retried failure is re-queued in the
+# transaction that records it, so a resting failed row is final).
+ENDED = ("succeeded", "failed", "timed_out", "dead")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an entry's last run ended."""
+
+    entry_id: int
+    plugin: str
+    schedule_id: str
+    job_id: str
+    succeeded: bool
+    ended_at: datetime
 
 
 @dataclass(frozen=True)
@@ -41,32 +59,69 @@ class ScheduleEntryQuerySet(models.QuerySet["ScheduleEntry"]):
     def due(self, now: datetime) -> ScheduleEntryQuerySet:
         return self.active().filter(next_run_at__lte=now).order_by("next_run_at")
 
-    def with_unrecorded_success(self) -> ScheduleEntryQuerySet:
-        """Entries whose latest job succeeded after `last_success_*` was last written."""
+    def passed_while_paused(self, now: datetime) -> ScheduleEntryQuerySet:
+        """Entries paused by hand whose next run has come: each is announced as skipped once."""
+        return self.filter(status=ScheduleStatus.PAUSED_MANUAL, next_run_at__lte=now).order_by("next_run_at")
+
+    def pass_over(self, entry_id: int, due: datetime, following: datetime | None, *, now: datetime) -> bool:
+        """Move a paused entry's run due at `due` on to `following`, unless another scheduler (or
+        a resume) moved it first (compare-and-set, as `take`). Call inside the announcing
+        transaction; True when this caller moved it."""
+        with writing():
+            moved = sql.update(
+                ScheduleEntry,
+                {"next_run_at": following, "updated_at": now},
+                {"id": entry_id, "status": ScheduleStatus.PAUSED_MANUAL, "next_run_at": due},
+            )
+        return moved == 1
+
+    def unsettled(self) -> list[Outcome]:
+        """Entries whose last run has ended since the scheduler last took one into account (its
+        id is not `settled_job_id`): a success to record, or a failure (failed, timed out, dead)."""
         from ledger.models.jobs import Job  # jobs.py does not import this module; the reverse would cycle
 
-        unseen = Q(last_success_job_id=None) | ~Q(last_job_id=F("last_success_job_id"))
-        # Only rows whose last job did succeed: a failed or still-queued one would be re-read on
-        # every tick for nothing (28 ms a tick with 1,000 such entries, docs/performance.md).
-        succeeded = Job.objects.filter(pk=OuterRef("last_job_id"), status="succeeded")
-        return self.exclude(last_job_id=None).filter(unseen).filter(Exists(succeeded))
-
-    def record_successes(self) -> int:
-        """Carry each entry's latest succeeded run into `last_success_*`: one UPDATE for all of them.
-        Read first, so a tick with nothing to record never takes SQLite's write lock."""
-        from ledger.models.jobs import Job
-
-        ids = list(self.with_unrecorded_success().values_list("pk", flat=True))
-        if not ids:
-            return 0
-        completed = Job.objects.filter(pk=OuterRef("last_job_id")).values("completed_at")[:1]
-        # Why the filter again: a fire may have moved last_job_id on since the read.
-        with writing():
-            return (
-                self.filter(pk__in=ids)
-                .with_unrecorded_success()
-                .update(last_success_job_id=F("last_job_id"), last_success_at=Subquery(completed))
+        # Only rows whose last job has ended: a queued or running one would be re-read on every
+        # tick for nothing (28 ms a tick with 1,000 such entries, docs/performance.md).
+        last = Job.objects.filter(pk=OuterRef("last_job_id"))
+        rows = (
+            self.exclude(last_job_id=None)
+            .filter(Q(settled_job_id=None) | ~Q(settled_job_id=F("last_job_id")))
+            .filter(Exists(last.filter(status__in=ENDED)))
+            .annotate(
+                job_status=Subquery(last.values("status")[:1]), ended_at=Subquery(last.values("completed_at")[:1])
             )
+            .values_list("pk", "plugin", "schedule_id", "last_job_id", "job_status", "ended_at")
+        )
+        return [
+            Outcome(pk, plugin, schedule_id, str(job_id), status == "succeeded", ended_at)
+            for pk, plugin, schedule_id, job_id, status, ended_at in rows
+        ]
+
+    def settle(self, outcomes: Iterable[tuple[Outcome, datetime | None]], *, now: datetime) -> None:
+        """Take these ended runs into account: a success into `last_success_*`, and each entry's
+        next run where the caller moved it (`every` counts from its runs' ends). Guarded on
+        `last_job_id`: an entry fired again since the read is left to the next tick."""
+        text = sql.native(sql.SCHEDULE_SETTLED, sql.current().vendor)
+        stamp = sql.prep(ScheduleEntry, "updated_at", now)
+
+        def prep(column: str, value: datetime | None) -> Any:
+            return sql.prep(ScheduleEntry, column, value)
+
+        rows = [
+            (
+                o.job_id,
+                o.job_id if o.succeeded else None,
+                prep("last_success_at", o.ended_at if o.succeeded else None),
+                prep("next_run_at", following),
+                stamp,
+                o.entry_id,
+                o.job_id,
+            )
+            for o, following in outcomes
+        ]
+        if rows:
+            with writing():
+                sql.execute_many(text, rows)
 
     def take(self, takes: Iterable[Take], *, now: datetime) -> set[int]:
         """Claim due runs for the caller: compare-and-set on the `next_run_at` each was read with.
@@ -140,6 +195,8 @@ class ScheduleEntry(models.Model):
     last_job_id = models.CharField(max_length=36, null=True, blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
     last_success_job_id = models.CharField(max_length=36, null=True, blank=True)
+    # The last run whose end the scheduler has taken into account (`settle`).
+    settled_job_id = models.CharField(max_length=36, null=True, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -154,6 +211,10 @@ class ScheduleEntry(models.Model):
         indexes = [
             # Read by ScheduleEntryQuerySet.due at every scheduler tick.
             models.Index(fields=["next_run_at"], name="schedule_entries_due_idx", condition=Q(status="active")),
+            # And by passed_while_paused.
+            models.Index(
+                fields=["next_run_at"], name="schedule_entries_paused_idx", condition=Q(status="paused_manual")
+            ),
         ]
 
     def __str__(self) -> str:

@@ -22,19 +22,21 @@ No worker runs (every enqueued job stays queued) except in the spread_workers sc
    key), as a day of retained `job_queue` would have.
    - `start(now)` on the empty ledger (1,000 rows created), then again on the same ledger (a
      restart: 1,000 unchanged rows), `--sync-repeat` times.
+   - warm-up (not timed): the 500 new `every` entries run at once (an `every` entry counts from
+     its last success); their jobs are marked succeeded and the next tick records them.
    - idle: 200 ticks with nothing due and every entry's last job recorded (the common case).
    - k due (k = 1, 10, 100: 40, 40, 10 trials; k = 1000: 3 trials): k random entries get
      `next_run_at` = now - 1 s (one UPDATE, not timed), then one timed `tick(now)`; each trial
      must enqueue k jobs (checked). Afterwards the bench marks those jobs succeeded (what a
      worker would do; not timed) and times the next tick, which records k successes.
    - idle, pending: 100 ticks with nothing due right after a k = 1000 tick whose jobs were left
-     queued (workers down; the same query cost as last jobs that failed): `_record_successes`
+     queued (workers down; the same query cost as last jobs that failed): `_record_outcomes`
      then reads all 1,000 entries and their jobs on every tick.
    - `sleep_for(now)` (the loop's other query, after every tick): 200 calls.
    - breakdown (`fire_breakdown_k100`): 10 more k = 100 trials with wall-clock timers around the
      steps of `Scheduler.fire` (take, gate reads, admit, enqueue_many, record_fired, next_run) and
      around every statement through Django's cursor inside `fire`; ms per fired entry.
-   Wall (perf_counter) and CPU (thread_time) per call; a tick is split into `_record_successes`,
+   Wall (perf_counter) and CPU (thread_time) per call; a tick is split into `_record_outcomes`,
    the due query and the `fire` calls by timing around those methods in a subclass. On SQLite
    the statements of one idle tick and one k = 1 tick are captured with sqlite3's trace
    callback (`statements`).
@@ -240,9 +242,9 @@ def tick_child(config_dir: str, history: int, sync_repeat: int, seed: int) -> di
     parts: dict[str, float] = {}
 
     class TimedScheduler(Scheduler):
-        def _record_successes(self) -> None:
+        def _record_outcomes(self, now: dt.datetime) -> None:
             w = time.perf_counter()
-            super()._record_successes()
+            super()._record_outcomes(now)
             parts["record_successes"] = parts.get("record_successes", 0.0) + time.perf_counter() - w
 
         def fire(self, entries: Any, now: dt.datetime) -> Any:
@@ -287,17 +289,19 @@ def tick_child(config_dir: str, history: int, sync_repeat: int, seed: int) -> di
             "split_wall_p50": {k: round(percentile(v, 50), 3) for k, v in split.items() if v},
         }
 
-    scheduler.tick(advance())  # warm-up
-    out["idle_tick_ms"] = tick_series(200)
-
     pk_of = {(p, s): pk for pk, p, s in ScheduleEntry.objects.values_list("pk", "plugin", "schedule_id")}
+
+    def complete(job_ids: list[str]) -> None:
+        Job.objects.filter(pk__in=job_ids).update(status=JobStatus.SUCCEEDED, completed_at=clock["now"])
+
+    # Warm-up: a new `every` entry runs at once; its run succeeds, so it is next due an interval on.
+    complete([j for f in scheduler.tick(advance()) for j in f.job_ids])
+    scheduler.tick(advance())
+    out["idle_tick_ms"] = tick_series(200)
 
     def make_due(rows: list[tuple[str, str]]) -> None:
         pks = [pk_of[key] for key in rows]
         ScheduleEntry.objects.filter(pk__in=pks).update(next_run_at=clock["now"] - dt.timedelta(seconds=1))
-
-    def complete(job_ids: list[str]) -> None:
-        Job.objects.filter(pk__in=job_ids).update(status=JobStatus.SUCCEEDED, completed_at=clock["now"])
 
     def due_trials(k: int, trials: int, *, leave_queued: bool = False) -> dict[str, Any]:
         walls, cpus, per_entry, recs, fires, rests, success_ticks = [], [], [], [], [], [], []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -48,12 +49,16 @@ def test_system_scheduler_shows_entries_before_and_after_the_scheduler_ran(cfg):
         "not_started",
         "every",
     )
-    assert entry["next_run_at"].endswith(":00:00Z")  # hourly, on the hour
+    # A new `every` entry runs at once (not at the next hour mark), then an hour after that run.
+    assert abs(datetime.fromisoformat(entry["next_run_at"]) - datetime.now(UTC)) < timedelta(minutes=1)
     proc = runscheduler_once(cfg)
     output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, output
     code, after = ductile_json(cfg, "system", "scheduler")
-    assert after["entries"][0]["status"] == "active" and after["entries"][0]["next_run_at"] == entry["next_run_at"]
+    (fired,) = after["entries"]
+    assert fired["status"] == "active" and fired["last_job_id"]
+    last_fired = datetime.fromisoformat(fired["last_fired_at"])
+    assert datetime.fromisoformat(fired["next_run_at"]) == last_fired + timedelta(hours=1)
 
 
 def test_pause_and_resume_by_plugin_or_entry_with_dry_run(cfg):
@@ -97,17 +102,16 @@ def test_breaker_open_is_shown_counted_and_reset_by_the_operator(cfg):
     workers = start_workers(cfg, "--once")
     output = workers.communicate(timeout=120)[0]
     assert workers.returncode == 0, output
-    code, view = ductile_json(cfg, "system", "breaker", "stress")
-    (breaker,) = view["breakers"]
+    code, breaker = ductile_json(cfg, "system", "breaker", "stress")
     assert (breaker["command"], breaker["state"], breaker["failure_count"]) == ("poll", "open", 1)
-    assert breaker["history"][0]["reason"] == "failure_threshold" and breaker["history"][0]["job_id"]
+    assert breaker["transitions"][0]["reason"] == "failure_threshold" and breaker["transitions"][0]["job_id"]
     assert ductile_json(cfg, "system", "status")[1]["plugins_circuit_open"] == 1
     text = ductile(cfg, "system", "breaker").stdout
-    assert "stress.poll: open (1 consecutive failures)" in text
+    assert "Circuit breaker for stress (poll)\nState: open (failure_count=1)" in text
     code, preview = ductile_json(cfg, "system", "reset", "stress", "--dry-run")
-    assert preview["reset"] == ["poll"] and ductile_json(cfg, "system", "status")[1]["plugins_circuit_open"] == 1
+    assert preview["changed"] == ["poll"] and ductile_json(cfg, "system", "status")[1]["plugins_circuit_open"] == 1
     code, done = ductile_json(cfg, "system", "reset", "stress", "--command", "poll")
-    assert code == 0 and done["reset"] == ["poll"]
-    breaker = ductile_json(cfg, "system", "breaker", "stress")[1]["breakers"][0]
-    assert breaker["state"] == "closed" and breaker["history"][0]["reason"] == "manual_reset"
+    assert code == 0 and done["changed"] == ["poll"]
+    breaker = ductile_json(cfg, "system", "breaker", "stress")[1]
+    assert breaker["state"] == "closed" and breaker["transitions"][0]["reason"] == "manual_reset"
     assert ductile(cfg, "system", "reset", "ghost").returncode == 1

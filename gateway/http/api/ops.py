@@ -29,7 +29,7 @@ from gateway.http.api.views import Endpoint, int_param, path_param, query_param,
 from gateway.http.streamseats import Refusal
 from gateway.operations.doctor import ERROR as DOCTOR_ERROR
 from gateway.operations.doctor import diagnose
-from gateway.reports import events, ts
+from gateway.reports import events, schedule_entries, ts
 from gateway.reports.percentiles import summary
 from gateway.reports.redaction import config_view as redacted_config
 from gateway.reports.topology import topology
@@ -312,3 +312,23 @@ class SystemReload(Endpoint):
                 "message": f"Configuration reloaded: {scope}.",
             }
         )
+
+
+# -- scheduler -------------------------------------------------------------------------------
+
+
+class SchedulerJobs(Endpoint):
+    """Every schedule entry, as `system scheduler --json` lists them: the config's definition
+    (`mode`/`kind`, `when`, `timezone`) and the scheduler's state (`status`, `reason`,
+    `next_run_at`, last firing and success). Entries no longer configured come last."""
+
+    needs = ("jobs:ro",)
+
+    @extend_schema(
+        operation_id="scheduler_jobs",
+        tags=["operations"],
+        summary="Every schedule entry with its status and next run (what `system scheduler --json` shows)",
+        responses={200: OpenApiTypes.OBJECT, **errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        return Response({"jobs": schedule_entries(self.runtime, timezone.now())})

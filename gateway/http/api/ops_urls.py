@@ -10,6 +10,7 @@ urlpatterns = [
     path("config/view", ops.ConfigView.as_view(), name="config-view"),
     path("stopwatch/<str:plugin>", ops.Stopwatch.as_view(), name="stopwatch"),
     path("topology", ops.Topology.as_view(), name="topology"),
+    path("scheduler/jobs", ops.SchedulerJobs.as_view(), name="scheduler-jobs"),
     # The name matters: BearerAuthentication accepts `?token=` on the route named "events" only.
     path("events", ops.Events.as_view(), name="events"),
     path("system/reload", ops.SystemReload.as_view(), name="system-reload"),

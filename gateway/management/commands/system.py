@@ -24,10 +24,10 @@ from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPES
 from gateway.operations.doctor import ERROR, diagnose
 from gateway.operations.housekeeping import CLUSTER_LINGER, refresh_schedules, work_for_cluster
-from gateway.reports import breaker_report, queue_status, schedule_report
+from gateway.reports import breaker_report, queue_status, schedule_entries
 from gateway.runtime import RUNTIME
 from gateway.storage.database import describe_database, pass_the_check_on
-from ledger.models import CircuitBreaker, PluginInstanceRecord, ScheduleEntry
+from ledger.models import CircuitBreaker, PluginInstanceRecord
 from ledger.models.workers import PluginHealth
 
 
@@ -39,8 +39,9 @@ class Command(DuctileCommand):
         status = actions.add_parser("status", help="config, database, plugins, queue and live workers")
         self.add_json(status)
         breaker = actions.add_parser("breaker", help="circuit breakers: state and transition history")
-        breaker.add_argument("plugin", nargs="?")
-        breaker.add_argument("--limit", type=int, default=20, help="history rows per breaker (default 20)")
+        breaker.add_argument("plugin", nargs="?", help="one plugin's breaker (all breakers without it)")
+        breaker.add_argument("--command", default="poll", help="with PLUGIN: the command's breaker (default poll)")
+        breaker.add_argument("--limit", type=int, default=20, help="transition rows per breaker (default 20)")
         self.add_json(breaker)
         start = actions.add_parser("start", help="run the API, webhooks, workers and scheduler as one process tree")
         start.add_argument("--no-workers", action="store_true", help="do not start runworkers (run them elsewhere)")
@@ -64,7 +65,7 @@ class Command(DuctileCommand):
         self.add_json(scheduler)
         reset = actions.add_parser("reset", help="close a plugin's circuit breakers (after fixing the cause)")
         reset.add_argument("plugin")
-        reset.add_argument("--command", help="only this command's breaker")
+        reset.add_argument("--command", help="only this command's breaker (default: each of the plugin's, or poll)")
         reset.add_argument("--dry-run", action="store_true", help="show what would be reset")
         self.add_json(reset)
         backup = actions.add_parser("backup", help="a point-in-time tar.gz of the database, config and more")
@@ -111,7 +112,7 @@ class Command(DuctileCommand):
         elif options["action"] == "watch":
             self.watch(options)
         elif options["action"] == "breaker":
-            self.breakers(options["plugin"], options["limit"])
+            self.breakers(options["plugin"], options["command"], options["limit"])
         elif options["action"] == "scheduler":
             self.scheduler()
         elif options["action"] == "reset":
@@ -180,25 +181,19 @@ class Command(DuctileCommand):
         if not healthy:
             raise SystemExit(EXIT_FAILED)
 
-    def breakers(self, plugin: str | None, limit: int) -> None:
+    def breakers(self, plugin: str | None, command: str, limit: int) -> None:
+        """Without PLUGIN every breaker (`{"breakers": [...]}`); with it, that plugin's breaker for
+        `--command` in the original's shape, also before it has a row (state null)."""
         self.open_ledger()
-        rows = CircuitBreaker.objects.order_by("plugin", "command")
         if plugin:
-            rows = rows.filter(plugin=plugin)
-        data = {"breakers": [breaker_report(b, limit) for b in rows]}
+            breaker = CircuitBreaker.objects.filter(plugin=plugin, command=command).first()
+            report = breaker_report(breaker, limit, plugin=plugin, command=command)
+            self.emit(report, lambda: "\n".join(breaker_lines(report)))
+            return
+        data = {"breakers": [breaker_report(b, limit) for b in CircuitBreaker.objects.order_by("plugin", "command")]}
 
         def text() -> str:
-            lines = []
-            for b in data["breakers"]:
-                lines.append(
-                    f"{b['plugin']}.{b['command']}: {b['state']} ({b['failure_count']} consecutive failures)"
-                    + (f", opened {b['opened_at']}" if b["opened_at"] else "")
-                )
-                lines += [
-                    f"  {t['at']}  {t['from'] or '-'} -> {t['to']}  {t['reason']}"
-                    + (f"  job {t['job_id']}" if t["job_id"] else "")
-                    for t in b["history"]
-                ]
+            lines = [line for b in data["breakers"] for line in breaker_lines(b)]
             return "\n".join(lines) or "(no circuit breakers yet: no scheduled job has finished)"
 
         self.emit(data, text)
@@ -227,14 +222,7 @@ class Command(DuctileCommand):
             raise Exit(EXIT_FAILED, str(exc)) from exc
 
     def scheduler(self) -> None:
-        runtime = self.open_ledger()
-        rows = {(r.plugin, r.schedule_id): r for r in ScheduleEntry.objects.all()}
-        now = timezone.now()
-        entries = []
-        for schedule in runtime.config.scheduled_entries():
-            row = rows.pop((schedule.plugin, schedule.id), None)
-            entries.append(schedule_report(schedule, row, now))
-        entries += [schedule_report(None, row, now) for row in rows.values()]  # no longer configured
+        entries = schedule_entries(self.open_ledger(), timezone.now())
         data = {"entries": entries}
 
         def text() -> str:
@@ -253,19 +241,22 @@ class Command(DuctileCommand):
         self.emit(data, text)
 
     def reset(self, plugin: str, command: str | None, dry_run: bool) -> None:
-        self.open_ledger()
+        """Close a configured plugin's breakers: `--command`'s, else every one it has, else poll's
+        (a breaker without a row is closed already: its reset changes nothing, as in the original)."""
+        runtime = self.open_ledger()
+        if plugin not in runtime.config.plugins:
+            raise Exit(EXIT_FAILED, f"unknown plugin: {plugin} (not in the config's plugins)")
         rows = CircuitBreaker.objects.filter(plugin=plugin)
-        if command:
-            rows = rows.filter(command=command)
-        if not rows.exists():
-            raise Exit(EXIT_FAILED, f"no circuit breaker for {plugin}" + (f".{command}" if command else ""))
+        commands = [command] if command else list(rows.order_by("command").values_list("command", flat=True))
+        commands = commands or ["poll"]
+        rows = rows.filter(command__in=commands)
         if dry_run:
-            targets = list(rows.tripped().order_by("command").values_list("command", flat=True))
+            changed = list(rows.tripped().order_by("command").values_list("command", flat=True))
         else:
-            targets = [b.command for b in rows.reset(by=str(CLI))]
-        data = {"plugin": plugin, "reset": targets, "dry_run": dry_run}
-        verb = "would reset" if dry_run else "reset"
-        self.emit(data, f"{verb}: " + (", ".join(f"{plugin}.{c}" for c in targets) or "nothing (all closed)"))
+            changed = [b.command for b in rows.reset(by=str(CLI))]
+        data = {"plugin": plugin, "reset": commands, "changed": changed, "dry_run": dry_run}
+        verb = "Would reset" if dry_run else "Reset"
+        self.emit(data, "\n".join(f"{verb} circuit breaker for {plugin} ({c})" for c in commands))
 
     def status(self) -> None:
         runtime = self.open_ledger()
@@ -319,3 +310,23 @@ def auth_failures_line(tally: dict[str, Any]) -> str:
     newest = next(iter(tally["sources"].items()), None)
     last = f", last from {newest[0]} at {newest[1]['last_at']} ({newest[1]['last_reason']})" if newest else ""
     return f"failed API authentications: {tally['failures']:,} since {tally['since']}{last}"
+
+
+def breaker_lines(report: dict[str, Any]) -> list[str]:
+    """One breaker and its transitions, newest first, as the original prints them."""
+    lines = [f"Circuit breaker for {report['plugin']} ({report['command']})"]
+    if report["state"] is None:
+        lines.append("State: no current row")
+    else:
+        lines.append(f"State: {report['state']} (failure_count={report['failure_count']})")
+        lines += [f"{label}: {report[key]}" for label, key in BREAKER_FIELDS if report[key]]
+    lines.append("Transitions:")
+    lines += [
+        f"- {t['created_at']} {t['from_state'] or '<none>'} -> {t['to_state']} reason={t['reason']}"
+        f" failure_count={t['failure_count']}" + (f" job={t['job_id']}" if t["job_id"] else "")
+        for t in report["transitions"]
+    ] or ["- none"]
+    return lines
+
+
+BREAKER_FIELDS = (("Opened at", "opened_at"), ("Last failure", "last_failure_at"), ("Last job", "last_job_id"))

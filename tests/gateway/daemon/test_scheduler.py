@@ -1,12 +1,14 @@
-"""The scheduler loop with a controlled clock and real plugin processes: firing on the grid,
-every catch-up policy after a 3-hour downtime, every if_running policy with a job in flight, the
-poll guard, one-shot exhaustion, two schedulers racing, invalid entries paused with a reason,
-manual pause, and the circuit breaker sequence through real failing jobs."""
+"""The scheduler loop with a controlled clock and real plugin processes: `every` counted from the
+last success (and a failed run run again), every catch-up policy after a 3-hour downtime, every
+if_running policy with a job in flight, the poll guard, one-shot exhaustion, two schedulers
+racing, invalid entries paused with a reason, manual pause, the circuit breaker sequence through
+real failing jobs, and the `scheduler.*` events in event_log and heard by pipelines."""
 
 from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ from ledger.models import (
     BreakerState,
     CircuitBreaker,
     CircuitBreakerTransition,
+    EventRecord,
     Job,
     JobSpec,
     ScheduleEntry,
@@ -59,41 +62,72 @@ def jobs(**filters):
     return list(Job.objects.filter(submitted_by=Submitter.SCHEDULER, **filters).order_by("created_at"))
 
 
-def test_an_every_schedule_fires_on_its_grid_once_per_run(config_dir):
-    clock = Clock(T0 + timedelta(minutes=2))
-    loop = scheduler(config_dir, clock, stress=stress({"every": "5m", "payload": {"mode": "ok"}}))
-    assert row().next_run_at == T0 + timedelta(minutes=5)
-    assert loop.tick(T0 + timedelta(minutes=4)) == []
-    fired = loop.tick(T0 + timedelta(minutes=5))
-    assert len(fired) == 1 and len(fired[0].job_ids) == 1
+def real_now() -> datetime:
+    """Workers stamp outcomes with the real time: tests that run jobs start their clock there."""
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def test_every_runs_at_once_then_an_interval_after_each_success_not_on_a_grid(config_dir):
+    """Item 102 (spec 000 §4.2: next_run = last_successful_run + interval)."""
+    T0 = real_now()
+    clock = Clock(T0)
+    loop = scheduler(config_dir, clock, stress=stress({"every": "7m", "payload": {"mode": "ok"}}))
+    assert row().next_run_at == T0  # a new entry runs at once, not at the next 7-minute mark
+    fired = loop.tick(T0)
     (job,) = jobs()
+    assert fired[0].job_ids == (job.id,)
     assert (job.plugin, job.command, job.dedupe_key, job.payload) == (
         "stress",
         "poll",
         "stress:poll:default",
         {"mode": "ok"},
     )
-    assert row().next_run_at == T0 + timedelta(minutes=10) and row().last_job_id == job.id
-    assert loop.tick(T0 + timedelta(minutes=5, seconds=1)) == []
-    assert loop.sleep_for(T0 + timedelta(minutes=9, seconds=59, microseconds=500000)) == pytest.approx(0.5)
+    # While the run is out, the next one is an interval after the firing.
+    assert row().next_run_at == T0 + timedelta(minutes=7) and row().last_job_id == job.id
+    run_until_idle(RUNTIME)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED and job.completed_at is not None
+    assert loop.tick(T0 + timedelta(seconds=1)) == []
+    entry = row()
+    assert (entry.last_success_job_id, entry.last_success_at) == (job.id, job.completed_at)
+    assert entry.next_run_at == job.completed_at + timedelta(minutes=7)  # from the success's end
+    assert loop.tick(entry.next_run_at - timedelta(microseconds=1)) == []
+    assert len(loop.tick(entry.next_run_at)[0].job_ids) == 1
 
 
-@pytest.mark.parametrize(("policy", "expected"), [("skip", 0), ("run_once", 1), ("run_all", 12)])
+def test_a_failed_every_run_runs_again_at_the_next_tick(config_dir):
+    T0 = real_now()
+    clock = Clock(T0)
+    entry = {"every": "1h", "payload": {"mode": "error"}}
+    loop = scheduler(config_dir, clock, stress=stress(entry, circuit_breaker={"threshold": 5, "reset_after": "30m"}))
+    loop.tick(T0)
+    run_until_idle(RUNTIME)
+    assert [j.status for j in jobs()] == [JobStatus.DEAD]
+    # Not an hour later: the run that failed is run again now (the breaker bounds how often).
+    fired = loop.tick(T0 + timedelta(seconds=30))
+    assert len(fired) == 1 and len(fired[0].job_ids) == 1 and len(jobs()) == 2
+    assert row().last_success_at is None and row().next_run_at == T0 + timedelta(seconds=30, hours=1)
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("skip", 1), ("run_once", 1), ("run_all", 12)])
 def test_catch_up_after_three_hours_of_downtime(config_dir, policy, expected):
     clock = Clock(T0)
     loop = scheduler(config_dir, clock, stress=stress({"every": "15m", "catch_up": policy, "if_running": "queue"}))
+    loop.tick(T0)  # the first run; it never ends (no worker), so the next is 15 minutes after it
     assert row().next_run_at == T0 + timedelta(minutes=15)
     # The scheduler is down from T0 until three hours later: 12 runs (09:15 ... 12:00) were missed.
     now = T0 + timedelta(hours=3, seconds=30)
     loop.tick(now)
-    fired = jobs()
+    fired = jobs()[1:]
     assert len(fired) == expected
-    if expected:
-        keys = [j.dedupe_key for j in fired]
+    keys = [j.dedupe_key for j in fired]
+    if policy == "skip":
+        assert keys == ["stress:poll:default"]  # the run due now, none of the missed ones
+    else:
         assert keys[0] == "stress:poll:default:catchup:2026-11-23T09:15:00Z"
         assert len(set(keys)) == expected and all(":catchup:" in k for k in keys)
-    # Then it resumes on the grid, never bursting again for the same gap.
-    assert row().next_run_at == T0 + timedelta(hours=3, minutes=15)
+    # Then it goes on from this firing, never bursting again for the same gap.
+    assert row().next_run_at == now + timedelta(minutes=15)
     assert loop.tick(now + timedelta(seconds=1)) == []
 
 
@@ -107,17 +141,17 @@ def test_if_running_with_a_slow_job_in_flight(config_dir, policy):
     clock = Clock(T0)
     entry = {"every": "5m", "if_running": policy}
     loop = scheduler(config_dir, clock, stress=stress(entry, max_outstanding_polls=10))
-    loop.tick(T0 + timedelta(minutes=5))
+    loop.tick(T0)
     assert claim_one().status == JobStatus.RUNNING  # the first run is in flight (a slow plugin)
-    loop.tick(T0 + timedelta(minutes=10))  # queued behind it (skip would not have queued it)
-    loop.tick(T0 + timedelta(minutes=15))
+    loop.tick(T0 + timedelta(minutes=5))  # queued behind it (skip would not have queued it)
+    loop.tick(T0 + timedelta(minutes=10))
     statuses = [j.status for j in jobs()]
     if policy == "skip":
         assert statuses == ["running"]
     elif policy == "queue":
         assert statuses == ["running", "queued", "queued"]
     else:
-        # cancel: the run queued at :10 is cancelled by the one at :15; the running one is left.
+        # cancel: the run queued at :05 is cancelled by the one at :10; the running one is left.
         assert statuses == ["running", "dead", "queued"]
         assert "cancelled by schedule stress:default (if_running: cancel)" in jobs()[1].last_error
 
@@ -129,8 +163,7 @@ def test_the_poll_guard_skips_while_a_scheduled_poll_is_outstanding(config_dir):
         clock,
         stress=stress({"id": "a", "every": "5m", "if_running": "queue"}, {"id": "b", "every": "10m"}),
     )
-    loop.tick(T0 + timedelta(minutes=5))  # a fires (queue policy ignores the guard)
-    fired = loop.tick(T0 + timedelta(minutes=10))
+    fired = loop.tick(T0)  # both due at once: a fires (queue policy ignores the guard), b waits
     skipped = {f.address: f.skipped for f in fired}
     assert skipped["stress:b"] is not None and "max_outstanding_polls: 1" in skipped["stress:b"]
     assert skipped["stress:a"] is None
@@ -169,7 +202,7 @@ def test_two_schedulers_racing_for_one_due_run_fire_it_once(config_dir):
     first = scheduler(config_dir, clock, stress=stress({"every": "5m"}))
     second = Scheduler(RUNTIME, clock=clock, install_signals=False)
     second.sync(T0)
-    due = T0 + timedelta(minutes=5)
+    due = T0
     # Both read the due row before either fires it.
     seen_by_first, seen_by_second = row(), row()
     schedule = first.schedules[("stress", "default")]
@@ -200,10 +233,9 @@ def test_a_manual_pause_survives_sync_and_resume_restarts_from_now(config_dir):
 
 
 def test_the_breaker_opens_on_scheduled_failures_probes_after_cooldown_and_closes(config_dir):
-    # Workers record outcomes at the real time, so this test's clock starts at the real time too
-    # (floored onto the 5-minute grid): the cooldown arithmetic then spans both clocks.
-    real = datetime.now(UTC).replace(second=0, microsecond=0)
-    T0 = real - timedelta(minutes=real.minute % 5)
+    # Workers record outcomes at the real time, so this test's clock starts at the real time too:
+    # the cooldown arithmetic then spans both clocks.
+    T0 = real_now()
     clock = Clock(T0)
     entry = {"every": "5m", "payload": {"mode": "error"}}
     loop = scheduler(config_dir, clock, stress=stress(entry, circuit_breaker={"threshold": 3, "reset_after": "30m"}))
@@ -212,13 +244,13 @@ def test_the_breaker_opens_on_scheduled_failures_probes_after_cooldown_and_close
         loop.tick(at)
         run_until_idle(RUNTIME)
 
-    for n in (5, 10, 15):
+    for n in (0, 1, 2):  # a failed run runs again at the next tick
         run_due(T0 + timedelta(minutes=n))
     breaker = CircuitBreaker.objects.get(plugin="stress", command="poll")
     assert (breaker.state, breaker.failure_count) == (BreakerState.OPEN, 3)
     # API and CLI jobs are never blocked, and their failures do not count.
     Job.objects.enqueue(JobSpec("stress", "poll", Submitter.CLI, payload={"mode": "error"}), default_dedupe_ttl=60)
-    run_due(T0 + timedelta(minutes=16))
+    run_due(T0 + timedelta(minutes=3))
     assert CircuitBreaker.objects.get(plugin="stress").failure_count == 3
     cooldown = timedelta(minutes=30)
 
@@ -236,7 +268,7 @@ def test_the_breaker_opens_on_scheduled_failures_probes_after_cooldown_and_close
                 return at
             at += timedelta(minutes=5)
 
-    at = until_probe(T0 + timedelta(minutes=20))
+    at = until_probe(T0 + timedelta(minutes=5))
     assert CircuitBreaker.objects.get(plugin="stress").state == BreakerState.OPEN  # the probe failed
     # Fix the plugin's input; after the next cooldown the probe succeeds and the breaker closes.
     entry["payload"] = {"mode": "ok"}
@@ -258,8 +290,9 @@ def test_the_breaker_opens_on_scheduled_failures_probes_after_cooldown_and_close
         ]
     )
     assert row().last_success_job_id is None  # learnt at the next tick
+    probe = jobs()[-1]
     loop.tick(at + timedelta(minutes=1))
-    assert row().last_success_job_id == jobs()[-1].id and jobs()[-1].status == JobStatus.SUCCEEDED
+    assert row().last_success_job_id == probe.id and probe.status == JobStatus.SUCCEEDED
 
 
 def test_a_burst_of_due_entries_fires_every_one_across_batches(config_dir):
@@ -282,7 +315,7 @@ def test_a_burst_of_due_entries_fires_every_one_across_batches(config_dir):
 def test_the_poll_guard_counts_the_runs_its_batch_admitted_before(config_dir):
     clock = Clock(T0)
     loop = scheduler(config_dir, clock, stress=stress({"id": "a", "every": "5m"}, {"id": "b", "every": "5m"}))
-    fired = loop.tick(T0 + timedelta(minutes=5))  # both due together, one poll allowed
+    fired = loop.tick(T0)  # both due together, one poll allowed
     assert len(jobs()) == 1
     (skipped,) = [f for f in fired if f.skipped]
     assert skipped.skipped is not None
@@ -299,7 +332,7 @@ def test_a_half_open_breaker_sends_one_probe_when_two_entries_of_its_target_are_
     CircuitBreaker.objects.create(
         plugin="stress", command="poll", state=BreakerState.OPEN, failure_count=3, opened_at=T0 - timedelta(hours=1)
     )
-    fired = loop.tick(T0 + timedelta(minutes=5))
+    fired = loop.tick(T0)
     (probe,) = jobs()
     assert sorted((f.job_ids, f.skipped) for f in fired) == [((), "circuit breaker half_open"), ((probe.id,), None)]
     breaker = CircuitBreaker.objects.get(plugin="stress")
@@ -322,13 +355,13 @@ def test_an_entry_that_cannot_fire_does_not_hold_up_the_rest_of_its_batch(config
 
     monkeypatch.setattr(Scheduler, "_plan", broken_b)
     monkeypatch.setattr(logging.getLogger("ductile"), "propagate", True)  # to caplog
-    fired = loop.tick(T0 + timedelta(minutes=5))
+    fired = loop.tick(T0)
     assert sorted(f.address for f in fired) == ["stress:a", "stress:c"]
     assert sorted(j.dedupe_key for j in jobs()) == ["stress:poll:a", "stress:poll:c"]
     assert "schedule stress:b: firing failed; retried at the next tick" in caplog.text
-    assert row(schedule_id="b").next_run_at == T0 + timedelta(minutes=5)  # still due, nothing lost
+    assert row(schedule_id="b").next_run_at == T0  # still due, nothing lost
     monkeypatch.setattr(Scheduler, "_plan", planned)
-    assert [f.address for f in loop.tick(T0 + timedelta(minutes=6))] == ["stress:b"]
+    assert [f.address for f in loop.tick(T0 + timedelta(minutes=1))] == ["stress:b"]
 
 
 def test_each_batch_of_a_long_tick_is_stamped_with_its_own_start(config_dir):
@@ -349,3 +382,106 @@ def test_each_batch_of_a_long_tick_is_stamped_with_its_own_start(config_dir):
     stamps = sorted({j.created_at for j in jobs()})
     assert len(stamps) == 3 and stamps[0] > due
     assert sorted(len(jobs(created_at=s)) for s in stamps) == [10, FIRE_BATCH, FIRE_BATCH]
+
+
+# -- the scheduler's own events: event_log, and pipelines listening with `on:` -------------------
+
+
+def listening(config_dir, *events: str) -> None:
+    """A pipeline per event, whose one step (echo) starts when the scheduler announces it."""
+    config_dir.extra["pipelines"] = [
+        {"name": f"heard-{n}", "on": event, "steps": [{"id": "tell", "uses": "echo"}]} for n, event in enumerate(events)
+    ]
+
+
+def event_of(job: Job) -> dict[str, Any]:
+    assert job.event is not None
+    return job.event
+
+
+def heard(event_type: str) -> list[Job]:
+    """The jobs the pipelines listening to `event_type` started."""
+    return [j for j in Job.objects.filter(plugin="echo").order_by("created_at") if event_of(j)["type"] == event_type]
+
+
+def announced(event_type: str) -> list[EventRecord]:
+    return list(EventRecord.objects.filter(type=event_type).order_by("id"))
+
+
+def test_a_skipped_run_is_announced_with_its_reason_and_heard_by_a_pipeline(config_dir):
+    """Items 102, 109, 110: `scheduler.skipped` (the original's event and payload fields)."""
+    listening(config_dir, "scheduler.skipped")
+    loop = scheduler(config_dir, Clock(T0), stress=stress({"id": "a", "every": "5m"}, {"id": "b", "every": "5m"}))
+    (skipped,) = [f for f in loop.tick(T0) if f.skipped]  # one poll at a time: the other waits
+    (event,) = announced("scheduler.skipped")
+    assert (event.source, event.job_id) == ("scheduler", None)
+    assert event.payload == {
+        "plugin": "stress",
+        "schedule_id": skipped.address.split(":")[1],
+        "command": "poll",
+        "reason": "outstanding_limit",
+        "message": "1 scheduled poll(s) outstanding (max_outstanding_polls: 1)",
+        "next_run_at": "2026-11-23T09:05:00Z",
+    }
+    (job,) = heard("scheduler.skipped")
+    assert job.submitted_by == Submitter.SYSTEM and event_of(job)["payload"]["reason"] == "outstanding_limit"
+    assert event_of(job)["event_id"] == event.event_id
+
+
+def test_breaker_changes_are_announced_once_each_and_heard_by_pipelines(config_dir):
+    listening(config_dir, "scheduler.circuit_state_changed", "scheduler.circuit_half_open", "scheduler.skipped")
+    T0 = real_now()
+    clock = Clock(T0)
+    entry = {"every": "5m", "payload": {"mode": "error"}}
+    loop = scheduler(config_dir, clock, stress=stress(entry, circuit_breaker={"threshold": 1, "reset_after": "30m"}))
+    loop.tick(T0)
+    run_until_idle(RUNTIME, plugins={"stress"})  # fails: the breaker opens
+    (failed,) = jobs()
+    loop.tick(T0 + timedelta(minutes=1))  # announced; the failed run, due again, meets the open breaker
+    (opened,) = announced("scheduler.circuit_state_changed")
+    assert opened.payload == {
+        "plugin": "stress",
+        "command": "poll",
+        "previous_state": "closed",
+        "state": "open",
+        "failure_count": 1,
+        "reason": "failure_threshold",
+        "job_id": failed.id,
+    }
+    assert [event_of(j)["payload"]["state"] for j in heard("scheduler.circuit_state_changed")] == ["open"]
+    assert [e.payload["reason"] for e in announced("scheduler.skipped")] == ["circuit_open"]
+    # The cooldown elapses: the breaker turns half-open and sends one probe, announced next tick.
+    clock.now = T0 + timedelta(minutes=31)
+    loop.tick(clock.now)
+    loop.tick(clock.now + timedelta(seconds=1))
+    (half_open,) = announced("scheduler.circuit_half_open")
+    assert half_open.payload == {"plugin": "stress", "command": "poll"}
+    assert len(heard("scheduler.circuit_half_open")) == 1
+    # An operator's reset is a change of state too; nothing is announced twice.
+    CircuitBreaker.objects.filter(plugin="stress").reset(by="cli")
+    loop.tick(clock.now + timedelta(seconds=2))
+    loop.tick(clock.now + timedelta(seconds=3))
+    changes = [
+        (e.payload["previous_state"], e.payload["state"], e.payload["reason"])
+        for e in announced("scheduler.circuit_state_changed")
+    ]
+    assert changes == [("closed", "open", "failure_threshold"), ("half_open", "closed", "manual_reset")]
+    assert len(announced("scheduler.circuit_half_open")) == 1
+    assert [event_of(j)["payload"]["state"] for j in heard("scheduler.circuit_state_changed")] == ["open", "closed"]
+
+
+def test_a_run_that_comes_while_the_entry_is_paused_is_announced_once(config_dir):
+    listening(config_dir, "scheduler.skipped")
+    loop = scheduler(config_dir, Clock(T0), stress=stress({"id": "tick", "cron": "*/5 * * * *"}))
+    row(schedule_id="tick").pause_by_hand(by="cli", now=T0)
+    assert loop.tick(T0 + timedelta(minutes=5)) == []  # nothing enqueued for the paused entry...
+    (event,) = announced("scheduler.skipped")  # ...but its run is announced as skipped, once
+    assert {k: event.payload[k] for k in ("schedule_id", "reason", "next_run_at")} == {
+        "schedule_id": "tick",
+        "reason": "schedule_paused_manual",
+        "next_run_at": "2026-11-23T09:10:00Z",
+    }
+    assert loop.tick(T0 + timedelta(minutes=6)) == [] and len(announced("scheduler.skipped")) == 1
+    assert row(schedule_id="tick").next_run_at == T0 + timedelta(minutes=10)
+    assert [event_of(j)["payload"]["reason"] for j in heard("scheduler.skipped")] == ["schedule_paused_manual"]
+    assert jobs() == []

@@ -23,7 +23,16 @@ from gateway.config.errors import ConfigProblem
 from gateway.config.schedules import Schedule, parse_schedules
 from gateway.config.yamlsrc import KeyPath, dotted
 from gateway.scheduler.constraints import allowed_until, next_allowed
-from gateway.scheduler.timing import CATCH_UP_LIMIT, CatchUpRun, Run, catch_up, next_run
+from gateway.scheduler.timing import (
+    CATCH_UP_LIMIT,
+    CatchUpRun,
+    Run,
+    catch_up,
+    every_run,
+    first_due,
+    next_run,
+    overdue,
+)
 
 SYDNEY = ZoneInfo("Australia/Sydney")
 
@@ -44,7 +53,7 @@ def entry(plugin: str = "echo", **raw: Any) -> Schedule:
 
 
 def runs(schedule: Schedule, after: datetime, count: int) -> list[Run]:
-    """The next `count` runs, chained as the scheduler chains them: each after the last one's due time."""
+    """The next `count` cron runs, chained as the scheduler chains them: each after the last one's due time."""
     out: list[Run] = []
     for _ in range(count):
         run = next_run(schedule, after)
@@ -58,58 +67,47 @@ def dues(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
     return [run.due for run in runs(schedule, after, count)]
 
 
-# -- every: a fixed grid, so restarts never shift it --------------------------------------------
+# -- every: an interval from its anchor (the last success's end, or the firing) -----------------
 
 
-def test_every_5m_runs_on_the_five_minute_marks_whatever_the_starting_instant() -> None:
-    five = entry(every="5m")
-    assert dues(five, utc(2026, 5, 1, 10, 2, 17), 3) == [
-        utc(2026, 5, 1, 10, 5),
-        utc(2026, 5, 1, 10, 10),
-        utc(2026, 5, 1, 10, 15),
-    ]
-    # A restart at 10:07:59 lands on the same grid.
-    assert next_run(five, utc(2026, 5, 1, 10, 7, 59)) == Run(utc(2026, 5, 1, 10, 10), utc(2026, 5, 1, 10, 10))
+def test_every_runs_an_interval_after_its_anchor_not_on_a_wall_clock_grid() -> None:
+    """Item 102: `every: 7m` anchored at 06:11:37 runs at 06:18:37, not at 06:14:00."""
+    assert every_run(entry(every="7m"), utc(2026, 11, 28, 6, 11, 37)) == Run(
+        utc(2026, 11, 28, 6, 18, 37), utc(2026, 11, 28, 6, 18, 37)
+    )
+    assert every_run(entry(every="5m"), utc(2026, 5, 1, 10, 2, 17)).due == utc(2026, 5, 1, 10, 7, 17)
+    assert every_run(entry(every="hourly"), utc(2026, 5, 1, 10, 0, 0, 1)).due == utc(2026, 5, 1, 11, 0, 0, 1)
 
 
-def test_the_next_run_is_strictly_after_the_given_instant() -> None:
-    assert dues(entry(every="15m"), utc(2026, 5, 1, 10, 15), 1) == [utc(2026, 5, 1, 10, 30)]
+def test_daily_and_weekly_are_elapsed_time_from_the_anchor_not_midnight() -> None:
+    # `daily` is not UTC (or local) midnight: 24 hours after the last success.
+    assert every_run(entry(every="daily"), utc(2026, 11, 28, 6, 11, 37)).due == utc(2026, 11, 29, 6, 11, 37)
+    assert every_run(entry(every="weekly"), utc(2026, 5, 1, 12)).due == utc(2026, 5, 8, 12)
+    assert every_run(entry(every="2w"), utc(2026, 1, 5)).due == utc(2026, 1, 19)
 
 
-def test_an_interval_that_does_not_divide_the_day_is_counted_from_the_grid_origin() -> None:
-    # 1970-01-05 -> 2026-01-05 is 56 years with 14 leap days: 20454 days; -> 2026-05-01 is 116 more
-    # (Jan 31 + Feb 28 + Mar 31 + Apr 30 - 4). 20570 days + 10h = 1,777,284,000 s, which is 240 s past
-    # a multiple of 420 s (7m): the slots around 10:00 are 09:56 and 10:03.
-    assert dues(entry(every="7m"), utc(2026, 5, 1, 10, 0), 2) == [utc(2026, 5, 1, 10, 3), utc(2026, 5, 1, 10, 10)]
-
-
-def test_hourly_runs_on_the_hour() -> None:
-    assert dues(entry(every="hourly"), utc(2026, 5, 1, 10, 0, 0, 1), 2) == [utc(2026, 5, 1, 11), utc(2026, 5, 1, 12)]
-
-
-def test_weekly_runs_on_monday_midnight_and_2w_every_other_monday() -> None:
-    # 2026-05-01 is a Friday (1 Jan 2026 is a Thursday).
-    assert dues(entry(every="weekly"), utc(2026, 5, 1, 12), 2) == [utc(2026, 5, 4), utc(2026, 5, 11)]
-    # 2026-01-05 is 20454 = 14 x 1461 days after the origin: on the 2w grid.
-    assert dues(entry(every="2w"), utc(2026, 1, 5), 2) == [utc(2026, 1, 19), utc(2026, 2, 2)]
-
-
-def test_daily_runs_at_local_midnight_in_its_timezone_across_the_april_change() -> None:
-    daily = entry(every="daily", timezone="Australia/Sydney")
-    assert dues(daily, utc(2026, 4, 4, 12), 3) == [  # 23:00 AEDT Saturday 4 April
-        utc(2026, 4, 4, 13),  # 00:00 AEDT Sunday 5 April
-        utc(2026, 4, 5, 14),  # 00:00 AEST Monday 6 April: a 25-hour day
-        utc(2026, 4, 6, 14),
-    ]
-
-
-def test_monthly_runs_at_local_midnight_on_the_first() -> None:
+def test_monthly_is_the_same_local_time_a_calendar_month_later() -> None:
     monthly = entry(every="monthly", timezone="Australia/Sydney")
-    assert dues(monthly, utc(2026, 2, 15), 3) == [
-        utc(2026, 2, 28, 13),  # 00:00 AEDT 1 March
-        utc(2026, 3, 31, 13),  # 00:00 AEDT 1 April
-        utc(2026, 4, 30, 14),  # 00:00 AEST 1 May
-    ]
+    # 10:00 AEDT on 31 January -> 10:00 AEDT on 28 February (the month's last day).
+    assert every_run(monthly, utc(2026, 1, 30, 23)).due == utc(2026, 2, 27, 23)
+    # 10:00 AEDT on 15 March -> 10:00 AEST on 15 April, across the April change.
+    assert every_run(monthly, utc(2026, 3, 14, 23)).due == utc(2026, 4, 15, 0)
+
+
+def test_first_due_is_now_without_a_success_and_an_interval_after_the_last_one() -> None:
+    five = entry(every="5m")
+    now = utc(2026, 5, 1, 10, 2, 17)
+    assert first_due(five, now, started_at=now, last_success_at=None) == now  # a new entry runs at once
+    assert first_due(five, now, started_at=now, last_success_at=utc(2026, 5, 1, 10)) == utc(2026, 5, 1, 10, 5)
+    # Long after: now, not a burst of the runs missed meanwhile.
+    assert first_due(five, now, started_at=now, last_success_at=utc(2026, 5, 1, 8)) == now
+    assert first_due(entry(cron="0 11 * * *"), now, started_at=now, last_success_at=None) == utc(2026, 5, 1, 11)
+
+
+def test_overdue_means_a_whole_interval_late() -> None:
+    five = entry(every="5m")
+    assert not overdue(five, utc(2026, 5, 1, 10), utc(2026, 5, 1, 10, 4, 59))
+    assert overdue(five, utc(2026, 5, 1, 10), utc(2026, 5, 1, 10, 5))
 
 
 # -- cron in the entry's timezone, across both daylight-saving changes ---------------------------
@@ -173,15 +171,16 @@ def test_cron_with_wildcard_minutes_skips_the_missing_hour_in_october_without_a_
     ]
 
 
-def test_cron_without_a_timezone_runs_in_utc() -> None:
-    assert dues(entry(cron="0 7 * * *"), utc(2026, 5, 1, 7), 1) == [utc(2026, 5, 2, 7)]
+def test_an_explicit_timezone_wins_over_the_hosts() -> None:
+    # Whatever the host's zone, 07:00 in Sydney (UTC+10 in May) is 21:00Z.
+    assert dues(entry(cron="0 7 * * *", timezone="Australia/Sydney"), utc(2026, 5, 1, 7), 1) == [utc(2026, 5, 1, 21)]
 
 
 # -- only_between and not_on, in the entry's timezone ------------------------------------------
 
 
 def test_an_overnight_window_runs_from_its_start_until_just_before_its_end() -> None:
-    nightly = entry(every="hourly", only_between="22:00-06:00")
+    nightly = entry(cron="0 * * * *", only_between="22:00-06:00", timezone="UTC")
     assert dues(nightly, utc(2026, 5, 1, 4, 30), 4) == [
         utc(2026, 5, 1, 5),
         utc(2026, 5, 1, 22),  # 06:00 is the end, excluded; 22:00 is the start, included
@@ -192,7 +191,7 @@ def test_an_overnight_window_runs_from_its_start_until_just_before_its_end() -> 
 
 def test_an_overnight_window_is_read_on_the_local_clock() -> None:
     # Sydney in May is UTC+10: local 22:00 is 12:00Z and 02:00 is 16:00Z.
-    nightly = entry(every="hourly", only_between="22:00-02:00", timezone="Australia/Sydney")
+    nightly = entry(cron="0 * * * *", only_between="22:00-02:00", timezone="Australia/Sydney")
     assert dues(nightly, utc(2026, 5, 1, 11, 30), 5) == [
         utc(2026, 5, 1, 12),
         utc(2026, 5, 1, 13),
@@ -203,7 +202,7 @@ def test_an_overnight_window_is_read_on_the_local_clock() -> None:
 
 
 def test_a_day_window_excludes_its_end_and_includes_its_start_next_day() -> None:
-    office = entry(every="5m", only_between="08:00-18:00")
+    office = entry(cron="*/5 * * * *", only_between="08:00-18:00", timezone="UTC")
     assert dues(office, utc(2026, 5, 1, 17, 50), 3) == [
         utc(2026, 5, 1, 17, 55),
         utc(2026, 5, 2, 8),
@@ -212,30 +211,33 @@ def test_a_day_window_excludes_its_end_and_includes_its_start_next_day() -> None
 
 
 def test_a_run_outside_the_window_moves_to_the_window_start() -> None:
-    """`every: daily` fires at midnight; the window moves each run to 08:00 rather than losing it."""
+    """`every: daily` last succeeded at 23:00: the next run moves to 08:00 rather than being lost."""
     morning = entry(every="daily", only_between="08:00-09:00", timezone="Australia/Sydney")
-    assert runs(morning, utc(2026, 4, 3, 12), 2) == [
-        Run(utc(2026, 4, 3, 21), utc(2026, 4, 3, 21)),  # 08:00 AEDT Saturday 4 April
-        Run(utc(2026, 4, 4, 22), utc(2026, 4, 4, 22)),  # 08:00 AEST Sunday 5 April
-    ]
+    # 23:00 AEDT Friday 3 April + 24 h = 23:00 AEDT Saturday, outside the window: the next allowed
+    # instant is 08:00 AEST Sunday 5 April (the clocks went back at 03:00), 22:00Z Saturday.
+    assert every_run(morning, utc(2026, 4, 3, 12)) == Run(utc(2026, 4, 4, 22), utc(2026, 4, 4, 22))
+    # Inside the window the interval is kept: 08:30 the next day.
+    assert every_run(morning, utc(2026, 4, 5, 22, 30)).due == utc(2026, 4, 6, 22, 30)
 
 
 def test_runs_piling_up_outside_a_short_window_collapse_into_one_at_its_start() -> None:
-    brief = entry(every="hourly", only_between="09:30-09:45")
+    brief = entry(cron="0 * * * *", only_between="09:30-09:45", timezone="UTC")
     assert dues(brief, utc(2026, 5, 1, 9, 40), 2) == [utc(2026, 5, 2, 9, 30), utc(2026, 5, 3, 9, 30)]
 
 
 def test_not_on_skips_the_days_without_adding_a_run_at_the_next_midnight() -> None:
     """The cookbook's morning ping: weekdays at 09:00, nothing at Monday 00:00."""
-    ping = entry(id="morning-ping", cron="0 9 * * *", not_on=["saturday", "sunday"])
+    ping = entry(id="morning-ping", cron="0 9 * * *", not_on=["saturday", "sunday"], timezone="UTC")
     # Friday 1 May 2026, after the ping.
     assert dues(ping, utc(2026, 5, 1, 10), 2) == [utc(2026, 5, 4, 9), utc(2026, 5, 5, 9)]
 
 
 @pytest.mark.parametrize("not_on", [["saturday", "sunday"], ["sat", 7], [6, 0], ["SUN", 6]])
 def test_not_on_names_and_numbers_including_7_mean_the_same_days(not_on: list[object]) -> None:
-    daily = entry(every="daily", not_on=not_on)
-    assert dues(daily, utc(2026, 5, 1), 3) == [utc(2026, 5, 4), utc(2026, 5, 5), utc(2026, 5, 6)]
+    daily = entry(every="daily", not_on=not_on, timezone="UTC")
+    # Friday 1 May + 1 day is a Saturday: moved to Monday 00:00; then a day at a time.
+    assert every_run(daily, utc(2026, 5, 1)).due == utc(2026, 5, 4)
+    assert every_run(daily, utc(2026, 5, 4)).due == utc(2026, 5, 5)
 
 
 def test_not_on_reads_the_weekday_on_the_local_clock() -> None:
@@ -245,7 +247,7 @@ def test_not_on_reads_the_weekday_on_the_local_clock() -> None:
 
 
 def test_a_window_inside_the_repeated_hour_is_open_twice_and_one_swallowed_by_the_jump_not_at_all() -> None:
-    window = {"every": "10m", "only_between": "02:00-02:20", "timezone": "Australia/Sydney"}
+    window = {"cron": "*/10 * * * *", "only_between": "02:00-02:20", "timezone": "Australia/Sydney"}
     assert dues(entry(**window), utc(2026, 4, 4, 14, 50), 5) == [
         utc(2026, 4, 4, 15),  # 02:00 AEDT
         utc(2026, 4, 4, 15, 10),
@@ -351,7 +353,9 @@ def test_after_needs_the_service_start() -> None:
 
 def test_naive_instants_are_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
-        next_run(entry(every="5m"), datetime(2026, 5, 1, 10))
+        every_run(entry(every="5m"), datetime(2026, 5, 1, 10))
+    with pytest.raises(ValueError, match="timezone-aware"):
+        next_run(entry(cron="0 * * * *"), datetime(2026, 5, 1, 10))
     with pytest.raises(ValueError, match="timezone-aware"):
         catch_up(entry(every="5m", catch_up="run_all"), last_fired_at=utc(2026, 5, 1), now=datetime(2026, 5, 2))
 
@@ -375,10 +379,10 @@ def test_catch_up_skip_fires_nothing(every: str) -> None:
 
 def test_catch_up_run_once_fires_one_run_for_the_first_missed_slot_with_a_catchup_key() -> None:
     assert catchups(every="5m", catch_up="run_once") == (
-        CatchUpRun(utc(2026, 5, 1, 9, 5), "echo:poll:default:catchup:2026-05-01T09:05:00Z"),
+        CatchUpRun(LAST_FIRED + timedelta(minutes=5), "echo:poll:default:catchup:2026-05-01T09:05:00Z"),
     )
     assert catchups(id="q", every="15m", catch_up="run_once", command="sync") == (
-        CatchUpRun(utc(2026, 5, 1, 9, 15), "echo:sync:q:catchup:2026-05-01T09:15:00Z"),
+        CatchUpRun(LAST_FIRED + timedelta(minutes=15), "echo:sync:q:catchup:2026-05-01T09:15:00Z"),
     )
 
 
@@ -386,28 +390,23 @@ def test_catch_up_run_all_fires_every_missed_5m_run() -> None:
     missed = catchups(every="5m", catch_up="run_all")
     # 09:05, 09:10, ... 12:00: 3 hours of 12 runs.
     assert len(missed) == 36
-    assert missed[0] == CatchUpRun(utc(2026, 5, 1, 9, 5), "echo:poll:default:catchup:2026-05-01T09:05:00Z")
-    assert missed[-1] == CatchUpRun(utc(2026, 5, 1, 12), "echo:poll:default:catchup:2026-05-01T12:00:00Z")
-    assert [m.nominal for m in missed] == [utc(2026, 5, 1, 9, 5) + timedelta(minutes=5 * i) for i in range(36)]
+    assert missed[0].dedupe_key == "echo:poll:default:catchup:2026-05-01T09:05:00Z"
+    assert missed[-1].dedupe_key == "echo:poll:default:catchup:2026-05-01T12:00:00Z"
+    assert [m.nominal for m in missed] == [LAST_FIRED + timedelta(minutes=5 * i) for i in range(1, 37)]
     assert len({m.dedupe_key for m in missed}) == 36
 
 
 def test_catch_up_run_all_fires_every_missed_15m_run() -> None:
     missed = catchups(every="15m", catch_up="run_all")
-    assert [m.nominal for m in missed] == [utc(2026, 5, 1, 9, 15) + timedelta(minutes=15 * i) for i in range(12)]
-
-
-def test_after_catching_up_the_schedule_resumes_on_its_grid() -> None:
-    five = entry(every="5m", catch_up="run_all")
-    assert next_run(five, BACK) == Run(utc(2026, 5, 1, 12, 5), utc(2026, 5, 1, 12, 5))
+    assert [m.nominal for m in missed] == [LAST_FIRED + timedelta(minutes=15 * i) for i in range(1, 13)]
 
 
 def test_catch_up_run_all_is_capped_at_100_runs() -> None:
     missed = catchups(every="1m", catch_up="run_all")
     assert CATCH_UP_LIMIT == 100
     assert len(missed) == 100  # of 180 missed
-    assert missed[0].nominal == utc(2026, 5, 1, 9, 1)
-    assert missed[-1].nominal == utc(2026, 5, 1, 10, 40)
+    assert missed[0].nominal == LAST_FIRED + timedelta(minutes=1)
+    assert missed[-1].nominal == LAST_FIRED + timedelta(minutes=100)
 
 
 def test_nothing_is_missed_within_one_interval_or_without_a_previous_firing() -> None:
@@ -422,19 +421,22 @@ def test_catch_up_applies_only_to_every_schedules() -> None:
 
 
 def test_catch_up_counts_only_runs_the_constraints_allow() -> None:
-    # Down from Friday 1 May 22:30 to Sunday 3 May 01:30, Saturdays excluded: Friday 23:00, then
-    # Sunday 00:00 and 01:00; Saturday's runs were never due.
-    hourly = entry(every="hourly", not_on=["saturday"], catch_up="run_all")
+    # Down from Friday 1 May 22:30 to Sunday 3 May 01:30, Saturdays excluded: Friday 23:30, then
+    # Sunday 00:30 and 01:30; Saturday's runs were never due.
+    hourly = entry(every="hourly", not_on=["saturday"], catch_up="run_all", timezone="UTC")
     missed = catch_up(hourly, last_fired_at=utc(2026, 5, 1, 22, 30), now=utc(2026, 5, 3, 1, 30))
-    assert [m.nominal for m in missed] == [utc(2026, 5, 1, 23), utc(2026, 5, 3, 0), utc(2026, 5, 3, 1)]
+    assert [m.nominal for m in missed] == [utc(2026, 5, 1, 23, 30), utc(2026, 5, 3, 0, 30), utc(2026, 5, 3, 1, 30)]
 
 
 # -- jitter: one offset per run, fixed, bounded ----------------------------------------------------
 
 
+ANCHORS = [utc(2026, 5, 1) + timedelta(seconds=7 * n + 0.001 * n) for n in range(1000)]
+
+
 def test_jitter_offsets_stay_within_half_the_jitter_either_way_and_spread_over_it() -> None:
     jittered = entry(every="5m", jitter="30s")
-    offsets = [(run.due - run.nominal).total_seconds() for run in runs(jittered, utc(2026, 5, 1), 1000)]
+    offsets = [(every_run(jittered, a).due - every_run(jittered, a).nominal).total_seconds() for a in ANCHORS]
     assert all(-15 <= offset < 15 for offset in offsets)
     assert min(offsets) < -12 and max(offsets) > 12
     assert len(set(offsets)) > 990
@@ -443,27 +445,24 @@ def test_jitter_offsets_stay_within_half_the_jitter_either_way_and_spread_over_i
 
 def test_jitter_is_the_same_for_a_run_however_and_whenever_it_is_computed() -> None:
     """Two schedulers, or one after a restart, compute the same offset for the same run."""
-    jittered = entry(every="5m", jitter="30s")
-    chained = runs(jittered, utc(2026, 5, 1, 10), 5)
-    for run in chained:
-        assert next_run(jittered, run.nominal - timedelta(minutes=2)) == run
-        assert next_run(entry(every="5m", jitter="30s"), run.nominal - timedelta(seconds=20)) == run
-    assert len({run.due - run.nominal for run in chained}) == 5
+    for anchor in ANCHORS[:5]:
+        assert every_run(entry(every="5m", jitter="30s"), anchor) == every_run(entry(every="5m", jitter="30s"), anchor)
+    assert len({every_run(entry(every="5m", jitter="30s"), a).due - a for a in ANCHORS[:5]}) == 5
 
 
 def test_jitter_differs_between_schedules_and_plugins() -> None:
-    start = utc(2026, 5, 1, 10)
-    base = [run.due for run in runs(entry(every="5m", jitter="30s"), start, 3)]
-    other_id = [run.due for run in runs(entry(id="other", every="5m", jitter="30s"), start, 3)]
-    other_plugin = [run.due for run in runs(entry(plugin="py-greet", every="5m", jitter="30s"), start, 3)]
-    assert base != other_id and base != other_plugin
+    def dues_of(schedule: Schedule) -> list[datetime]:
+        return [every_run(schedule, a).due for a in ANCHORS[:3]]
+
+    base = dues_of(entry(every="5m", jitter="30s"))
+    assert base != dues_of(entry(id="other", every="5m", jitter="30s"))
+    assert base != dues_of(entry(plugin="py-greet", every="5m", jitter="30s"))
 
 
-def test_a_negative_offset_fires_before_the_nominal_time_and_the_next_run_still_follows() -> None:
+def test_a_negative_offset_fires_before_the_interval_is_up() -> None:
     jittered = entry(every="5m", jitter="4m")
-    chained = runs(jittered, utc(2026, 5, 1), 200)
-    assert any(run.due < run.nominal for run in chained)
-    assert all(a.due < b.due and b.nominal - a.nominal == timedelta(minutes=5) for a, b in pairwise(chained))
+    assert any(every_run(jittered, a).due < a + timedelta(minutes=5) for a in ANCHORS[:200])
+    assert all(every_run(jittered, a).due > a + timedelta(minutes=3) for a in ANCHORS[:200])
 
 
 def test_jitter_is_narrowed_to_keep_close_cron_runs_in_order() -> None:
@@ -476,7 +475,7 @@ def test_jitter_is_narrowed_to_keep_close_cron_runs_in_order() -> None:
 
 
 def test_jitter_never_moves_a_run_outside_its_window() -> None:
-    office = entry(every="5m", jitter="4m", only_between="08:00-09:00")
+    office = entry(cron="*/5 * * * *", jitter="4m", only_between="08:00-09:00", timezone="UTC")
     chained = runs(office, utc(2026, 5, 1, 7), 60)
     assert all(time(8) <= run.due.time() < time(9) for run in chained)
     assert {run.nominal.strftime("%H:%M") for run in chained} == {f"08:{m:02d}" for m in range(0, 60, 5)}
