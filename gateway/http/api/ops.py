@@ -11,7 +11,7 @@ from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.negotiation import BaseContentNegotiation
@@ -24,7 +24,7 @@ from gateway.config.errors import ConfigError
 from gateway.config.redaction import redact
 from gateway.daemon.control import NotRunning, reload_gateway
 from gateway.http import eventstream
-from gateway.http.api.serializers import errors
+from gateway.http.api.serializers import ReloadRefusedSerializer, errors
 from gateway.http.api.views import Endpoint, int_param, path_param, query_param, time_param
 from gateway.http.streamseats import Refusal
 from gateway.operations.doctor import ERROR as DOCTOR_ERROR
@@ -275,17 +275,25 @@ class SystemSelfcheck(Endpoint):
 
 class SystemReload(Endpoint):
     """Reload the configuration in every gateway process: the files on disk are loaded here first
-    (an invalid config keeps the running one and is answered 400 with every problem: file, line,
-    key); then the `system start` supervisor (found by its PID file) is signalled, which loads them
-    again and hands the result to every process it runs. Without a supervisor, this API process
-    alone takes the new config."""
+    (an invalid config keeps the running one and is answered 409, as the original answers a refused
+    reload, with every problem: file, line, key); then the `system start` supervisor (found by its
+    PID file) is signalled, which loads them again and hands the result to every process it runs.
+    Without a supervisor, this API process alone takes the new config."""
 
     @extend_schema(
         operation_id="system_reload",
         tags=["operations"],
         summary="Reload the configuration in every gateway process (an invalid one is refused, the old kept)",
         request=None,
-        responses={200: OpenApiTypes.OBJECT, **errors(400, 401, 403)},
+        responses={
+            200: OpenApiTypes.OBJECT,
+            **errors(401, 403),
+            409: OpenApiResponse(
+                ReloadRefusedSerializer,
+                description="The config on disk does not load: the running one is kept; `problems` lists "
+                "every problem with its file, line and key.",
+            ),
+        },
     )
     def post(self, request: Request) -> Response:
         assert RUNTIME.config_dir is not None  # set when this process loaded its config
@@ -297,7 +305,7 @@ class SystemReload(Endpoint):
                 + "; ".join(str(p) for p in exc.problems),
                 "problems": [p.as_dict() for p in exc.problems],
             }
-            return Response(body, status=status.HTTP_400_BAD_REQUEST)
+            return Response(body, status=status.HTTP_409_CONFLICT)
         try:
             supervisor: int | None = reload_gateway(new.config)
             scope = f"every gateway process (supervisor pid {supervisor} signalled)"

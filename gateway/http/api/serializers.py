@@ -351,3 +351,22 @@ class SummarySerializer(serializers.Serializer):
 
     window = serializers.CharField()
     stats = serializers.DictField(child=serializers.IntegerField(), help_text="Finished attempts per status.")
+
+
+# -- operations --------------------------------------------------------------------------------
+
+
+class ConfigProblemSerializer(serializers.Serializer):
+    """One problem of a config that does not load (`gateway.config.errors.ConfigProblem`)."""
+
+    file = serializers.CharField(allow_null=True)
+    line = serializers.IntegerField(allow_null=True)
+    key = serializers.CharField(allow_null=True)
+    message = serializers.CharField()
+
+
+class ReloadRefusedSerializer(serializers.Serializer):
+    """`POST /system/reload`'s 409 (ops.SystemReload): the config on disk does not load."""
+
+    error = serializers.CharField(help_text="Every problem in one line; the running configuration is kept.")
+    problems = ConfigProblemSerializer(many=True)
