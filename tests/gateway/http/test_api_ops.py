@@ -444,6 +444,7 @@ SELFCHECK = ["config_discovery", "config_load", "pid_lock", "db_integrity", "db_
 def selfcheck_of(api) -> tuple[bool, dict[str, dict]]:
     body = as_(api, "admin").get("/system/selfcheck").json()
     assert [c["name"] for c in body["checks"]] == SELFCHECK and body["captured_at"].endswith("Z")
+    assert set(body) == {"ok", "healthy", "captured_at", "checks"}  # `system selfcheck --json`'s shape
     return body["ok"], {c["name"]: c for c in body["checks"]}
 
 
