@@ -52,6 +52,7 @@ from gateway.runtime import (
     write_snapshot,
 )
 from gateway.storage.database import ensure_schema
+from gateway.version import ENTRY_POINT_ENV, entry_point
 from ledger.models.workers import pid_alive
 
 log = logger("supervisor")
@@ -248,6 +249,7 @@ def plan(
         "DUCTILE_CONFIG_DIR": str(config_dir),
         SNAPSHOT_ENV: str(snapshot),
         STARTED_ENV: str(time.time()),
+        ENTRY_POINT_ENV: entry_point(),  # what /healthz reports as `binary_path`
         SUPERVISOR_ENV: str(os.getpid()),  # each child dies with us (gateway/daemon/tree.py)
     }
     children = []

@@ -72,11 +72,15 @@ class HealthSerializer(serializers.Serializer):
 
     status = serializers.CharField()
     uptime_seconds = serializers.IntegerField()
-    queue_depth = serializers.IntegerField()
+    queue_depth = serializers.IntegerField(help_text="Jobs queued or running.")
     plugins_loaded = serializers.IntegerField()
     plugins_circuit_open = serializers.IntegerField()
     workers = serializers.IntegerField(help_text="Workers with a fresh heartbeat.")
     config_path = serializers.CharField()
+    binary_path = serializers.CharField(
+        help_text="The command the gateway runs as: the `ductile` script (or manage.py) `system start` was "
+        "started with; the original reports its executable here."
+    )
     version = serializers.CharField()
 
 

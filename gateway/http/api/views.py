@@ -41,7 +41,7 @@ from gateway.reports import (
 )
 from gateway.reports.skills import command_scopes, skills
 from gateway.runtime import RUNTIME, STARTED_ENV, Runtime
-from gateway.version import gateway_version
+from gateway.version import entry_point, gateway_version
 from ledger.models import Job, JobLog, WorkerInstance
 from ledger.states import JobStatus
 from ledger.storable import NOT_STORABLE, storable_text
@@ -161,7 +161,8 @@ class Health(Endpoint):
         operation_id="healthz",
         tags=["discovery"],
         summary="Health",
-        description="Uptime, queue depth, loaded plugins, open circuits and live workers. Open.",
+        description="Uptime, queue depth (queued and running jobs), loaded plugins, open circuits, live "
+        "workers, the config directory, the `ductile` command the gateway runs as, and the version. Open.",
         responses={200: shapes.HealthSerializer, **errors(401)},
     )
     def get(self, request: Request) -> Response:
@@ -172,6 +173,7 @@ class Health(Endpoint):
                 **health_status(runtime, uptime_seconds()),
                 "workers": workers,
                 "config_path": str(runtime.config.config_dir),
+                "binary_path": entry_point(),
                 "version": gateway_version(),
             }
         )

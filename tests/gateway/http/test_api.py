@@ -4,6 +4,8 @@ scope rules, the triggers and the job queries, every error as JSON."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import blake3
 import pytest
@@ -81,6 +83,22 @@ def test_discovery_contents(api):
     assert skills["pipeline.fan"]["execution_mode"] == "synchronous"
     health = api.get("/healthz").json()
     assert health["status"] == "ok" and health["plugins_circuit_open"] == 0 and health["queue_depth"] == 0
+
+
+def test_healthz_counts_queued_and_running_jobs_and_names_the_command_it_runs_as(api):
+    """`queue_depth` is outstanding work, as the original's /healthz counts it (queued + running);
+    `binary_path` (000's API reference) is the `ductile` command, which a process not started by
+    `system start` takes to be its own entry point, else the script beside its interpreter."""
+    runtime = RUNTIME.get()
+    for message in ("one", "two", "three"):
+        intake.submit_ids(runtime, [intake.job(runtime, Submitter.API, "echo", "poll", {"message": message})])
+    job = Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60)
+    assert job is not None
+    job.record_outcome(AttemptOutcome("succeeded", response_text="{}"), worker="w", default_dedupe_ttl=0)
+    assert Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60) is not None
+    health = api.get("/healthz").json()
+    assert health["queue_depth"] == 2  # one queued, one running; the succeeded one is not outstanding
+    assert health["binary_path"] == str(Path(sys.executable).parent / "ductile")  # pytest is no entry point
 
 
 @pytest.mark.parametrize(
