@@ -29,10 +29,10 @@ from drf_spectacular.renderers import OpenApiJsonRenderer2
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from gateway.http.api.errors import Missing
 from gateway.http.api.serializers import DEDUPE_KEY_HELP, DEDUPE_KEY_MAX, ERROR_MEANINGS, errors
 from gateway.http.api.views import OPEN, Endpoint
 from gateway.plugins.manifest import CommandSpec
@@ -163,7 +163,7 @@ def plugin_document(name: str) -> dict[str, Any]:
     """The document scoped to one plugin: its command operations and what they refer to."""
     instance = RUNTIME.get().registry.instances.get(name)
     if instance is None:
-        raise NotFound(f"no loaded plugin named {name!r}")
+        raise Missing("plugin not found", f"no loaded plugin named {name!r}")
     api = api_document()
     paths = plugin_paths({name: instance})
     schemas = api["components"]["schemas"]

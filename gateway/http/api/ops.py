@@ -13,7 +13,7 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -24,6 +24,7 @@ from gateway.config.errors import ConfigError
 from gateway.config.redaction import redact
 from gateway.daemon.control import NotRunning, reload_gateway
 from gateway.http import eventstream
+from gateway.http.api.errors import Missing
 from gateway.http.api.serializers import ReloadRefusedSerializer, errors
 from gateway.http.api.views import Endpoint, int_param, path_param, query_param, time_param
 from gateway.http.streamseats import Refusal
@@ -91,7 +92,7 @@ class Stopwatch(Endpoint):
         limit = int_param(request, "limit", DEFAULT_SAMPLE, 1, MAX_SAMPLE)
         rows = JobStopwatch.objects.filter(plugin=plugin)
         if plugin not in self.runtime.config.plugins and not rows.exists():
-            raise NotFound(f"no plugin named {plugin!r} is configured or has stopwatch records")
+            raise Missing("plugin not found", f"no plugin named {plugin!r} is configured or has stopwatch records")
         if command:
             rows = rows.filter(command=command)
         if since is not None:

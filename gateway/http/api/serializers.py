@@ -24,13 +24,19 @@ class ErrorSerializer(serializers.Serializer):
     """Every error the API answers (`gateway.http.api.errors`)."""
 
     error = serializers.CharField(help_text="What went wrong and, where it helps, what to do instead.")
+    detail = serializers.CharField(
+        required=False,
+        help_text="404s only: `error` is in the original's words (`job not found`, `plugin not found`, "
+        "`pipeline not found`, `command not supported by plugin`), which its clients compare; this says which "
+        "one and why.",
+    )
 
 
 ERROR_MEANINGS = {
     400: "Bad request: invalid JSON body, payload or query parameter; `error` names it.",
     401: "Bearer token missing (where one is needed), malformed or unknown.",
     403: "The token is valid but lacks the scope this call needs; `error` names the scopes that would do.",
-    404: "No such plugin, command, pipeline or job.",
+    404: "No such plugin, command, pipeline or job: `error` in the original's words, `detail` naming it.",
     415: "The body is not `application/json`.",
     429: "Too many synchronous callers are already waiting (`api.max_concurrent_sync`); retry later.",
     503: "The database refused the write (unreachable, full, read-only): nothing was recorded, retry after "

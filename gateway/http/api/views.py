@@ -14,7 +14,7 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound, ParseError, Throttled, ValidationError
+from rest_framework.exceptions import ParseError, Throttled, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 from gateway import intake
 from gateway.config.frozen import thaw
 from gateway.http.api import serializers as shapes
+from gateway.http.api.errors import Missing
 from gateway.http.api.parsers import TRIGGER_PARSERS
 from gateway.http.api.serializers import errors
 from gateway.http.api.syncgate import Busy, caller_gone, sync_slot
@@ -80,7 +81,7 @@ def body_payload(request: Request) -> dict[str, Any]:
 def plugin_or_404(runtime: Runtime, name: str) -> PluginInstance:
     instance = runtime.registry.instances.get(name)
     if instance is None:
-        raise NotFound(f"no loaded plugin named {name!r}")
+        raise Missing("plugin not found", f"no loaded plugin named {name!r}")
     return instance
 
 
@@ -311,7 +312,12 @@ class PluginTrigger(Endpoint):
     )
     def post(self, request: Request, plugin: str, command: str) -> Response:
         runtime = self.runtime
-        intake.resolve(runtime, plugin, command)  # a missing target is a 404 before the body is read
+        try:
+            intake.resolve(runtime, plugin, command)  # a missing target is a 404 before the body is read
+        except intake.Refused as exc:
+            # The original's words, for its clients; ours (why it cannot run, which commands it has) beside.
+            words = "command not supported by plugin" if plugin in runtime.registry.instances else "plugin not found"
+            raise Missing(words, str(exc)) from None
         payload = body_payload(request)
         spec = intake.job(runtime, Submitter.API, plugin, command, payload, dedupe_key=request.data.get("dedupe_key"))
         result = intake.submit(runtime, [spec])[0]
@@ -357,7 +363,7 @@ class PipelineTrigger(Endpoint):
         runtime = self.runtime
         pipeline = runtime.pipelines.pipelines.get(name)
         if pipeline is None or pipeline.is_hook:
-            raise NotFound(f"no pipeline named {name!r}")
+            raise Missing("pipeline not found", f"no callable pipeline named {name!r}")
         payload = body_payload(request)
         force_async = str(request.query_params.get("async", "")).lower() in ("1", "true", "yes")
         if pipeline.execution_mode != "synchronous" or force_async:
@@ -392,7 +398,7 @@ class PipelineTrigger(Endpoint):
 def job_or_404(job_id: str) -> Job:
     job = Job.objects.filter(pk=job_id).first() if storable_text(job_id) else None
     if job is None:
-        raise NotFound(f"no job with id {job_id!r}")
+        raise Missing("job not found", f"no job with id {job_id!r}")
     return job
 
 

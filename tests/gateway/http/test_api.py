@@ -169,10 +169,10 @@ def test_plugin_trigger_enqueues_one_job_as_the_api(api):
     ("path", "body", "code", "words"),
     [
         ("/plugin/nope/poll", {}, 404, "plugin 'nope' cannot run: it is not configured"),
-        ("/plugin/echo/nope", {}, 404, "has no command 'nope'"),
+        ("/plugin/echo/nope", {}, 404, "has no command 'nope' (it has: poll,"),
         ("/plugin/echo/poll", {"payload": [1]}, 400, "payload: must be a JSON object"),
         ("/plugin/echo/poll", "not json", 400, "JSON"),
-        ("/pipeline/nope", {}, 404, "no pipeline named 'nope'"),
+        ("/pipeline/nope", {}, 404, "no callable pipeline named 'nope'"),
         ("/pipeline/fan", {}, 400, "needs exactly one"),
     ],
 )
@@ -183,8 +183,31 @@ def test_trigger_errors_are_json_with_the_reason(api, path, body, code, words):
     else:
         response = api.post(path, body, format="json")
     assert response.status_code == code, response.content
-    assert words in response.json()["error"]
+    answer = response.json()
+    assert words in (answer["detail"] if code == 404 else answer["error"])
     assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "error"),
+    [
+        ("get", "/job/unknown", "job not found"),
+        ("get", "/job/unknown/tree", "job not found"),
+        ("get", "/plugin/nope", "plugin not found"),
+        ("get", "/plugin/nope/openapi.json", "plugin not found"),
+        ("get", "/stopwatch/nope", "plugin not found"),
+        ("post", "/plugin/nope/poll", "plugin not found"),
+        ("post", "/plugin/echo/nope", "command not supported by plugin"),
+        ("post", "/pipeline/nope", "pipeline not found"),
+    ],
+)
+def test_404s_say_what_the_originals_say_and_which_one_beside(api, method, path, error):
+    """A client of the original compares `error` with its words; `detail` keeps ours (which one)."""
+    response = getattr(as_(api, "admin"), method)(path, {}, format="json")
+    assert response.status_code == 404
+    answer = response.json()
+    assert answer["error"] == error
+    assert "'nope'" in answer["detail"] or "'unknown'" in answer["detail"]
 
 
 @pytest.mark.parametrize("path", ["/plugin/echo/poll", "/pipeline/flow"])

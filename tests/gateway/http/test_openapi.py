@@ -267,7 +267,7 @@ def test_one_plugins_document(api):
 def test_an_unknown_plugins_document_is_404_json(api):
     response = api.get("/plugin/nope/openapi.json")
     assert response.status_code == 404  # not 405 from the trigger route, which only takes POST
-    assert response.json() == {"error": "no loaded plugin named 'nope'"}
+    assert response.json() == {"error": "plugin not found", "detail": "no loaded plugin named 'nope'"}
 
 
 def test_swagger_ui_is_served_with_its_files_and_no_network(api):
