@@ -70,9 +70,10 @@ DEFAULT_SAMPLE, MAX_SAMPLE = 1000, 100_000
 class Stopwatch(Endpoint):
     """p50/p95/p99 and max of a plugin's time (`dur_ns`) and the gateway's time around it
     (`runtime_pre_ns + runtime_post_ns`) over its latest invocations (`?limit=`, default 1000),
-    optionally one `?command=` and those since `?since=` (RFC 3339). Nanoseconds; nearest-rank."""
+    optionally one `?command=` and those since `?since=` (RFC 3339). Nanoseconds; nearest-rank.
+    Needs `jobs:status:ro` (`jobs:ro`, `jobs:rw` and `*` grant it), as the original's does."""
 
-    needs = ("jobs:ro",)
+    needs = ("jobs:status:ro",)
 
     @extend_schema(
         operation_id="stopwatch",

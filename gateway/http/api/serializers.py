@@ -248,6 +248,9 @@ class PipelineQueuedSerializer(serializers.Serializer):
 # -- jobs --------------------------------------------------------------------------------------
 
 
+RESULT_CLASS = "Absent unless the token has `jobs:result:ro` (`jobs:ro`, `jobs:rw` and `*` grant it)."
+
+
 class JobSerializer(serializers.Serializer):
     """`reports.job_summary` plus the latest attempt's result: `GET /job/{id}` and each tree hop."""
 
@@ -264,8 +267,10 @@ class JobSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     completed_at = serializers.DateTimeField(allow_null=True)
     next_retry_at = serializers.DateTimeField(allow_null=True)
-    last_error = serializers.CharField(allow_null=True)
-    result = serializers.JSONField(help_text="The plugin's response of the latest attempt, or null.")
+    last_error = serializers.CharField(allow_null=True, required=False, help_text=RESULT_CLASS)
+    result = serializers.JSONField(
+        required=False, help_text="The plugin's response of the latest attempt, or null. " + RESULT_CLASS
+    )
 
 
 class PipelineRunSerializer(serializers.Serializer):
@@ -320,11 +325,13 @@ class JobLogEntrySerializer(serializers.Serializer):
     submitted_by = serializers.CharField()
     created_at = serializers.DateTimeField()
     completed_at = serializers.DateTimeField()
-    last_error = serializers.CharField(allow_null=True)
-    stderr = serializers.CharField(allow_null=True)
+    last_error = serializers.CharField(allow_null=True, required=False, help_text=RESULT_CLASS)
+    stderr = serializers.CharField(allow_null=True, required=False, help_text=RESULT_CLASS)
     parent_job_id = serializers.CharField(allow_null=True)
     source_event_id = serializers.CharField(allow_null=True)
-    result = serializers.JSONField(required=False, help_text="Only with `include_result=true`; may be null.")
+    result = serializers.JSONField(
+        required=False, help_text="Only with `include_result=true`; may be null. " + RESULT_CLASS
+    )
 
 
 class JobLogListSerializer(serializers.Serializer):
