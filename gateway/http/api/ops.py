@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from gateway.config.errors import ConfigError
 from gateway.config.redaction import redact
 from gateway.daemon.control import NotRunning, reload_gateway
+from gateway.daemon.supervisor import listener_changes
 from gateway.http import eventstream
 from gateway.http.api.errors import Missing
 from gateway.http.api.serializers import ReloadRefusedSerializer, errors
@@ -271,8 +272,9 @@ class SystemReload(Endpoint):
     """Reload the configuration in every gateway process: the files on disk are loaded here first
     (an invalid config keeps the running one and is answered 409, as the original answers a refused
     reload, with every problem: file, line, key); then the `system start` supervisor (found by its
-    PID file) is signalled, which loads them again and hands the result to every process it runs.
-    Without a supervisor, this API process alone takes the new config."""
+    PID file) is signalled, which loads them again and hands the result to every process it runs,
+    and starts, stops or moves the listeners (API, webhooks) whose address the reload changed
+    (`listeners` says which). Without a supervisor, this API process alone takes the new config."""
 
     @extend_schema(
         operation_id="system_reload",
@@ -300,17 +302,26 @@ class SystemReload(Endpoint):
                 "problems": [p.as_dict() for p in exc.problems],
             }
             return Response(body, status=status.HTTP_409_CONFLICT)
+        # Listeners added, dropped or moved: the supervisor starts, stops or moves them (a
+        # gunicorn keeps the address it was started with through a reload).
+        changes = listener_changes(RUNTIME.get(), new)
         try:
             supervisor: int | None = reload_gateway(new.config)
             scope = f"every gateway process (supervisor pid {supervisor} signalled)"
+            said = "; ".join(changes)
+            listening = f" {said[:1].upper()}{said[1:]}." if changes else ""
         except NotRunning as exc:
             RUNTIME.install(new)
             supervisor, scope = None, f"this API process only ({exc})"
+            listening = (
+                f" Not done without `system start`, which runs the listeners: {'; '.join(changes)}." if changes else ""
+            )
         return Response(
             {
                 "status": "ok",
                 "reloaded_at": ts(new.loaded_at),
                 "supervisor_pid": supervisor,
-                "message": f"Configuration reloaded: {scope}.",
+                "listeners": changes,
+                "message": f"Configuration reloaded: {scope}.{listening}",
             }
         )

@@ -29,6 +29,7 @@ from gateway.reports.redaction import config_view
 from gateway.runtime import RUNTIME
 from ledger.models import EventRecord, JobStopwatch
 from tests.support import installed_runtime, wait_for
+from tests.support.webhooks import ENV, WEBHOOKS, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -399,6 +400,18 @@ def test_reload_serves_the_new_config(api, ops):
     assert body["message"].startswith("Configuration reloaded: this API process only (no running gateway:")
     assert body["reloaded_at"].endswith("Z") and RUNTIME.get().loaded_at > before
     assert "later" in api.get("/config/view").json()["compiled_routes"]
+
+
+def test_reload_says_which_listeners_it_adds_and_that_only_system_start_runs_them(api, ops, monkeypatch):
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    write_config(ops, WEBHOOKS, listen="127.0.0.1:18932")
+    body = as_(api, "admin").post("/system/reload").json()
+    assert body["listeners"] == ["the webhook listener starts on 127.0.0.1:18932"]
+    assert body["message"].endswith(
+        "Not done without `system start`, which runs the listeners: the webhook listener starts on 127.0.0.1:18932."
+    )
+    assert as_(api, "admin").post("/system/reload").json()["listeners"] == []  # nothing changes a second time
 
 
 def test_reload_of_a_broken_config_keeps_the_old_one_and_lists_every_problem(api, ops):
