@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "corsheaders",
     # The gateway's own housekeeping (retention, scheduled backups) only; plugin jobs never go
     # through it (docs/architecture.md, "Where django-q2 fits").
     "django_q",
@@ -47,6 +48,9 @@ MIDDLEWARE = [
     # Outermost: frees each request's objects as its response closes, not at the collector's next
     # pass, which stops every thread of the worker (gateway/http/cycles.py).
     "gateway.http.cycles.ReleaseAtClose",
+    # Before anything that answers: a CORS preflight is answered here, before authentication, and
+    # every answer to a listed origin (a 401 too) carries its headers (gateway/http/cors.py).
+    "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (the admin's, the console's) are served by the gateway itself, from STATIC_ROOT
     # as collected at set-up: compressed, with far-future caching of the hashed names.
@@ -60,6 +64,17 @@ MIDDLEWARE = [
     # Last, as django-axes asks: turns a login refused for a lockout into the page that says so.
     "axes.middleware.AxesMiddleware",
 ]
+
+# CORS as the original's API answers it: for the origins `api.allowed_origins` lists (read from
+# the running config by gateway/http/cors.py, so a reload changes them), with credentials, these
+# methods and headers, `Link` exposed, and preflights cached for 5 minutes. No route matches the
+# regex: only that check turns CORS on.
+CORS_URLS_REGEX = r"^$"
+CORS_ALLOW_CREDENTIALS = True
+CORS_ALLOW_METHODS = ("GET", "POST", "PUT", "DELETE", "OPTIONS")
+CORS_ALLOW_HEADERS = ("Accept", "Authorization", "Content-Type", "X-CSRF-Token")
+CORS_EXPOSE_HEADERS = ("Link",)
+CORS_PREFLIGHT_MAX_AGE = 300
 
 ROOT_URLCONF = "ductile_site.urls"
 WSGI_APPLICATION = "ductile_site.wsgi.application"

@@ -39,6 +39,12 @@ class GatewayConfig(AppConfig):
         wakeups.add_listener(poke_local_workers, wakeups.ENQUEUED, at_once=True)
         wakeups.add_listener(poke_local_waiters, wakeups.FINISHED)
 
+        from corsheaders.signals import check_request_enabled
+
+        from gateway.http.cors import origin_allowed
+
+        check_request_enabled.connect(origin_allowed, dispatch_uid="ductile-cors")
+
         if "postgresql" in settings.DATABASES["default"]["ENGINE"]:
             # A server restart ends every connection; the API's request threads would each fail
             # once on theirs (SQLite has no server to end them: nothing added to its requests).

@@ -4,13 +4,18 @@ and build time, for matching errors against deploys)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent.parent  # the checkout, when the package runs from one
+# Set by `system start` for its children: the command it was started as (`entry_point()`).
+ENTRY_POINT_ENV = "DUCTILE_ENTRY_POINT"
+ENTRY_POINTS = ("ductile", "manage.py")
 
 
 @cache
@@ -19,6 +24,21 @@ def gateway_version() -> str:
         return version("ductile-django")
     except PackageNotFoundError:
         return "0.1.0+source"
+
+
+@cache
+def entry_point() -> str:
+    """`/healthz`'s `binary_path`: the original reports its own executable; this gateway's
+    processes are Python interpreters (gunicorn, manage.py), so what stands for it is the command
+    the gateway runs as. `system start` tells its children the one it was started as (the `ductile`
+    script, or manage.py); any other process names its own, else the `ductile` script installed
+    beside its interpreter (the one `pip install` wrote)."""
+    if told := os.environ.get(ENTRY_POINT_ENV):
+        return told
+    if Path(sys.argv[0]).name in ENTRY_POINTS:
+        return os.path.abspath(sys.argv[0])
+    script = Path(sys.executable).parent / "ductile"  # not resolved: a venv's python is a symlink
+    return str(script) if script.is_file() else sys.executable
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from gateway.cli.base import EXIT_FAILED, DuctileCommand
-from gateway.operations.selfcheck import selfcheck
+from gateway.operations.selfcheck import report, selfcheck
 
 
 def run_selfcheck(command: DuctileCommand) -> None:
     checks = selfcheck()
-    healthy = all(c.status != "fail" for c in checks)
-    data = {"healthy": healthy, "checks": [c.as_dict() for c in checks]}
+    data = report(checks)
+    healthy = data["ok"]
 
     def text() -> str:
         lines = [f"selfcheck: {'PASS' if healthy else 'FAIL'}"]

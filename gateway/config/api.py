@@ -63,6 +63,8 @@ class ApiConfig:
     tokens: tuple[InlineToken, ...] = ()
     max_streams: int = DEFAULT_MAX_STREAMS
     max_streams_per_token: int = DEFAULT_MAX_STREAMS_PER_TOKEN
+    # Browser origins (`https://app.example:8443`) whose pages may call the API (gateway/http/cors.py).
+    allowed_origins: frozenset[str] = frozenset()
 
 
 def api_config(raw: Mapping[str, Any], problem: Problem) -> ApiConfig:
@@ -93,7 +95,38 @@ def api_config(raw: Mapping[str, Any], problem: Problem) -> ApiConfig:
         tokens=_inline_tokens(raw, problem),
         max_streams=_at_least_one(raw, "max_streams", base.max_streams, problem),
         max_streams_per_token=_at_least_one(raw, "max_streams_per_token", base.max_streams_per_token, problem),
+        allowed_origins=_origins(raw, problem),
     )
+
+
+# What a browser sends as `Origin`: scheme, host and an optional port, nothing after.
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")
+
+
+def _origins(raw: Mapping[str, Any], problem: Problem) -> frozenset[str]:
+    """`api.allowed_origins`, each compared with a request's `Origin` as it is, as the original
+    compares them; empty entries are ignored, as there. One with a path, a trailing slash or no
+    scheme could never match a browser's `Origin`, so it is refused with how to write it."""
+    entries = raw.get("allowed_origins")
+    if entries is None:
+        return frozenset()
+    if not isinstance(entries, list):
+        problem(("api", "allowed_origins"), f"expected a list of origins, got {entries!r}")
+        return frozenset()
+    origins = set()
+    for index, entry in enumerate(entries):
+        text = str(entry).strip() if entry is not None else ""
+        if not text:
+            continue
+        if text != "null" and not _ORIGIN.fullmatch(text):
+            problem(
+                ("api", "allowed_origins", index),
+                f"expected an origin as a browser sends it, such as https://app.example.com or "
+                f"http://localhost:5173 (scheme, host, optional port; no path or trailing slash), got {entry!r}",
+            )
+            continue
+        origins.add(text)
+    return frozenset(origins)
 
 
 def _at_least_one(raw: Mapping[str, Any], key: str, default: int, problem: Problem) -> int:

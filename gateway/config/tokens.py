@@ -27,6 +27,18 @@ log = logger("api")
 
 ADMIN = "*"
 RESOURCES = ("plugin", "jobs", "events")
+# The original's finer read scopes, each granted by the broad scope named beside it (so a token
+# with `jobs:ro`, `jobs:rw`, `plugin:ro` or `plugin:rw` keeps every read it had) and grantable alone
+# for least privilege: `plugin:catalog:ro` reads manifests (GET /plugin/{name}); `jobs:status:ro`
+# reads jobs' state (/job/{id}, /jobs, /stopwatch), `jobs:tree:ro` trees, `jobs:logs:ro` attempts;
+# `jobs:result:ro` is what lets any of those show what a plugin wrote (result, last_error, stderr).
+FINER = {
+    "plugin:catalog:ro": "plugin:ro",
+    "jobs:status:ro": "jobs:ro",
+    "jobs:result:ro": "jobs:ro",
+    "jobs:logs:ro": "jobs:ro",
+    "jobs:tree:ro": "jobs:ro",
+}
 # The registry's alternative spelling (spec §9.4 example scope file): `read:jobs`, `write:events`.
 _VERBS = {"read": "ro", "write": "rw"}
 
@@ -63,7 +75,8 @@ class TokenRegistry:
 
 
 def normalise(scopes: Iterable[str]) -> frozenset[str]:
-    """Canonical `resource:ro|rw` scopes, each write scope adding its read."""
+    """Canonical `resource:ro|rw` scopes, each write scope adding its read and each broad read
+    scope the finer ones it covers (`FINER`)."""
     out: set[str] = set()
     for raw in scopes:
         scope = str(raw).strip()
@@ -73,6 +86,7 @@ def normalise(scopes: Iterable[str]) -> frozenset[str]:
         out.add(scope)
         if scope.endswith(":rw"):
             out.add(scope[:-3] + ":ro")
+    out.update(fine for fine, broad in FINER.items() if broad in out)
     return frozenset(out)
 
 

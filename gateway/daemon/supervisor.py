@@ -52,6 +52,7 @@ from gateway.runtime import (
     write_snapshot,
 )
 from gateway.storage.database import ensure_schema
+from gateway.version import ENTRY_POINT_ENV, entry_point
 from ledger.models.workers import pid_alive
 
 log = logger("supervisor")
@@ -133,6 +134,8 @@ class Child:
     idle_since: float | None = None
     parked: bool = False
     asking_fails: bool = False
+    # A listener a reload stopped: to start again on its new address ("moved") or not ("dropped").
+    retired: str | None = None
 
     def __post_init__(self) -> None:
         self.needed = self.demand is None  # an on-demand child waits for its first answer
@@ -168,6 +171,11 @@ class Child:
         self.process, self.restart_at = None, now + delay
 
     def exited(self, code: int, now: float) -> None:
+        if self.retired is not None:
+            # Stopped by a reload: no death, nothing to count. A moved listener starts again at once.
+            log.info("%s stopped (exit %s): %s by the reloaded config", self.name, code, self.retired)
+            self.process, self.retired, self.restart_at = None, None, now
+            return
         if not self.parked:
             self.died(code, now)
             return
@@ -231,6 +239,63 @@ def gunicorn(app: str, bind: str) -> list[str]:
     return [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--bind", bind, app]
 
 
+def child_env(runtime: Runtime, config_dir: Path) -> dict[str, str]:
+    """What every child of one `system start` is told, once: a listener a reload starts later is
+    told the same (the gateway's start time among it: the API's uptime)."""
+    return {
+        "DUCTILE_CONFIG_DIR": str(config_dir),
+        SNAPSHOT_ENV: str(snapshot_file_for(runtime.config)),
+        STARTED_ENV: str(time.time()),
+        ENTRY_POINT_ENV: entry_point(),  # what /healthz reports as `binary_path`
+        SUPERVISOR_ENV: str(os.getpid()),  # each child dies with us (gateway/daemon/tree.py)
+    }
+
+
+LISTENERS = ("api", "webhooks")
+
+
+def listeners(runtime: Runtime, env: Mapping[str, str]) -> list[Child]:
+    """The HTTP listeners this config asks for, each a gunicorn bound to its address: the API
+    (`api.enabled`, `api.listen`) and the webhook listener (`webhooks.listen`). A reload runs this
+    again: the supervisor starts, stops or moves them to match (`Supervisor._relisten`)."""
+    children = []
+    if runtime.config.api.enabled:
+        children.append(Child("api", gunicorn("ductile_site.wsgi:application", str(runtime.config.api.listen)), env))
+    if runtime.webhooks.listen is not None:
+        bind = str(runtime.webhooks.listen)
+        children.append(Child("webhooks", gunicorn("gateway.http.webhooks.wsgi:application", bind), env))
+    return children
+
+
+LISTENER_NAMES = {"api": "the API", "webhooks": "the webhook listener"}
+
+
+def listener_changes(old: Runtime, new: Runtime) -> list[str]:
+    """What a reload from `old` to `new` does to the listeners (`Supervisor._relisten`), in words
+    for its answer: `the webhook listener starts on 127.0.0.1:8081`."""
+    before, after = _addresses(old), _addresses(new)
+    changes = []
+    for name, what in LISTENER_NAMES.items():
+        was, now = before.get(name), after.get(name)
+        if was == now:
+            continue
+        if was is None:
+            changes.append(f"{what} starts on {now}")
+        elif now is None:
+            changes.append(f"{what} on {was} stops")
+        else:
+            changes.append(f"{what} moves from {was} to {now}")
+    return changes
+
+
+def _addresses(runtime: Runtime) -> dict[str, str]:
+    return {c.name: _bind(c) for c in listeners(runtime, {})}
+
+
+def _bind(listener: Child) -> str:
+    return listener.argv[listener.argv.index("--bind") + 1]
+
+
 def plan(
     runtime: Runtime,
     config_dir: Path,
@@ -244,18 +309,8 @@ def plan(
     manage = str(REPO / "manage.py")
     common = ["--config-dir", str(config_dir)]
     snapshot = snapshot_file_for(runtime.config)
-    env = {
-        "DUCTILE_CONFIG_DIR": str(config_dir),
-        SNAPSHOT_ENV: str(snapshot),
-        STARTED_ENV: str(time.time()),
-        SUPERVISOR_ENV: str(os.getpid()),  # each child dies with us (gateway/daemon/tree.py)
-    }
-    children = []
-    if runtime.config.api.enabled:
-        children.append(Child("api", gunicorn("ductile_site.wsgi:application", str(runtime.config.api.listen)), env))
-    if runtime.webhooks.listen is not None:
-        bind = str(runtime.webhooks.listen)
-        children.append(Child("webhooks", gunicorn("gateway.http.webhooks.wsgi:application", bind), env))
+    env = child_env(runtime, config_dir)
+    children = listeners(runtime, env)
     if workers:
         children.append(Child("runworkers", [python, manage, "runworkers", *common], env))
     if scheduler:
@@ -298,6 +353,9 @@ class Supervisor:
         self.stopping = False
         self._pending: list[int] = []
         self._pause: Pause | None = None
+        # What a listener a reload adds is told: what the first listener was (or `child_env`'s).
+        listener = next((c for c in self.children if c.name in LISTENERS), None)
+        self.listener_env = listener.env if listener else child_env(holder.get(), config.config_dir)
 
     def run(self) -> int:
         self._take_the_lock()
@@ -389,12 +447,47 @@ class Supervisor:
             return
         self.holder.install(runtime)
         log.info("SIGHUP: config reloaded; every process reloads it")
+        self._relisten(listeners(runtime, self.listener_env))
         for child in self.children:
-            if child.reloads:
+            if child.reloads and child.retired is None:  # one that is stopping needs no reload
                 child.signal(signal.SIGHUP)
         self._configure(reloaded=True)
         for child in self.children:
             child.asked_at = float("-inf")  # the new config may have made work due: ask now
+
+    def _relisten(self, wanted: list[Child]) -> None:
+        """Match the listeners to the reloaded config: start one it adds (a webhooks.yaml written
+        since the start), stop one it drops, and move one whose address changed (gunicorn keeps the
+        address it was started with through a SIGHUP): stopped, then started again on the new one
+        once the old has let go of its port. `_watch` starts what is due."""
+        now = time.monotonic()
+        running = {c.name: c for c in self.children if c.name in LISTENERS}
+        asked = {c.name: c for c in wanted}
+        for name, child in running.items():
+            new = asked.get(name)
+            if new is None:
+                if child.needed:
+                    log.info("%s: the reloaded config no longer asks for it; stopping it", name)
+                    child.needed = False
+                    self._retire(child, "dropped")
+            elif new.argv != child.argv or not child.needed:
+                where = _bind(new)
+                log.info("%s: the reloaded config asks for it on %s; (re)starting it there", name, where)
+                child.argv, child.needed, child.failures = new.argv, True, 0
+                if not self._retire(child, "moved"):
+                    child.restart_at = now
+        for name, new in asked.items():
+            if name not in running:
+                log.info("%s: the reloaded config asks for it; starting it", name)
+                self.children.append(new)
+
+    def _retire(self, child: Child, why: str) -> bool:
+        """Ask a running listener to stop (it drains); False when it was not running."""
+        if child.process is None or child.process.poll() is not None:
+            return False
+        child.retired = why
+        child.signal(signal.SIGTERM)
+        return True
 
     def _configure(self, *, reloaded: bool) -> None:
         if self.on_config is None:

@@ -24,7 +24,7 @@ from gateway.config.atomic import write_atomic
 from gateway.config.edit import EditError, set_value
 from gateway.config.integrity import CHECKSUMS, Tier, digest, read_seal, reseal, tier_of
 from gateway.config.loader import ROOT_FILE, MergedConfig, load_config_tree
-from gateway.config.tokens import ADMIN, RESOURCES
+from gateway.config.tokens import ADMIN, FINER, RESOURCES
 from gateway.config.yamlsrc import KeyPath, Yaml12Loader
 from gateway.plugins.seal import lock_config
 
@@ -118,14 +118,14 @@ def scope_problems(scopes: Sequence[str], plugins: Sequence[str]) -> list[str]:
     problems = []
     for scope in scopes:
         verb, _, resource = scope.partition(":")
-        if scope == ADMIN or (verb in ("read", "write") and resource in RESOURCES):
+        if scope == ADMIN or scope in FINER or (verb in ("read", "write") and resource in RESOURCES):
             continue
         if resource in ("ro", "rw") and (verb in RESOURCES or verb in plugins):
             continue
         if resource in ("ro", "rw"):
             problems.append(f"{scope!r}: no plugin {verb!r} is configured")
         else:
-            known = ", ".join(f"{r}:ro|rw" for r in RESOURCES)
+            known = ", ".join([*(f"{r}:ro|rw" for r in RESOURCES), *FINER])
             problems.append(f"{scope!r} is not a scope (use *, {known}, or PLUGIN:ro|rw)")
     return problems
 

@@ -39,6 +39,7 @@ from gateway.config.loader import ROOT_FILE
 from gateway.daemon.supervisor import pid_file_for, running_pid
 from gateway.operations.backups.snapshot import sqlite_file
 from gateway.operations.housekeeping import PRUNE_EVERY_MINUTES
+from gateway.reports import ts
 from gateway.runtime import RUNTIME, build_runtime
 from gateway.storage.database import describe_database, integrity_finding, pending_migrations
 from ledger.models import Job
@@ -62,6 +63,14 @@ class Check:
             "detail": self.detail,
             "path": self.path,
         }
+
+
+def report(checks: list[Check]) -> dict[str, Any]:
+    """What `system selfcheck --json` prints and `GET /system/selfcheck` answers, one shape for both
+    so a deploy gate reads either: `ok` (false only when a check failed: skipped checks leave it
+    true), `captured_at`, `checks`; `healthy` is `ok` under the name the CLI printed first."""
+    ok = all(c.status != "fail" for c in checks)
+    return {"ok": ok, "healthy": ok, "captured_at": ts(timezone.now()), "checks": [c.as_dict() for c in checks]}
 
 
 def selfcheck(*, serving: bool = False) -> list[Check]:

@@ -292,7 +292,8 @@ def health_status(runtime: Runtime, uptime_seconds: int) -> dict[str, Any]:
     return {
         "status": "ok",
         "uptime_seconds": uptime_seconds,
-        "queue_depth": Job.objects.queued().count(),
+        # Outstanding work, as the original's /healthz counts it: queued and running.
+        "queue_depth": Job.objects.filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING)).count(),
         "plugins_loaded": len(runtime.registry.instances),
         "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
     }

@@ -119,7 +119,7 @@ def test_non_2xx_answers_exit_1_with_the_body_printed(served):
     cfg, _ = served
     missing = api(cfg, "/job/no-such-job")
     assert missing.returncode == 1
-    assert "no job with id" in json.loads(missing.stdout)["error"]
+    assert json.loads(missing.stdout) == {"error": "job not found", "detail": "no job with id 'no-such-job'"}
     assert api(cfg, "/healthz").returncode == 0
 
 

@@ -252,5 +252,5 @@ def test_system_reload_and_post_system_reload_reach_every_process(system):
     refused = ductile(cfg, "system", "reload")
     assert refused.returncode == 78 and "not signalled" in refused.stderr
     code, body = api.call("POST", "/system/reload")
-    assert code == 400, body
+    assert code == 409, body
     runs("echo-three")  # still running the last good config

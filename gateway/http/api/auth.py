@@ -8,7 +8,7 @@ and logged at a bounded rate (gateway/http/api/refusals.py); a valid token costs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +90,21 @@ class Scoped(BasePermission):
         if not request.auth.allows(*needed):
             raise exceptions.PermissionDenied(f"token lacks scope: needs one of {', '.join(needed)}")
         return True
+
+
+# What a plugin wrote about a job (its result, its error, its stderr): the reads of jobs show it
+# only to a token with `jobs:result:ro` (which `jobs:ro`, `jobs:rw` and `*` grant), as the
+# original shapes its answers; a narrower token sees the same rows without these keys.
+RESULT_FIELDS = ("result", "last_error", "stderr")
+RESULTS = "jobs:result:ro"
+
+
+def sees_results(request: Request) -> bool:
+    return isinstance(request.auth, ApiToken) and request.auth.allows(RESULTS)
+
+
+def shaped(request: Request, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` as the caller's token may see them: without `RESULT_FIELDS` unless it sees results."""
+    if sees_results(request):
+        return list(rows)
+    return [{k: v for k, v in row.items() if k not in RESULT_FIELDS} for row in rows]

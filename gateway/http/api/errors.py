@@ -24,7 +24,18 @@ log = logger("api")
 RETRY_AFTER = 30
 
 
+class Missing(exceptions.NotFound):
+    """A 404 in the original's words (`job not found`, `plugin not found`, …), which its clients
+    compare, with ours beside them as `detail`: which one was not found, and why or what there is."""
+
+    def __init__(self, error: str, detail: str):
+        super().__init__(error)
+        self.words = detail
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, Missing):
+        return Response({"error": str(exc.detail), "detail": exc.words}, status=404)
     if isinstance(exc, Refused):
         return Response({"error": str(exc)}, status=404 if exc.not_found else 400)
     if isinstance(exc, RequestDataTooBig):

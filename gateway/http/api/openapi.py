@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,11 @@ from drf_spectacular.renderers import OpenApiJsonRenderer2
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from gateway.config.tokens import ADMIN
+from gateway.http.api.errors import Missing
 from gateway.http.api.serializers import DEDUPE_KEY_HELP, DEDUPE_KEY_MAX, ERROR_MEANINGS, errors
 from gateway.http.api.views import OPEN, Endpoint
 from gateway.plugins.manifest import CommandSpec
@@ -44,7 +45,9 @@ from gateway.version import gateway_version
 SECURITY_SCHEME = "BearerAuth"
 DESCRIPTION = (
     "Ductile's HTTP API. Discovery (`/`, `/healthz`, `/plugins`, `/skills`, this document) is open; everything "
-    "else takes `Authorization: Bearer <token>`, and each operation names the scopes it needs. Every plugin "
+    "else takes `Authorization: Bearer <token>`, and each operation's `security` lists the scopes any one of "
+    "which lets it through (`jobs:ro` grants the finer `jobs:*:ro`, `plugin:ro` grants `plugin:catalog:ro`, a "
+    "`rw` scope its `ro`). Every plugin "
     'command has its own operation, tagged with the plugin\'s name. Errors are `{"error": "…"}`.'
 )
 SCHEMA_REF = "#/components/schemas/"
@@ -65,9 +68,16 @@ class BearerAuthScheme(OpenApiAuthenticationExtension):
 
     def get_security_requirement(self, auto_schema: AutoSchema) -> dict[str, list[str]] | list[dict[str, list[str]]]:
         view = auto_schema.view
-        if isinstance(view, Endpoint) and view.needs is OPEN:
-            return []
+        if isinstance(view, Endpoint):
+            return [] if view.needs is OPEN else security(view.needs)
         return {self.name: []}
+
+
+def security(needs: Sequence[str]) -> list[dict[str, list[str]]]:
+    """An operation's `security`: one requirement per scope that is enough on its own (OpenAPI reads
+    a list of requirements as alternatives), `*` last. A scope names its route parameter as the path
+    does (`{name}:ro`); the broad scopes that grant a finer one are in the operation's description."""
+    return [{SECURITY_SCHEME: [scope]} for scope in dict.fromkeys([*needs, ADMIN])]
 
 
 # -- the API part: drf-spectacular ------------------------------------------------------------
@@ -118,7 +128,7 @@ def command_operation(plugin: str, command: CommandSpec) -> dict[str, Any]:
         "description": f"Enqueues one `{plugin}` `{command.name}` job. A {command.type} command: needs {needs} "
         f'(or {also}). The body is `{{"payload": {{…}}}}`; the manifest\'s input_schema describes `payload`.',
         "tags": [plugin],
-        "security": [{SECURITY_SCHEME: []}],
+        "security": security(command_scopes(plugin, command.type)),
         "responses": {
             "202": {
                 "description": "Job queued.",
@@ -163,7 +173,7 @@ def plugin_document(name: str) -> dict[str, Any]:
     """The document scoped to one plugin: its command operations and what they refer to."""
     instance = RUNTIME.get().registry.instances.get(name)
     if instance is None:
-        raise NotFound(f"no loaded plugin named {name!r}")
+        raise Missing("plugin not found", f"no loaded plugin named {name!r}")
     api = api_document()
     paths = plugin_paths({name: instance})
     schemas = api["components"]["schemas"]

@@ -11,9 +11,9 @@ from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -23,8 +23,10 @@ from rest_framework.response import Response
 from gateway.config.errors import ConfigError
 from gateway.config.redaction import redact
 from gateway.daemon.control import NotRunning, reload_gateway
+from gateway.daemon.supervisor import listener_changes
 from gateway.http import eventstream
-from gateway.http.api.serializers import errors
+from gateway.http.api.errors import Missing
+from gateway.http.api.serializers import ReloadRefusedSerializer, errors
 from gateway.http.api.views import Endpoint, int_param, path_param, query_param, time_param
 from gateway.http.streamseats import Refusal
 from gateway.operations.doctor import ERROR as DOCTOR_ERROR
@@ -69,9 +71,10 @@ DEFAULT_SAMPLE, MAX_SAMPLE = 1000, 100_000
 class Stopwatch(Endpoint):
     """p50/p95/p99 and max of a plugin's time (`dur_ns`) and the gateway's time around it
     (`runtime_pre_ns + runtime_post_ns`) over its latest invocations (`?limit=`, default 1000),
-    optionally one `?command=` and those since `?since=` (RFC 3339). Nanoseconds; nearest-rank."""
+    optionally one `?command=` and those since `?since=` (RFC 3339). Nanoseconds; nearest-rank.
+    Needs `jobs:status:ro` (`jobs:ro`, `jobs:rw` and `*` grant it), as the original's does."""
 
-    needs = ("jobs:ro",)
+    needs = ("jobs:status:ro",)
 
     @extend_schema(
         operation_id="stopwatch",
@@ -91,7 +94,7 @@ class Stopwatch(Endpoint):
         limit = int_param(request, "limit", DEFAULT_SAMPLE, 1, MAX_SAMPLE)
         rows = JobStopwatch.objects.filter(plugin=plugin)
         if plugin not in self.runtime.config.plugins and not rows.exists():
-            raise NotFound(f"no plugin named {plugin!r} is configured or has stopwatch records")
+            raise Missing("plugin not found", f"no plugin named {plugin!r} is configured or has stopwatch records")
         if command:
             rows = rows.filter(command=command)
         if since is not None:
@@ -249,8 +252,7 @@ class SystemDoctor(Endpoint):
 class SystemSelfcheck(Endpoint):
     """`system selfcheck` asked of the serving gateway (idiom 8, "Diagnostics"): the config on disk
     loads, and the PID lock is this gateway's own; the database checks are skipped while it runs
-    (gateway/operations/selfcheck.py). `ok` is false only when a check failed: skipped checks leave
-    it true."""
+    (gateway/operations/selfcheck.py), in the shape `system selfcheck --json` prints."""
 
     @extend_schema(
         operation_id="system_selfcheck",
@@ -261,31 +263,33 @@ class SystemSelfcheck(Endpoint):
     def get(self, request: Request) -> Response:
         # Imported here: at module level every API worker would load django-q2's scheduler and the
         # backup code with it (52 modules) for an endpoint asked now and then.
-        from gateway.operations.selfcheck import selfcheck
+        from gateway.operations.selfcheck import report, selfcheck
 
-        checks = selfcheck(serving=True)
-        return Response(
-            {
-                "ok": all(c.status != "fail" for c in checks),
-                "captured_at": ts(timezone.now()),
-                "checks": [c.as_dict() for c in checks],
-            }
-        )
+        return Response(report(selfcheck(serving=True)))
 
 
 class SystemReload(Endpoint):
     """Reload the configuration in every gateway process: the files on disk are loaded here first
-    (an invalid config keeps the running one and is answered 400 with every problem: file, line,
-    key); then the `system start` supervisor (found by its PID file) is signalled, which loads them
-    again and hands the result to every process it runs. Without a supervisor, this API process
-    alone takes the new config."""
+    (an invalid config keeps the running one and is answered 409, as the original answers a refused
+    reload, with every problem: file, line, key); then the `system start` supervisor (found by its
+    PID file) is signalled, which loads them again and hands the result to every process it runs,
+    and starts, stops or moves the listeners (API, webhooks) whose address the reload changed
+    (`listeners` says which). Without a supervisor, this API process alone takes the new config."""
 
     @extend_schema(
         operation_id="system_reload",
         tags=["operations"],
         summary="Reload the configuration in every gateway process (an invalid one is refused, the old kept)",
         request=None,
-        responses={200: OpenApiTypes.OBJECT, **errors(400, 401, 403)},
+        responses={
+            200: OpenApiTypes.OBJECT,
+            **errors(401, 403),
+            409: OpenApiResponse(
+                ReloadRefusedSerializer,
+                description="The config on disk does not load: the running one is kept; `problems` lists "
+                "every problem with its file, line and key.",
+            ),
+        },
     )
     def post(self, request: Request) -> Response:
         assert RUNTIME.config_dir is not None  # set when this process loaded its config
@@ -297,19 +301,28 @@ class SystemReload(Endpoint):
                 + "; ".join(str(p) for p in exc.problems),
                 "problems": [p.as_dict() for p in exc.problems],
             }
-            return Response(body, status=status.HTTP_400_BAD_REQUEST)
+            return Response(body, status=status.HTTP_409_CONFLICT)
+        # Listeners added, dropped or moved: the supervisor starts, stops or moves them (a
+        # gunicorn keeps the address it was started with through a reload).
+        changes = listener_changes(RUNTIME.get(), new)
         try:
             supervisor: int | None = reload_gateway(new.config)
             scope = f"every gateway process (supervisor pid {supervisor} signalled)"
+            said = "; ".join(changes)
+            listening = f" {said[:1].upper()}{said[1:]}." if changes else ""
         except NotRunning as exc:
             RUNTIME.install(new)
             supervisor, scope = None, f"this API process only ({exc})"
+            listening = (
+                f" Not done without `system start`, which runs the listeners: {'; '.join(changes)}." if changes else ""
+            )
         return Response(
             {
                 "status": "ok",
                 "reloaded_at": ts(new.loaded_at),
                 "supervisor_pid": supervisor,
-                "message": f"Configuration reloaded: {scope}.",
+                "listeners": changes,
+                "message": f"Configuration reloaded: {scope}.{listening}",
             }
         )
 

@@ -24,13 +24,19 @@ class ErrorSerializer(serializers.Serializer):
     """Every error the API answers (`gateway.http.api.errors`)."""
 
     error = serializers.CharField(help_text="What went wrong and, where it helps, what to do instead.")
+    detail = serializers.CharField(
+        required=False,
+        help_text="404s only: `error` is in the original's words (`job not found`, `plugin not found`, "
+        "`pipeline not found`, `command not supported by plugin`), which its clients compare; this says which "
+        "one and why.",
+    )
 
 
 ERROR_MEANINGS = {
     400: "Bad request: invalid JSON body, payload or query parameter; `error` names it.",
     401: "Bearer token missing (where one is needed), malformed or unknown.",
     403: "The token is valid but lacks the scope this call needs; `error` names the scopes that would do.",
-    404: "No such plugin, command, pipeline or job.",
+    404: "No such plugin, command, pipeline or job: `error` in the original's words, `detail` naming it.",
     415: "The body is not `application/json`.",
     429: "Too many synchronous callers are already waiting (`api.max_concurrent_sync`); retry later.",
     503: "The database refused the write (unreachable, full, read-only): nothing was recorded, retry after "
@@ -72,11 +78,15 @@ class HealthSerializer(serializers.Serializer):
 
     status = serializers.CharField()
     uptime_seconds = serializers.IntegerField()
-    queue_depth = serializers.IntegerField()
+    queue_depth = serializers.IntegerField(help_text="Jobs queued or running.")
     plugins_loaded = serializers.IntegerField()
     plugins_circuit_open = serializers.IntegerField()
     workers = serializers.IntegerField(help_text="Workers with a fresh heartbeat.")
     config_path = serializers.CharField()
+    binary_path = serializers.CharField(
+        help_text="The command the gateway runs as: the `ductile` script (or manage.py) `system start` was "
+        "started with; the original reports its executable here."
+    )
     version = serializers.CharField()
 
 
@@ -238,6 +248,9 @@ class PipelineQueuedSerializer(serializers.Serializer):
 # -- jobs --------------------------------------------------------------------------------------
 
 
+RESULT_CLASS = "Absent unless the token has `jobs:result:ro` (`jobs:ro`, `jobs:rw` and `*` grant it)."
+
+
 class JobSerializer(serializers.Serializer):
     """`reports.job_summary` plus the latest attempt's result: `GET /job/{id}` and each tree hop."""
 
@@ -254,8 +267,10 @@ class JobSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     completed_at = serializers.DateTimeField(allow_null=True)
     next_retry_at = serializers.DateTimeField(allow_null=True)
-    last_error = serializers.CharField(allow_null=True)
-    result = serializers.JSONField(help_text="The plugin's response of the latest attempt, or null.")
+    last_error = serializers.CharField(allow_null=True, required=False, help_text=RESULT_CLASS)
+    result = serializers.JSONField(
+        required=False, help_text="The plugin's response of the latest attempt, or null. " + RESULT_CLASS
+    )
 
 
 class PipelineRunSerializer(serializers.Serializer):
@@ -310,11 +325,13 @@ class JobLogEntrySerializer(serializers.Serializer):
     submitted_by = serializers.CharField()
     created_at = serializers.DateTimeField()
     completed_at = serializers.DateTimeField()
-    last_error = serializers.CharField(allow_null=True)
-    stderr = serializers.CharField(allow_null=True)
+    last_error = serializers.CharField(allow_null=True, required=False, help_text=RESULT_CLASS)
+    stderr = serializers.CharField(allow_null=True, required=False, help_text=RESULT_CLASS)
     parent_job_id = serializers.CharField(allow_null=True)
     source_event_id = serializers.CharField(allow_null=True)
-    result = serializers.JSONField(required=False, help_text="Only with `include_result=true`; may be null.")
+    result = serializers.JSONField(
+        required=False, help_text="Only with `include_result=true`; may be null. " + RESULT_CLASS
+    )
 
 
 class JobLogListSerializer(serializers.Serializer):
@@ -351,3 +368,22 @@ class SummarySerializer(serializers.Serializer):
 
     window = serializers.CharField()
     stats = serializers.DictField(child=serializers.IntegerField(), help_text="Finished attempts per status.")
+
+
+# -- operations --------------------------------------------------------------------------------
+
+
+class ConfigProblemSerializer(serializers.Serializer):
+    """One problem of a config that does not load (`gateway.config.errors.ConfigProblem`)."""
+
+    file = serializers.CharField(allow_null=True)
+    line = serializers.IntegerField(allow_null=True)
+    key = serializers.CharField(allow_null=True)
+    message = serializers.CharField()
+
+
+class ReloadRefusedSerializer(serializers.Serializer):
+    """`POST /system/reload`'s 409 (ops.SystemReload): the config on disk does not load."""
+
+    error = serializers.CharField(help_text="Every problem in one line; the running configuration is kept.")
+    problems = ConfigProblemSerializer(many=True)

@@ -14,7 +14,7 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound, ParseError, Throttled, ValidationError
+from rest_framework.exceptions import ParseError, PermissionDenied, Throttled, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -22,6 +22,8 @@ from rest_framework.views import APIView
 from gateway import intake
 from gateway.config.frozen import thaw
 from gateway.http.api import serializers as shapes
+from gateway.http.api.auth import RESULTS, sees_results, shaped
+from gateway.http.api.errors import Missing
 from gateway.http.api.parsers import TRIGGER_PARSERS
 from gateway.http.api.serializers import errors
 from gateway.http.api.syncgate import Busy, caller_gone, sync_slot
@@ -41,7 +43,7 @@ from gateway.reports import (
 )
 from gateway.reports.skills import command_scopes, skills
 from gateway.runtime import RUNTIME, STARTED_ENV, Runtime
-from gateway.version import gateway_version
+from gateway.version import entry_point, gateway_version
 from ledger.models import Job, JobLog, WorkerInstance
 from ledger.states import JobStatus
 from ledger.storable import NOT_STORABLE, storable_text
@@ -53,12 +55,16 @@ log = logger("api")
 
 
 class Endpoint(APIView):
-    """Base: `scopes(request)` says which scopes (any one) the call needs, or OPEN."""
+    """Base: `scopes(request)` says which scopes (any one) the call needs, or OPEN: `needs`, with
+    the route's parameters filled in (`{name}:ro`). OpenAPI lists `needs` as each operation's
+    security (gateway/http/api/openapi.py)."""
 
     needs: Sequence[str] | None = ("*",)
 
     def scopes(self, request: Request) -> Sequence[str] | None:
-        return self.needs
+        if self.needs is None:
+            return None
+        return tuple(scope.format(**self.kwargs) for scope in self.needs)
 
     @property
     def runtime(self) -> Runtime:
@@ -80,7 +86,7 @@ def body_payload(request: Request) -> dict[str, Any]:
 def plugin_or_404(runtime: Runtime, name: str) -> PluginInstance:
     instance = runtime.registry.instances.get(name)
     if instance is None:
-        raise NotFound(f"no loaded plugin named {name!r}")
+        raise Missing("plugin not found", f"no loaded plugin named {name!r}")
     return instance
 
 
@@ -161,7 +167,8 @@ class Health(Endpoint):
         operation_id="healthz",
         tags=["discovery"],
         summary="Health",
-        description="Uptime, queue depth, loaded plugins, open circuits and live workers. Open.",
+        description="Uptime, queue depth (queued and running jobs), loaded plugins, open circuits, live "
+        "workers, the config directory, the `ductile` command the gateway runs as, and the version. Open.",
         responses={200: shapes.HealthSerializer, **errors(401)},
     )
     def get(self, request: Request) -> Response:
@@ -172,6 +179,7 @@ class Health(Endpoint):
                 **health_status(runtime, uptime_seconds()),
                 "workers": workers,
                 "config_path": str(runtime.config.config_dir),
+                "binary_path": entry_point(),
                 "version": gateway_version(),
             }
         )
@@ -204,15 +212,14 @@ class Plugins(Endpoint):
 
 
 class PluginDetail(Endpoint):
-    def scopes(self, request: Request) -> Sequence[str]:
-        return ("plugin:ro", f"{self.kwargs['name']}:ro")
+    needs = ("plugin:catalog:ro", "{name}:ro")
 
     @extend_schema(
         operation_id="plugin",
         tags=["plugins"],
         summary="Describe a plugin",
         description="The plugin's manifest: version, protocol and every command with its type and schemas. "
-        "Needs `plugin:ro` or `{name}:ro` (or a write scope, or `*`).",
+        "Needs `plugin:catalog:ro` or `{name}:ro` (`plugin:ro`, `plugin:rw`, `{name}:rw` and `*` grant them).",
         parameters=[path_param("name", "A loaded plugin (instance) name.")],
         responses={200: shapes.PluginDetailSerializer, **errors(401, 403, 404)},
     )
@@ -287,6 +294,8 @@ class AiPlugin(Endpoint):
 
 
 class PluginTrigger(Endpoint):
+    # What OpenAPI lists for the generic operation; `scopes` picks by the command's type.
+    needs = ("plugin:ro", "{plugin}:ro", "plugin:rw", "{plugin}:rw")
     parser_classes = TRIGGER_PARSERS
 
     def scopes(self, request: Request) -> Sequence[str]:
@@ -309,7 +318,12 @@ class PluginTrigger(Endpoint):
     )
     def post(self, request: Request, plugin: str, command: str) -> Response:
         runtime = self.runtime
-        intake.resolve(runtime, plugin, command)  # a missing target is a 404 before the body is read
+        try:
+            intake.resolve(runtime, plugin, command)  # a missing target is a 404 before the body is read
+        except intake.Refused as exc:
+            # The original's words, for its clients; ours (why it cannot run, which commands it has) beside.
+            words = "command not supported by plugin" if plugin in runtime.registry.instances else "plugin not found"
+            raise Missing(words, str(exc)) from None
         payload = body_payload(request)
         spec = intake.job(runtime, Submitter.API, plugin, command, payload, dedupe_key=request.data.get("dedupe_key"))
         result = intake.submit(runtime, [spec])[0]
@@ -355,7 +369,7 @@ class PipelineTrigger(Endpoint):
         runtime = self.runtime
         pipeline = runtime.pipelines.pipelines.get(name)
         if pipeline is None or pipeline.is_hook:
-            raise NotFound(f"no pipeline named {name!r}")
+            raise Missing("pipeline not found", f"no callable pipeline named {name!r}")
         payload = body_payload(request)
         force_async = str(request.query_params.get("async", "")).lower() in ("1", "true", "yes")
         if pipeline.execution_mode != "synchronous" or force_async:
@@ -390,7 +404,7 @@ class PipelineTrigger(Endpoint):
 def job_or_404(job_id: str) -> Job:
     job = Job.objects.filter(pk=job_id).first() if storable_text(job_id) else None
     if job is None:
-        raise NotFound(f"no job with id {job_id!r}")
+        raise Missing("job not found", f"no job with id {job_id!r}")
     return job
 
 
@@ -398,36 +412,38 @@ JOB_ID = path_param("job_id", "A job id, as returned by the triggers and the job
 
 
 class JobDetail(Endpoint):
-    needs = ("jobs:ro",)
+    needs = ("jobs:status:ro",)
 
     @extend_schema(
         operation_id="job",
         tags=["jobs"],
         summary="Job status and result",
-        description="The job and the latest attempt's result. Needs `jobs:ro` (or `jobs:rw`, `*`).",
+        description="The job and the latest attempt's result. Needs `jobs:status:ro` (`jobs:ro`, `jobs:rw` and `*` "
+        "grant it); `result` and `last_error` are shown only with `jobs:result:ro` too.",
         parameters=[JOB_ID],
         responses={200: shapes.JobSerializer, **errors(401, 403, 404)},
     )
     def get(self, request: Request, job_id: str) -> Response:
         job = job_or_404(job_id)
-        return Response(job_read(job))
+        return Response(shaped(request, [job_read(job)])[0])
 
 
 class JobTree(Endpoint):
-    needs = ("jobs:ro",)
+    needs = ("jobs:tree:ro",)
 
     @extend_schema(
         operation_id="job_tree",
         tags=["jobs"],
         summary="Job tree",
         description="The job and every job it led to, parents before children, each with its latest result. "
-        "Needs `jobs:ro` (or `jobs:rw`, `*`).",
+        "Needs `jobs:tree:ro` (`jobs:ro`, `jobs:rw` and `*` grant it); `result` and `last_error` are shown only "
+        "with `jobs:result:ro` too.",
         parameters=[JOB_ID],
         responses={200: shapes.JobSerializer(many=True), **errors(401, 403, 404)},
     )
     def get(self, request: Request, job_id: str) -> Response:
         job_or_404(job_id)
-        return Response([job_read(j) for j in Job.objects.tree([job_id])])
+        return Response(shaped(request, (job_read(j) for j in Job.objects.tree([job_id]))))
 
 
 def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -462,13 +478,13 @@ def status_param(request: Request) -> str | None:
 
 
 class Jobs(Endpoint):
-    needs = ("jobs:ro",)
+    needs = ("jobs:status:ro",)
 
     @extend_schema(
         operation_id="jobs",
         tags=["jobs"],
         summary="List jobs",
-        description="Jobs newest first, filtered. Needs `jobs:ro` (or `jobs:rw`, `*`).",
+        description="Jobs newest first, filtered. Needs `jobs:status:ro` (`jobs:ro`, `jobs:rw` and `*` grant it).",
         parameters=[
             *EXACT_FILTERS,
             STATUS_FILTER,
@@ -513,13 +529,15 @@ def time_param(request: Request, name: str) -> Any:
 
 
 class JobLogs(Endpoint):
-    needs = ("jobs:ro",)
+    needs = ("jobs:logs:ro",)
 
     @extend_schema(
         operation_id="job_logs",
         tags=["jobs"],
         summary="Query job logs",
-        description="Finished attempts, newest first, filtered. Needs `jobs:ro` (or `jobs:rw`, `*`).",
+        description="Finished attempts, newest first, filtered. Needs `jobs:logs:ro` (`jobs:ro`, `jobs:rw` and `*` "
+        "grant it); `result`, `last_error` and `stderr` are shown, and `query` (which searches them) is allowed, "
+        "only with `jobs:result:ro` too.",
         parameters=[
             query_param("job_id", {"type": "string"}, "Exact job id to match."),
             *EXACT_FILTERS,
@@ -538,6 +556,9 @@ class JobLogs(Endpoint):
         q = request.query_params
         filters = {k: text_param(request, k) for k in ("job_id", "plugin", "command", "submitted_by", "query")}
         filters["status"] = status_param(request)
+        if filters["query"] and not sees_results(request):
+            # A search of what plugins wrote would tell, match by match, what the token may not read.
+            raise PermissionDenied(f"token lacks scope: `query` searches results, errors and stderr; needs {RESULTS}")
         include = str(q.get("include_result", "")).lower() in ("1", "true", "yes")
         try:
             entries, total = find_logs(
@@ -549,7 +570,7 @@ class JobLogs(Endpoint):
             )
         except ValueError as exc:
             raise ValidationError(str(exc)) from exc
-        return Response({"logs": entries, "total": total})
+        return Response({"logs": shaped(request, entries), "total": total})
 
 
 # -- operations ------------------------------------------------------------------------------

@@ -201,6 +201,21 @@ def test_token_create_writes_seals_and_works_at_once_printing_the_secret_once(co
     assert duplicate.returncode == 1 and "exists already" in duplicate.stderr
 
 
+def test_token_create_issues_the_originals_finer_scopes_which_config_check_accepts(config_dir: ConfigDir) -> None:
+    config_dir.write()
+    finer = "plugin:catalog:ro,jobs:status:ro,jobs:result:ro,jobs:logs:ro,jobs:tree:ro"
+    code, body = ductile_json(config_dir, "config", "token", "create", "--name", "narrow", "--scopes", finer)
+    assert code == 0, body
+    token = build_runtime(config_dir.path).tokens.authenticate(body["token"])
+    assert token is not None and token.scopes == frozenset(finer.split(","))
+    assert not token.allows("jobs:ro") and not token.allows("plugin:ro")  # narrower grants no broader
+    check = ductile(config_dir, "config", "check", "--strict")
+    assert check.returncode == 0 and "scope" not in check.stderr, check.stderr
+    typo = ductile(config_dir, "config", "token", "create", "--name", "typo", "--scopes", "jobs:stauts:ro")
+    assert typo.returncode == 1 and "'jobs:stauts:ro' is not a scope" in typo.stderr
+    assert "jobs:status:ro" in typo.stderr  # the message lists the finer ones too
+
+
 @pytest.mark.parametrize("scopes", ["jobs:admin", "ghost:rw", ""])
 def test_token_create_refuses_scopes_it_cannot_grant_and_writes_nothing(config_dir: ConfigDir, scopes: str) -> None:
     config_dir.write()

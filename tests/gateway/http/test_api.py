@@ -4,6 +4,8 @@ scope rules, the triggers and the job queries, every error as JSON."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import blake3
 import pytest
@@ -24,6 +26,13 @@ TOKENS = {
     "plugin-ro": ["plugin:ro"],
     "echo-rw": ["echo:rw"],
     "runner": ["plugin:rw", "jobs:ro"],
+    # The original's finer scopes, each alone or with jobs:result:ro.
+    "status": ["jobs:status:ro"],
+    "status-result": ["jobs:status:ro", "jobs:result:ro"],
+    "tree": ["jobs:tree:ro"],
+    "logs": ["jobs:logs:ro"],
+    "logs-result": ["jobs:logs:ro", "jobs:result:ro"],
+    "catalog": ["plugin:catalog:ro"],
 }
 
 
@@ -81,6 +90,22 @@ def test_discovery_contents(api):
     assert skills["pipeline.fan"]["execution_mode"] == "synchronous"
     health = api.get("/healthz").json()
     assert health["status"] == "ok" and health["plugins_circuit_open"] == 0 and health["queue_depth"] == 0
+
+
+def test_healthz_counts_queued_and_running_jobs_and_names_the_command_it_runs_as(api):
+    """`queue_depth` is outstanding work, as the original's /healthz counts it (queued + running);
+    `binary_path` (000's API reference) is the `ductile` command, which a process not started by
+    `system start` takes to be its own entry point, else the script beside its interpreter."""
+    runtime = RUNTIME.get()
+    for message in ("one", "two", "three"):
+        intake.submit_ids(runtime, [intake.job(runtime, Submitter.API, "echo", "poll", {"message": message})])
+    job = Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60)
+    assert job is not None
+    job.record_outcome(AttemptOutcome("succeeded", response_text="{}"), worker="w", default_dedupe_ttl=0)
+    assert Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60) is not None
+    health = api.get("/healthz").json()
+    assert health["queue_depth"] == 2  # one queued, one running; the succeeded one is not outstanding
+    assert health["binary_path"] == str(Path(sys.executable).parent / "ductile")  # pytest is no entry point
 
 
 @pytest.mark.parametrize(
@@ -151,10 +176,10 @@ def test_plugin_trigger_enqueues_one_job_as_the_api(api):
     ("path", "body", "code", "words"),
     [
         ("/plugin/nope/poll", {}, 404, "plugin 'nope' cannot run: it is not configured"),
-        ("/plugin/echo/nope", {}, 404, "has no command 'nope'"),
+        ("/plugin/echo/nope", {}, 404, "has no command 'nope' (it has: poll,"),
         ("/plugin/echo/poll", {"payload": [1]}, 400, "payload: must be a JSON object"),
         ("/plugin/echo/poll", "not json", 400, "JSON"),
-        ("/pipeline/nope", {}, 404, "no pipeline named 'nope'"),
+        ("/pipeline/nope", {}, 404, "no callable pipeline named 'nope'"),
         ("/pipeline/fan", {}, 400, "needs exactly one"),
     ],
 )
@@ -165,8 +190,31 @@ def test_trigger_errors_are_json_with_the_reason(api, path, body, code, words):
     else:
         response = api.post(path, body, format="json")
     assert response.status_code == code, response.content
-    assert words in response.json()["error"]
+    answer = response.json()
+    assert words in (answer["detail"] if code == 404 else answer["error"])
     assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "error"),
+    [
+        ("get", "/job/unknown", "job not found"),
+        ("get", "/job/unknown/tree", "job not found"),
+        ("get", "/plugin/nope", "plugin not found"),
+        ("get", "/plugin/nope/openapi.json", "plugin not found"),
+        ("get", "/stopwatch/nope", "plugin not found"),
+        ("post", "/plugin/nope/poll", "plugin not found"),
+        ("post", "/plugin/echo/nope", "command not supported by plugin"),
+        ("post", "/pipeline/nope", "pipeline not found"),
+    ],
+)
+def test_404s_say_what_the_originals_say_and_which_one_beside(api, method, path, error):
+    """A client of the original compares `error` with its words; `detail` keeps ours (which one)."""
+    response = getattr(as_(api, "admin"), method)(path, {}, format="json")
+    assert response.status_code == 404
+    answer = response.json()
+    assert answer["error"] == error
+    assert "'nope'" in answer["detail"] or "'unknown'" in answer["detail"]
 
 
 @pytest.mark.parametrize("path", ["/plugin/echo/poll", "/pipeline/flow"])
@@ -286,3 +334,91 @@ def test_unknown_paths_and_methods_are_json(api):
     as_(api, "admin")
     response = api.delete("/jobs")
     assert response.status_code == 405 and "error" in response.json()
+
+
+# -- the original's finer scopes -------------------------------------------------------------
+
+
+@pytest.fixture
+def finished(api):
+    """One failed attempt, with a result, an error and stderr: what only `jobs:result:ro` shows."""
+    runtime = RUNTIME.get()
+    (job_id,) = intake.submit_ids(runtime, [intake.job(runtime, Submitter.API, "echo", "poll", {})])
+    job = Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60)
+    assert job is not None and job.id == job_id
+    said = AttemptOutcome(
+        "failed",
+        error="MARKER-error",
+        retryable=False,
+        response_text=json.dumps({"status": "error", "error": "MARKER-result"}),
+        stderr="MARKER-stderr",
+    )
+    job.record_outcome(said, worker="w", default_dedupe_ttl=0)
+    return job_id
+
+
+@pytest.mark.parametrize(
+    ("token", "opens"),
+    [
+        ("status", {"/jobs", "/job/{id}", "/stopwatch/echo"}),
+        ("status-result", {"/jobs", "/job/{id}", "/stopwatch/echo"}),
+        ("tree", {"/job/{id}/tree"}),
+        ("logs", {"/job-logs"}),
+        ("catalog", {"/plugin/echo"}),
+        ("reader", {"/jobs", "/job/{id}", "/stopwatch/echo", "/job/{id}/tree", "/job-logs"}),
+        ("plugin-ro", {"/plugin/echo", "/topology"}),
+    ],
+)
+def test_each_finer_scope_opens_its_reads_and_no_other(api, finished, token, opens):
+    """jobs:status:ro reads jobs' state, jobs:tree:ro trees, jobs:logs:ro attempts, plugin:catalog:ro
+    manifests; the broad jobs:ro and plugin:ro keep everything they opened."""
+    reads = ["/jobs", "/job/{id}", "/stopwatch/echo", "/job/{id}/tree", "/job-logs", "/plugin/echo", "/topology"]
+    as_(api, token)
+    for path in reads:
+        code = api.get(path.replace("{id}", finished)).status_code
+        assert code == (200 if path in opens else 403), (token, path, code)
+
+
+RESULT_FIELDS = {"result", "last_error", "stderr"}
+
+
+def test_only_jobs_result_ro_shows_what_a_plugin_wrote(api, finished):
+    """Status, tree and log readers see the rows without result, last_error and stderr (the keys
+    are absent, as in the original's answers); with jobs:result:ro (or jobs:ro) they are there."""
+
+    def keys(token, path):
+        answer = as_(api, token).get(path.replace("{id}", finished))
+        assert answer.status_code == 200, (token, path, answer.content)
+        body = answer.json()
+        rows = body["logs"] if "logs" in body else body if isinstance(body, list) else [body]
+        assert rows and all(row["job_id"] == finished and row["status"] == "failed" for row in rows)
+        assert "MARKER" not in json.dumps(body) or RESULT_FIELDS & set(rows[0]), body
+        return set().union(*map(set, rows))
+
+    for token, path in [("status", "/job/{id}"), ("tree", "/job/{id}/tree"), ("logs", "/job-logs?include_result=true")]:
+        assert not RESULT_FIELDS & keys(token, path), (token, path)
+    assert {"result", "last_error"} <= keys("status-result", "/job/{id}")
+    assert keys("logs-result", "/job-logs?include_result=true") >= RESULT_FIELDS
+    assert keys("reader", "/job-logs?include_result=true") >= RESULT_FIELDS
+    assert {"result", "last_error"} <= keys("reader", "/job/{id}/tree")
+    shown = as_(api, "logs-result").get("/job-logs?include_result=true").json()["logs"][0]
+    assert (shown["last_error"], shown["stderr"], shown["result"]["error"]) == (
+        "MARKER-error",
+        "MARKER-stderr",
+        "MARKER-result",
+    )
+
+
+def test_a_log_reader_without_results_cannot_search_them(api, finished):
+    """`query` searches last_error, stderr and the result: matches would tell, one by one, what the
+    token may not read."""
+    refused = as_(api, "logs").get("/job-logs?query=MARKER")
+    assert refused.status_code == 403 and "jobs:result:ro" in refused.json()["error"]
+    assert as_(api, "logs-result").get("/job-logs?query=MARKER-stderr").json()["total"] == 1
+
+
+def test_the_catalog_scope_reads_manifests_but_invokes_nothing(api):
+    as_(api, "catalog")
+    assert api.get("/plugin/echo").status_code == 200
+    assert api.post("/plugin/echo/health", {}, format="json").status_code == 403  # a read command
+    assert as_(api, "plugin-ro").post("/plugin/echo/health", {}, format="json").status_code == 202  # spec 000

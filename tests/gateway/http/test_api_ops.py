@@ -29,6 +29,7 @@ from gateway.reports.redaction import config_view
 from gateway.runtime import RUNTIME
 from ledger.models import EventRecord, JobStopwatch
 from tests.support import installed_runtime, wait_for
+from tests.support.webhooks import ENV, WEBHOOKS, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -327,7 +328,11 @@ def test_stopwatch_of_a_quiet_plugin_a_retired_one_and_an_unknown_one(api, timin
     retired = api.get("/stopwatch/retired").json()
     assert retired["count"] == 1 and retired["plugin_time_ns"]["p99"] == 1 * MS
     unknown = api.get("/stopwatch/nope")
-    assert unknown.status_code == 404 and "'nope'" in unknown.json()["error"]
+    assert unknown.status_code == 404
+    assert unknown.json() == {
+        "error": "plugin not found",
+        "detail": "no plugin named 'nope' is configured or has stopwatch records",
+    }
 
 
 @pytest.mark.parametrize(
@@ -397,6 +402,18 @@ def test_reload_serves_the_new_config(api, ops):
     assert "later" in api.get("/config/view").json()["compiled_routes"]
 
 
+def test_reload_says_which_listeners_it_adds_and_that_only_system_start_runs_them(api, ops, monkeypatch):
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    write_config(ops, WEBHOOKS, listen="127.0.0.1:18932")
+    body = as_(api, "admin").post("/system/reload").json()
+    assert body["listeners"] == ["the webhook listener starts on 127.0.0.1:18932"]
+    assert body["message"].endswith(
+        "Not done without `system start`, which runs the listeners: the webhook listener starts on 127.0.0.1:18932."
+    )
+    assert as_(api, "admin").post("/system/reload").json()["listeners"] == []  # nothing changes a second time
+
+
 def test_reload_of_a_broken_config_keeps_the_old_one_and_lists_every_problem(api, ops):
     running = RUNTIME.get()
     ops.extra["pipelines"] += [
@@ -405,7 +422,7 @@ def test_reload_of_a_broken_config_keeps_the_old_one_and_lists_every_problem(api
     ]
     ops.write()
     response = as_(api, "admin").post("/system/reload")
-    assert response.status_code == 400
+    assert response.status_code == 409  # the original's answer to a refused reload
     body = response.json()
     assert "the running configuration is kept" in body["error"]
     assert "unknown plugin or alias 'missing-one'" in body["error"]
@@ -444,6 +461,7 @@ SELFCHECK = ["config_discovery", "config_load", "pid_lock", "db_integrity", "db_
 def selfcheck_of(api) -> tuple[bool, dict[str, dict]]:
     body = as_(api, "admin").get("/system/selfcheck").json()
     assert [c["name"] for c in body["checks"]] == SELFCHECK and body["captured_at"].endswith("Z")
+    assert set(body) == {"ok", "healthy", "captured_at", "checks"}  # `system selfcheck --json`'s shape
     return body["ok"], {c["name"]: c for c in body["checks"]}
 
 

@@ -20,7 +20,9 @@ SKIPPED_RUNNING = "skipped: active gateway holds PID lock — quiesce before sel
 def selfcheck(config: ConfigDir) -> tuple[int, dict[str, dict]]:
     code, data = ductile_json(config, "system", "selfcheck")
     assert [c["name"] for c in data["checks"]] == CHECKS
-    assert data["healthy"] is (code == 0)
+    # The shape GET /system/selfcheck answers (a deploy gate reads either), plus the CLI's `healthy`.
+    assert set(data) == {"ok", "healthy", "captured_at", "checks"} and data["captured_at"].endswith("Z")
+    assert data["ok"] is data["healthy"] is (code == 0)
     return code, {c["name"]: c for c in data["checks"]}
 
 
