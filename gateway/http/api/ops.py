@@ -335,7 +335,7 @@ class SchedulerJobs(Endpoint):
     (`mode`/`kind`, `when`, `timezone`) and the scheduler's state (`status`, `reason`,
     `next_run_at`, last firing and success). Entries no longer configured come last."""
 
-    needs = ("jobs:ro",)
+    needs = ("jobs:status:ro",)  # the original's; jobs:ro grants it
 
     @extend_schema(
         operation_id="scheduler_jobs",
