@@ -1,0 +1,71 @@
+"""The CLI surface an agent enumerates and drives (issue 35): NOUN ACTION help, legacy §11.6
+spellings, `--output json`, job id prefixes, new read verbs. In-process through `call_command`
+unless the behaviour is the console script's own (its help and its aliases)."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from ledger.models import Job
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code: Any = 0
+    try:
+        call_command(*args, stdout=out, stderr=err)
+    except SystemExit as exc:
+        code = exc.code
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def enqueue(job_id: str) -> str:
+    """An echo job whose id is `job_id` (ids are random: a shared prefix is made, not waited for)."""
+    from ledger.models import JobSpec
+    from ledger.submitters import Submitter
+
+    made = Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI), default_dedupe_ttl=60).job_id
+    Job.objects.filter(pk=made).update(id=job_id)
+    return job_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_read_commands_take_output_json_as_their_json(runtime):
+    """Spec 000 idiom 8 spells it `--output json`; the Handbook `--json`: both give the JSON."""
+    enqueue("cea25d41-0000-4000-8000-000000000001")
+    code, out, _ = run("job", "logs", "--output", "json")
+    assert code == 0 and json.loads(out) == {"logs": [], "total": 0}
+    code, out, _ = run("job", "inspect", "cea25d41-0000-4000-8000-000000000001", "--output", "json")
+    assert code == 0 and json.loads(out)["status"] == "queued"
+    code, out, _ = run("pipeline", "list", "--output", "json")
+    assert code == 0 and json.loads(out)["pipelines"] == []
+    code, out, _ = run("job", "logs", "--output", "text")
+    assert code == 0 and out.strip() == "(0 of 0)"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_job_verbs_take_a_unique_id_prefix_and_refuse_an_ambiguous_one(runtime):
+    first = enqueue("cea25d41-0000-4000-8000-000000000001")
+    second = enqueue("cea25d41-0000-4000-8000-000000000002")
+    lone = enqueue("0badf00d-0000-4000-8000-000000000003")
+    code, out, _ = run("job", "inspect", "0badf00d", "--json")
+    assert code == 0 and json.loads(out)["job_id"] == lone
+    code, out, _ = run("job", "cancel", "0BADF00D", "--dry-run", "--json")  # as printed, or typed in capitals
+    assert code == 0 and json.loads(out)["job_id"] == lone
+    code, out, _ = run("job", "inspect", "cea25d41-0000-4000-8000-000000000002", "--json")
+    assert code == 0 and json.loads(out)["job_id"] == second
+
+    code, out, err = run("job", "inspect", "cea25d41")
+    assert code == 2 and first in err and second in err and "give more of the id" in err
+    code, out, _ = run("job", "retry", "cea25d41", "--json")
+    assert code == 2 and json.loads(out)["matches"] == [second, first]
+
+    code, _, err = run("job", "inspect", "feedbeef")
+    assert code == 1 and "no job with id 'feedbeef', nor one whose id starts with it" in err
+    code, _, err = run("job", "inspect", "cea%")  # LIKE's wildcard is not a prefix
+    assert code == 1 and "hex digits and dashes" in err
