@@ -225,9 +225,8 @@ def _manage(database_url: str, *args: str) -> None:
     """A Django management command against `database_url`, in its own process: the database this
     process was started on is not the one being restored into."""
     env = {**os.environ, "DATABASE_URL": database_url}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", *args], env=env, capture_output=True, text=True, check=False
-    )
+    command = [sys.executable, "-m", "gateway.cli.main", "django", *args]  # dumpdata is Django's own
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise RestoreError(f"{' '.join(args[:1])} failed while restoring the database:\n" + "\n".join(tail))

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 
 from ledger.models import Job
+from tests.support import REPO, cli_env, ductile
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -69,3 +72,60 @@ def test_job_verbs_take_a_unique_id_prefix_and_refuse_an_ambiguous_one(runtime):
     assert code == 1 and "no job with id 'feedbeef', nor one whose id starts with it" in err
     code, _, err = run("job", "inspect", "cea%")  # LIKE's wildcard is not a prefix
     assert code == 1 and "hex digits and dashes" in err
+
+
+def console_script(cfg: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `ductile` console script itself (tests.support.ductile runs manage.py, Django's whole set)."""
+    script = "import sys; from gateway.cli.main import main; sys.exit(main(['ductile', *sys.argv[1:]]))"
+    return subprocess.run(
+        [sys.executable, "-c", script, *args, "--config-dir", str(cfg.path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(cfg),
+        cwd=REPO,
+    )
+
+
+@pytest.mark.slow
+def test_console_script_offers_the_noun_action_surface_and_django_under_its_own_noun(config_dir):
+    config_dir.write()
+    shown = console_script(config_dir, "--help")
+    assert shown.returncode == 0
+    listed = {line.split()[0] for line in shown.stdout.split("Legacy")[0].splitlines() if line.startswith("  ")}
+    assert listed == {"admin", "api", "config", "event", "job", "pipeline", "plugin", "relay", "schedule"} | {
+        "skills",
+        "system",
+        "version",
+    }
+    assert "flush" not in shown.stdout and "qcluster" not in shown.stdout and "ductile django COMMAND" in shown.stdout
+
+    flush = console_script(config_dir, "flush", "--no-input")
+    assert flush.returncode == 2 and "Django's own commands are `ductile django flush`" in flush.stderr
+    assert console_script(config_dir, "nonsense").returncode == 2
+    django_help = console_script(config_dir, "django", "help")
+    assert django_help.returncode == 0 and "flush" in django_help.stdout and "qcluster" in django_help.stdout
+    # What the gateway's messages name, and its daemons: still there, unlisted.
+    migrate = console_script(config_dir, "migrate")
+    assert migrate.returncode == 0, migrate.stderr
+    assert console_script(config_dir, "runworkers", "--once").returncode == 0
+    assert "claim queued jobs" in console_script(config_dir, "help", "runworkers").stdout
+    # manage.py, which the supervisor starts the daemons with, keeps all of Django's.
+    assert "--no-input" in ductile(config_dir, "flush", "--help").stdout
+
+
+@pytest.mark.slow
+def test_legacy_section_11_6_spellings_run_the_noun_action_commands(config_dir):
+    config_dir.write()
+    ran = console_script(config_dir, "run", "echo", "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["status"] == "succeeded" and json.loads(ran.stdout)["plugin"] == "echo"
+    status = json.loads(console_script(config_dir, "status", "--json").stdout)
+    assert status["queue"]["succeeded"] == 1 and "plugins_loaded" in status
+    plugins = json.loads(console_script(config_dir, "plugins", "--json").stdout)
+    assert "echo" in {p["name"] for p in plugins["plugins"]}
+    logs = json.loads(console_script(config_dir, "logs", "echo", "--json").stdout)
+    assert [entry["plugin"] for entry in logs["logs"]] == ["echo"]
+    assert json.loads(console_script(config_dir, "logs", "stress", "--json").stdout)["logs"] == []
+    queue = console_script(config_dir, "queue", "--json")
+    assert queue.returncode == 0 and json.loads(queue.stdout)["queue"]["succeeded"] == 1
