@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 
 from ledger.models import Job
-from tests.support import REPO, cli_env, ductile
+from tests.support import REPO, cli_env, ductile, installed_runtime
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -129,3 +129,30 @@ def test_legacy_section_11_6_spellings_run_the_noun_action_commands(config_dir):
     assert json.loads(console_script(config_dir, "logs", "stress", "--json").stdout)["logs"] == []
     queue = console_script(config_dir, "queue", "--json")
     assert queue.returncode == 0 and json.loads(queue.stdout)["queue"]["succeeded"] == 1
+
+
+def test_pipeline_list_gives_each_pipeline_a_blake3_fingerprint(config_dir):
+    """Item 55: the original prints `blake3:<hex>` for each compiled pipeline; one that changes
+    changes its own fingerprint only."""
+    steps = [{"id": "one", "uses": "echo"}, {"id": "two", "uses": "echo"}]
+    config_dir.extra["pipelines"] = [
+        {"name": "alpha", "on": "x.alpha", "steps": steps},
+        {"name": "beta", "on": "x.beta", "steps": steps},
+    ]
+    with installed_runtime(config_dir):
+        code, out, _ = run("pipeline", "list", "--json")
+    before = json.loads(out)
+    assert code == 0 and before["fingerprint"].startswith("blake3:")
+    prints = {p["name"]: p["fingerprint"] for p in before["pipelines"]}
+    assert all(len(f) == len("blake3:") + 64 and f.startswith("blake3:") for f in prints.values())
+    assert prints["alpha"] != prints["beta"]  # their triggers differ
+
+    config_dir.extra["pipelines"][1] = {"name": "beta", "on": "x.beta", "steps": [*steps, {"uses": "echo"}]}
+    with installed_runtime(config_dir):
+        after = json.loads(run("pipeline", "list", "--json")[1])
+    changed = {p["name"]: p["fingerprint"] for p in after["pipelines"]}
+    assert changed["alpha"] == prints["alpha"] and changed["beta"] != prints["beta"]
+    assert after["fingerprint"] != before["fingerprint"]
+    with installed_runtime(config_dir):
+        shown = json.loads(run("pipeline", "show", "beta", "--json")[1])
+    assert shown["fingerprint"] == changed["beta"]
