@@ -156,3 +156,35 @@ def test_pipeline_list_gives_each_pipeline_a_blake3_fingerprint(config_dir):
     with installed_runtime(config_dir):
         shown = json.loads(run("pipeline", "show", "beta", "--json")[1])
     assert shown["fingerprint"] == changed["beta"]
+
+
+def test_plugin_manifest_shows_what_the_manifest_declares(runtime):
+    """new-14: `plugin manifest NAME` (spec 000's plugin development guide), for a configured
+    plugin and for one only discovered; an unknown name lists the known ones."""
+    code, out, _ = run("plugin", "manifest", "echo", "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["name"] == "echo" and shown["manifest"] == "echo"
+    assert shown["protocol"] == 2 and shown["file"].endswith("plugins/echo/manifest.yaml")
+    assert {"poll", "health"} <= {c["name"] for c in shown["commands"]}
+    assert all(c["type"] in ("read", "write") for c in shown["commands"])
+    assert shown["manifest_hash"].startswith("blake3:")
+    code, out, _ = run("plugin", "manifest", "sys_exec")  # discovered, not configured
+    assert code == 0 and out.startswith("sys_exec ") and "commands:" in out
+    code, _, err = run("plugin", "manifest", "nope")
+    assert code == 2 and "no plugin named 'nope'" in err and "echo" in err
+
+
+@pytest.mark.django_db(transaction=True)
+def test_plugin_list_api_url_lists_a_running_gateways_plugins(runtime, live_server):
+    """As the original's `plugin list --api-url URL`: the gateway's own GET /plugins."""
+    code, out, _ = run("plugin", "list", "--api-url", live_server.url, "--json")
+    assert code == 0
+    listed = json.loads(out)
+    assert [p["name"] for p in listed["plugins"]] == sorted(runtime.get().registry.instances)
+    assert set(listed["plugins"][0]) == {"name", "version", "description", "commands"}
+    code, out, _ = run("plugin", "list", "--api-url", live_server.url)
+    assert code == 0 and out.splitlines()[0].split() == ["NAME", "VERSION", "COMMANDS"]
+    assert any(line.startswith("echo ") for line in out.splitlines())
+
+    code, out, _ = run("plugin", "list", "--api-url", "http://127.0.0.1:9", "--json")  # nothing listens there
+    assert code == 1 and json.loads(out)["error"].startswith("cannot reach http://127.0.0.1:9/plugins")
