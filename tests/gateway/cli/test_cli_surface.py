@@ -8,12 +8,15 @@ import io
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.utils import timezone
 
-from ledger.models import Job
+from ledger.models import Job, WorkerInstance
+from ledger.models.telemetry import JobStopwatch
 from tests.support import REPO, cli_env, ductile, installed_runtime
 
 
@@ -95,6 +98,7 @@ def test_console_script_offers_the_noun_action_surface_and_django_under_its_own_
     listed = {line.split()[0] for line in shown.stdout.split("Legacy")[0].splitlines() if line.startswith("  ")}
     assert listed == {"admin", "api", "config", "event", "job", "pipeline", "plugin", "relay", "schedule"} | {
         "skills",
+        "stopwatch",
         "system",
         "version",
     }
@@ -188,3 +192,71 @@ def test_plugin_list_api_url_lists_a_running_gateways_plugins(runtime, live_serv
 
     code, out, _ = run("plugin", "list", "--api-url", "http://127.0.0.1:9", "--json")  # nothing listens there
     assert code == 1 and json.loads(out)["error"].startswith("cannot reach http://127.0.0.1:9/plugins")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_system_plugin_facts_shows_a_plugins_newest_facts_first(runtime):
+    """Item 49, as the original's `system plugin-facts PLUGIN [--fact-type T] [--limit N]`."""
+    for _ in range(2):
+        ran = run("plugin", "run", "py-greet")
+        assert ran[0] == 0, ran  # its poll records a py-greet.snapshot fact
+        # Each `plugin run` registers a worker named for its process: in one process, one at a time.
+        WorkerInstance.objects.all().delete()
+    code, out, _ = run("system", "plugin-facts", "py-greet", "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["plugin"] == "py-greet" and "fact_type" not in shown
+    assert [f["seq"] for f in shown["facts"]] == [2, 1]
+    assert {f["fact_type"] for f in shown["facts"]} == {"py-greet.snapshot"}
+    assert all(f["command"] == "poll" and f["job_id"] and isinstance(f["fact"], dict) for f in shown["facts"])
+    assert [
+        f["seq"] for f in json.loads(run("system", "plugin-facts", "py-greet", "--limit", "1", "--json")[1])["facts"]
+    ] == [2]
+    code, out, _ = run("system", "plugin-facts", "py-greet", "--fact-type", "other.kind")
+    assert code == 0 and out.splitlines() == [
+        "Plugin facts for py-greet",
+        "Fact type filter: other.kind",
+        "No facts found.",
+    ]
+    code, _, err = run("system", "plugin-facts", "nope")
+    assert code == 2 and "unknown plugin 'nope' (configured: echo, probe, py-greet, stress)" in err
+    with pytest.raises(CommandError, match="limit must be greater than zero"):
+        run("system", "plugin-facts", "py-greet", "--limit", "0")
+
+
+def stopwatch_row(plugin: str, status: str, age: timedelta, step: str | None = None) -> int:
+    now = timezone.now()
+    row = JobStopwatch.objects.create(
+        job_id="cea25d41-0000-4000-8000-000000000001",
+        plugin=plugin,
+        command="poll",
+        step_name=step,
+        enter_wall_ns=0,
+        exit_wall_ns=1,
+        dur_ns=1,
+        status=status,
+        created_at=now - age,
+    )
+    return row.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stopwatch_prune_deletes_old_rows_matching_its_filters(runtime):
+    """The original's `stopwatch prune --older-than DUR [--plugin] [--step] [--status] [--dry-run]`."""
+    old_echo = stopwatch_row("echo", "ok", timedelta(days=10))
+    stopwatch_row("echo", "ok", timedelta(days=10), step="greet")
+    stopwatch_row("stress", "err", timedelta(days=10))
+    fresh = stopwatch_row("echo", "ok", timedelta(hours=1))
+
+    code, out, _ = run("stopwatch", "prune", "--older-than", "7d", "--dry-run", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["affected"] == 3 and report["dry_run"] is True
+    assert JobStopwatch.objects.count() == 4
+    code, out, _ = run("stopwatch", "prune", "--older-than", "7d", "--plugin", "echo", "--step", "greet")
+    assert code == 0 and out.startswith("deleted 1 job_stopwatch row(s) older than ") and "step=greet" in out
+    code, out, _ = run("stopwatch", "prune", "--older-than", "1w", "--status", "err", "--json")
+    assert json.loads(out)["affected"] == 1
+    assert set(JobStopwatch.objects.values_list("id", flat=True)) == {old_echo, fresh}
+    with pytest.raises(CommandError, match="expected a duration"):
+        run("stopwatch", "prune", "--older-than", "soon")
+    with pytest.raises(CommandError, match="older-than"):
+        run("stopwatch", "prune")
