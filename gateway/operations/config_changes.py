@@ -87,6 +87,34 @@ def plan_set(config_dir: Path, assignment: str, environ: Mapping[str, str]) -> t
     return FileChange(file, before, after), address.path
 
 
+def plan_append(config_dir: Path, key: KeyPath, item: Any, environ: Mapping[str, str]) -> FileChange:
+    """`item` appended to the list at `key` (`routes`, `webhooks.endpoints`) in the file that
+    defines that list (config.yaml when none does), validated as the config would load with it."""
+    merged = load_config_tree(config_dir, environ)
+    file, in_file = _locate(merged, key)
+    before = file.read_text(encoding="utf-8")
+    listed: Any = yaml.load(before, Loader=Yaml12Loader) or {}
+    for part in in_file:
+        listed = listed.get(part) if isinstance(listed, dict) else None
+    return _edited(config_dir, environ, file, before, lambda text: set_value(text, (*in_file, len(listed or [])), item))
+
+
+def plan_remove(config_dir: Path, path: KeyPath, environ: Mapping[str, str]) -> FileChange:
+    """The key or list item at `path` (of the merged config) removed from the file defining it."""
+    file, in_file = _locate(load_config_tree(config_dir, environ), path)
+    before = file.read_text(encoding="utf-8")
+    return _edited(config_dir, environ, file, before, lambda text: delete_value(text, in_file))
+
+
+def _edited(config_dir: Path, environ: Mapping[str, str], file: Path, before: str, edit: Any) -> FileChange:
+    try:
+        after = edit(before)
+    except EditError as exc:
+        raise ChangeRefused(f"{file}: {exc}") from exc
+    _validate(config_dir, environ, overrides={file: after})
+    return FileChange(file, before, after)
+
+
 def _locate(merged: MergedConfig, path: KeyPath) -> tuple[Path, KeyPath]:
     """The file defining `path` and the key's path inside it; for a new key, the file defining its
     nearest parent (a new top-level key goes to config.yaml)."""

@@ -1,5 +1,6 @@
 """`config check | lock | show | get | set | init | token create|list|inspect|delete |
-scope add|remove|set|validate` (Operator Handbook, "Config").
+scope add|remove|set|validate | plugin | route | webhook | backup | restore` (Operator Handbook,
+"Config"; the last five in gateway/cli/config_entities.py).
 
 The `config lock` ritual: `config check` (validate) → `config lock` (authorize: rewrite the seal)
 → `system reload` (apply without a restart).
@@ -16,6 +17,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.cli.config_entities import add_entity_parsers, run_entity
+from gateway.cli.config_schema import add_schema_parsers, run_schema, run_validate
 from gateway.config.address import AddressError, lookup, names, resolve
 from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError, ConfigProblem
@@ -49,7 +52,8 @@ BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
 class Command(DuctileCommand):
     help = (
         "Config: `check`, `lock`, `show [ENTITY]`, `get PATH`, `set PATH=VALUE`, `init [DIR]`, "
-        "`token create|list|inspect|delete`, `scope add|remove|set|validate`."
+        "`token create|list|inspect|delete`, `scope add|remove|set|validate`, `plugin list|show|set`, "
+        "`route list|add|remove`, `webhook list|add`, `backup`, `restore`, `schema`, `validate --file F`."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -107,6 +111,8 @@ class Command(DuctileCommand):
         validate = scope_actions.add_parser("validate", help="whether a scope can be granted in this config")
         validate.add_argument("scope")
         self.add_json(validate)
+        add_entity_parsers(actions, self)
+        add_schema_parsers(actions, self)
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.verbose = options.get("verbosity", 0) > 0
@@ -126,6 +132,12 @@ class Command(DuctileCommand):
             self.init(Path(options["directory"]).resolve() if options["directory"] else self.config_dir, options)
         elif action == "scope":
             self.scope(options)
+        elif action in ("plugin", "route", "webhook", "backup", "restore"):
+            run_entity(self, action, options)
+        elif action == "schema":
+            run_schema(self, options["name"])
+        elif action == "validate":
+            run_validate(self, options["file"], options["name"])
         elif options["token_action"] == "create":
             self.token_create(options["name"], _listed(options["scopes"]), options["description"], options["dry_run"])
         elif options["token_action"] == "list":
@@ -283,7 +295,7 @@ class Command(DuctileCommand):
             raise Exit(EXIT_USAGE, str(exc)) from exc
         except ConfigError as exc:
             raise _invalid(exc) from exc
-        sealed = self._apply([change]) if apply_it else []
+        sealed = self.applied([change]) if apply_it else []
         data = {
             "path": ".".join(map(str, path)),
             "file": str(change.path),
@@ -309,7 +321,7 @@ class Command(DuctileCommand):
         dry_run = options["dry_run"]
         if not dry_run:
             make_directory(directory)
-            self._apply(changes, directory)
+            self.applied(changes, directory)
         data = {
             "config_dir": str(directory),
             "dry_run": dry_run,
@@ -335,7 +347,7 @@ class Command(DuctileCommand):
         except ChangeRefused as exc:
             raise Exit(EXIT_FAILED, str(exc)) from exc
         if not dry_run:
-            self._apply(changes)
+            self.applied(changes)
         data = {
             "name": name,
             "scopes": scopes,
@@ -357,7 +369,7 @@ class Command(DuctileCommand):
         self.emit(data, text, reveal=True)
 
     def token_list(self) -> None:
-        found = self._refused_unless_readable(lambda d, e: registry_tokens(d, e, check_seal=False))
+        found = self.planned(lambda d, e: registry_tokens(d, e, check_seal=False))
         tokens = [t.report(self.config_dir) for t in found]
 
         def text() -> str:
@@ -370,7 +382,7 @@ class Command(DuctileCommand):
         self.emit({"config_dir": str(self.config_dir), "tokens": tokens}, text)
 
     def token_inspect(self, name: str) -> None:
-        token = self._refused_unless_readable(lambda d, e: registry_token(d, name, e, check_seal=False))
+        token = self.planned(lambda d, e: registry_token(d, name, e, check_seal=False))
         data = {**token.report(self.config_dir), "config_dir": str(self.config_dir)}
 
         def text() -> str:
@@ -388,8 +400,8 @@ class Command(DuctileCommand):
         self.emit(data, text)
 
     def token_delete(self, name: str, dry_run: bool) -> None:
-        changes, token = self._refused_unless_readable(lambda d, e: plan_token_delete(d, name, e))
-        sealed = [] if dry_run else self._apply(changes)
+        changes, token = self.planned(lambda d, e: plan_token_delete(d, name, e))
+        sealed = [] if dry_run else self.applied(changes)
         data = {
             "deleted": name,
             "dry_run": dry_run,
@@ -415,10 +427,8 @@ class Command(DuctileCommand):
                 raise SystemExit(EXIT_FAILED)
             return
         name, dry_run = options["name"], options["dry_run"]
-        changes, scopes, token = self._refused_unless_readable(
-            lambda d, e: plan_scope(d, name, mode, _listed(options["scopes"]), e)
-        )
-        sealed = [] if dry_run else self._apply(changes)
+        changes, scopes, token = self.planned(lambda d, e: plan_scope(d, name, mode, _listed(options["scopes"]), e))
+        sealed = [] if dry_run else self.applied(changes)
         data = {
             "token": name,
             "mode": mode,
@@ -431,7 +441,7 @@ class Command(DuctileCommand):
         verb = "would set" if dry_run else "set"
         self.emit(data, f"{data['diff']}{verb} token {name!r} scopes: {', '.join(scopes)}")
 
-    def _refused_unless_readable(self, plan: Any) -> Any:
+    def planned(self, plan: Any) -> Any:
         """`plan(config_dir, environ)`, its refusals as exit 2, an unreadable config as exit 78."""
         try:
             return plan(self.config_dir, os.environ)
@@ -440,7 +450,7 @@ class Command(DuctileCommand):
         except ConfigError as exc:
             raise _invalid(exc) from exc
 
-    def _apply(self, changes: list[FileChange], config_dir: Path | None = None) -> list[Path]:
+    def applied(self, changes: list[FileChange], config_dir: Path | None = None) -> list[Path]:
         try:
             return apply(config_dir or self.config_dir, changes, os.environ)
         except ConfigError as exc:
