@@ -40,6 +40,7 @@ def enqueue(job_id: str) -> str:
     return job_id
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_read_commands_take_output_json_as_their_json(runtime):
     """Spec 000 idiom 8 spells it `--output json`; the Handbook `--json`: both give the JSON."""
@@ -54,6 +55,7 @@ def test_read_commands_take_output_json_as_their_json(runtime):
     assert code == 0 and out.strip() == "(0 of 0)"
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_job_verbs_take_a_unique_id_prefix_and_refuse_an_ambiguous_one(runtime):
     first = enqueue("cea25d41-0000-4000-8000-000000000001")
@@ -178,6 +180,7 @@ def test_plugin_manifest_shows_what_the_manifest_declares(runtime):
     assert code == 2 and "no plugin named 'nope'" in err and "echo" in err
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_plugin_list_api_url_lists_a_running_gateways_plugins(runtime, live_server):
     """As the original's `plugin list --api-url URL`: the gateway's own GET /plugins."""
@@ -194,6 +197,7 @@ def test_plugin_list_api_url_lists_a_running_gateways_plugins(runtime, live_serv
     assert code == 1 and json.loads(out)["error"].startswith("cannot reach http://127.0.0.1:9/plugins")
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_system_plugin_facts_shows_a_plugins_newest_facts_first(runtime):
     """Item 49, as the original's `system plugin-facts PLUGIN [--fact-type T] [--limit N]`."""
@@ -239,6 +243,7 @@ def stopwatch_row(plugin: str, status: str, age: timedelta, step: str | None = N
     return row.id
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_stopwatch_prune_deletes_old_rows_matching_its_filters(runtime):
     """The original's `stopwatch prune --older-than DUR [--plugin] [--step] [--status] [--dry-run]`."""

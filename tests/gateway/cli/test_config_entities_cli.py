@@ -66,6 +66,7 @@ def test_config_webhook_add_and_list_name_the_secret_never_show_it(cfg):
     assert code == 78 and "nope" in err
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_config_backup_and_restore_are_system_backup_and_restore(cfg, tmp_path):
     code, out, _ = run("config", "backup", "--json")
