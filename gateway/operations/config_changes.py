@@ -340,6 +340,33 @@ def plan_token_delete(
     return changes, token
 
 
+def plan_token_rehash(
+    config_dir: Path, name: str, environ: Mapping[str, str]
+) -> tuple[list[FileChange], RegistryToken, str]:
+    """The original's `token rehash`: a scope file edited by hand, authorized as it now is. Its
+    `scopes_hash` is moved to the file's current hash and both files are re-sealed (the scope
+    file is listed unchanged so that `apply` re-seals it). Read past the seal: the edit is why."""
+    token = registry_token(config_dir, name, environ, check_seal=False)
+    scopes_file = token.entry.get("scopes_file")
+    if not scopes_file:
+        raise ChangeRefused(f"token {name!r} has no scopes_file: nothing to rehash")
+    scope_path = scope_file_path(config_dir, str(scopes_file))
+    try:
+        scope_text = scope_path.read_text(encoding="utf-8")
+        json.loads(scope_text)
+    except OSError as exc:
+        raise ChangeRefused(f"cannot read {scope_path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ChangeRefused(f"{scope_path} is not JSON: {exc}; fix it before authorizing it") from exc
+    new_hash = "blake3:" + digest(scope_text.encode())
+    before = token.file.read_text(encoding="utf-8")
+    changes = [
+        FileChange(scope_path, scope_text, scope_text, private=True),
+        FileChange(token.file, before, set_value(before, (*token.path, "scopes_hash"), new_hash), private=True),
+    ]
+    return changes, token, new_hash
+
+
 def plan_scope(
     config_dir: Path, name: str, mode: str, scopes: Sequence[str], environ: Mapping[str, str]
 ) -> tuple[list[FileChange], list[str], RegistryToken]:

@@ -1,4 +1,4 @@
-"""`config check | lock | show | get | set | init | token create|list|inspect|delete |
+"""`config check | lock | show | get | set | init | token create|list|inspect|rehash|delete |
 scope add|remove|set|validate | plugin | route | webhook | backup | restore` (Operator Handbook,
 "Config"; the last five in gateway/cli/config_entities.py).
 
@@ -37,6 +37,7 @@ from gateway.operations.config_changes import (
     plan_set,
     plan_token,
     plan_token_delete,
+    plan_token_rehash,
     registry_token,
     registry_tokens,
     scope_problems,
@@ -52,7 +53,7 @@ BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
 class Command(DuctileCommand):
     help = (
         "Config: `check`, `lock`, `show [ENTITY]`, `get PATH`, `set PATH=VALUE`, `init [DIR]`, "
-        "`token create|list|inspect|delete`, `scope add|remove|set|validate`, `plugin list|show|set`, "
+        "`token create|list|inspect|rehash|delete`, `scope add|remove|set|validate`, `plugin list|show|set`, "
         "`route list|add|remove`, `webhook list|add`, `backup`, `restore`, `schema`, `validate --file F`."
     )
 
@@ -80,7 +81,7 @@ class Command(DuctileCommand):
         init.add_argument("directory", nargs="?", help="default: the config directory (--config-dir)")
         init.add_argument("--dry-run", action="store_true", help="list the files; write nothing")
         self.add_json(init)
-        token = actions.add_parser("token", help="API tokens: `token create|list|inspect NAME|delete NAME`")
+        token = actions.add_parser("token", help="API tokens: `token create|list|inspect NAME|rehash NAME|delete NAME`")
         token_actions = token.add_subparsers(dest="token_action", required=True, metavar="ACTION")
         create = token_actions.add_parser("create", help="a new scoped token; prints its secret once")
         create.add_argument("--name", required=True)
@@ -92,6 +93,12 @@ class Command(DuctileCommand):
         inspect = token_actions.add_parser("inspect", help="one registry token: its scope file, hash check, scopes")
         inspect.add_argument("name")
         self.add_json(inspect)
+        rehash = token_actions.add_parser(
+            "rehash", help="authorize a token's hand-edited scope file: record its current hash, re-seal"
+        )
+        rehash.add_argument("name")
+        rehash.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
+        self.add_json(rehash)
         delete = token_actions.add_parser("delete", help="remove a registry token (its scope file is kept)")
         delete.add_argument("name")
         delete.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
@@ -144,6 +151,8 @@ class Command(DuctileCommand):
             self.token_list()
         elif options["token_action"] == "inspect":
             self.token_inspect(options["name"])
+        elif options["token_action"] == "rehash":
+            self.token_rehash(options["name"], options["dry_run"])
         else:
             self.token_delete(options["name"], options["dry_run"])
 
@@ -398,6 +407,20 @@ class Command(DuctileCommand):
             return "\n".join(lines)
 
         self.emit(data, text)
+
+    def token_rehash(self, name: str, dry_run: bool) -> None:
+        changes, token, new_hash = self.planned(lambda d, e: plan_token_rehash(d, name, e))
+        sealed = [] if dry_run else self.applied(changes)
+        data = {
+            "token": name,
+            "old_hash": token.entry.get("scopes_hash"),
+            "new_hash": new_hash,
+            "dry_run": dry_run,
+            "updated": str(token.file),
+            "resealed": [str(p) for p in sealed],
+        }
+        verb = "would record" if dry_run else "recorded"
+        self.emit(data, f"{verb} {new_hash} for token {name!r} (was {data['old_hash']}) in {token.file}")
 
     def token_delete(self, name: str, dry_run: bool) -> None:
         changes, token = self.planned(lambda d, e: plan_token_delete(d, name, e))

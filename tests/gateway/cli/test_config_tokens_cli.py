@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config.errors import ConfigError
 from gateway.config.integrity import read_seal
 from gateway.runtime import build_runtime
 from tests.gateway.cli.test_cli_surface import run
@@ -84,3 +85,21 @@ def test_token_delete_removes_the_entry_and_its_secret_and_keeps_the_scope_file(
     assert json.loads(run("config", "token", "list", "--json")[1])["tokens"] == []
     code, _, err = run("config", "token", "delete", "ci-bot")
     assert code == 2 and "no token named 'ci-bot'" in err
+
+
+def test_token_rehash_authorizes_a_hand_edited_scope_file(config_dir, token):
+    """The original's `token rehash`: before it, the edited scope file refuses the config (its hash
+    and the seal no longer match); after it, the token loads with the scopes the edit gave it."""
+    scope_file = config_dir.path / "scopes" / "ci-bot.json"
+    scope_file.write_text(scope_file.read_text().replace("jobs:ro", "jobs:rw"))
+    with pytest.raises(ConfigError):
+        build_runtime(config_dir.path)
+    code, out, _ = run("config", "token", "rehash", "ci-bot", "--dry-run", "--json")
+    assert code == 0 and json.loads(out)["new_hash"] != json.loads(out)["old_hash"]
+    with pytest.raises(ConfigError):
+        build_runtime(config_dir.path)  # a dry run wrote nothing
+    code, out, _ = run("config", "token", "rehash", "ci-bot")
+    assert code == 0 and out.startswith("recorded blake3:")
+    granted = authenticated(config_dir.path, token)
+    assert granted is not None and granted.allows("jobs:rw")
+    assert json.loads(run("config", "token", "inspect", "ci-bot", "--json")[1])["hash_matches"] is True
