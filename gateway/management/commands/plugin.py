@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -60,6 +61,10 @@ class Command(DuctileCommand):
         run.add_argument("--dedupe-key", help="dedupe key for this enqueue")
         run.add_argument("--no-wait", action="store_true", help="enqueue only; a running daemon picks it up")
         run.add_argument("--dry-run", action="store_true", help="check and show the job; enqueue nothing")
+        run.add_argument(
+            "--api-url", help="enqueue through a running gateway's POST /plugin/NAME/COMMAND instead (it runs it)"
+        )
+        run.add_argument("--api-key", help="bearer token for --api-url (default: $DUCTILE_API_KEY, $DUCTILE_TOKEN)")
         self.add_json(run)
         lock = actions.add_parser(
             "lock", help="authorize these plugins' code as it is now: record their fingerprints in .checksums"
@@ -76,6 +81,8 @@ class Command(DuctileCommand):
             self.list_plugins(options)
         elif options["action"] == "manifest":
             self.show_manifest(options["name"])
+        elif options["action"] == "run" and (options["api_url"] or options["api_key"]):
+            self.run_remote(options)
         elif options["action"] == "lock":
             self.lock_plugins(options)
         else:
@@ -253,6 +260,29 @@ class Command(DuctileCommand):
         self._run_here([result.job_id for result in intake.submit(runtime, specs)], runtime)
 
     # -- plugin run ----------------------------------------------------------------------------
+
+    def run_remote(self, options: dict[str, Any]) -> None:
+        """The original's `plugin run NAME --api-url URL`: one job through the gateway's API, which
+        runs it; the answer is the API's (job_id, status queued, plugin, command)."""
+        token = options["api_key"] or env_token(os.environ)
+        if not token:
+            raise Exit(EXIT_USAGE, "an API key is needed with --api-url: --api-key or $DUCTILE_API_KEY")
+        document: dict[str, Any] = {}
+        if (payload := self._payload(options)) is not None:
+            document["payload"] = payload
+        if options["dedupe_key"]:
+            document["dedupe_key"] = options["dedupe_key"]
+        name, command = options["name"], options["command"]
+        base = options["api_url"] or base_url(self.runtime())
+        call = build_call(f"/plugin/{name}/{command}", base=base, token=token, method="POST", body=json.dumps(document))
+        if options["dry_run"]:
+            self.emit({"dry_run": True, "request": call.shown()}, lambda: json.dumps(call.shown(), indent=2))
+            return
+        try:
+            data = read_object(call, timeout=15.0)
+        except ApiUnanswered as exc:
+            raise Exit(EXIT_FAILED, str(exc)) from exc
+        self.emit(data, f"Queued job {data.get('job_id')} ({data.get('plugin')} {data.get('command')})")
 
     def run_plugin(self, options: dict[str, Any]) -> None:
         runtime = self.open_ledger()

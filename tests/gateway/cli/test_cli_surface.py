@@ -265,3 +265,27 @@ def test_stopwatch_prune_deletes_old_rows_matching_its_filters(runtime):
         run("stopwatch", "prune", "--older-than", "soon")
     with pytest.raises(CommandError, match="older-than"):
         run("stopwatch", "prune")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_plugin_run_api_url_enqueues_through_a_running_gateways_api(config_dir, live_server, monkeypatch):
+    """As the original's `plugin run NAME --api-url URL --api-key KEY`: the gateway's
+    POST /plugin/NAME/COMMAND enqueues the job; the CLI prints the API's answer."""
+    config_dir.extra["api"] = {"auth": {"tokens": [{"name": "admin", "token": "tok-admin", "scopes": ["*"]}]}}
+    monkeypatch.delenv("DUCTILE_API_KEY", raising=False)
+    monkeypatch.delenv("DUCTILE_TOKEN", raising=False)
+    with installed_runtime(config_dir):
+        code, out, _ = run(
+            "plugin", "run", "echo", "--api-url", live_server.url, "--api-key", "tok-admin",
+            "--payload", '{"message": "remote"}', "--json",
+        )  # fmt: skip
+        answer = json.loads(out)
+        assert code == 0 and answer["status"] == "queued" and answer["plugin"] == "echo"
+        job = Job.objects.get(pk=answer["job_id"])
+        assert job.submitted_by == "api" and job.payload == {"message": "remote"}
+
+        code, _, err = run("plugin", "run", "echo", "--api-url", live_server.url)
+        assert code == 2 and "an API key is needed" in err
+        code, _, err = run("plugin", "run", "echo", "--api-url", live_server.url, "--api-key", "wrong")
+        assert code == 1 and "answered 401" in err and Job.objects.count() == 1
