@@ -24,6 +24,7 @@ from gateway.plugins.seal import lock_plugins
 from gateway.reports import latest_result, ts
 from gateway.runtime import RUNTIME, Runtime
 from gateway.terminal import one_line
+from ledger.ids import new_id
 from ledger.models import Job, PluginInstanceRecord, WorkerInstance
 from ledger.submitters import Submitter
 
@@ -328,8 +329,9 @@ class Command(DuctileCommand):
 
     def _run_here(self, job_ids: list[str], runtime: Runtime) -> list[Job]:
         """Run our jobs through the normal claim path; if a daemon took one first, wait for it."""
+        # Its own id each run: the rows of stopped runs stay, and a later run may get a recycled pid.
         worker = WorkerInstance.objects.register(
-            f"{socket.gethostname()}:{os.getpid()}:cli",
+            f"{socket.gethostname()}:{os.getpid()}:cli:{new_id()[:8]}",
             hostname=socket.gethostname(),
             pid=os.getpid(),
             threads=1,
