@@ -105,6 +105,16 @@ class Pipeline:
                     )
         return {"pipeline": self.name, "execution_mode": self.execution_mode, "routes": routes}
 
+    def fingerprint(self) -> str:
+        """`blake3:` and the BLAKE3 of everything in this pipeline that decides behaviour (its
+        routes, every node's plugin, command, `with:`, `baggage:` and `if:`, its timeout), as the
+        original prints each compiled pipeline's."""
+        return _blake3(self._fingerprinted())
+
+    def _fingerprinted(self) -> dict[str, Any]:
+        nodes = [_node_body(self.nodes[n]) for n in sorted(self.nodes)]
+        return {**self.shape(), "timeout": self.timeout, "nodes": nodes}
+
 
 def _describe(node: Node) -> dict[str, Any]:
     if node.relay is not None:
@@ -140,17 +150,13 @@ class PipelineSet:
         return [p for p in self.pipelines.values() if p.is_hook and p.trigger == signal]
 
     def fingerprint(self) -> str:
-        """BLAKE3 of everything that decides behaviour: the routes plus every node's plugin, command,
-        `with:`, `baggage:` and `if:`, and the pipeline's timeout. Independent of pipeline order."""
-        body = json.dumps(
-            [
-                {**p.shape(), "timeout": p.timeout, "nodes": [_node_body(p.nodes[n]) for n in sorted(p.nodes)]}
-                for p in sorted(self.pipelines.values(), key=lambda p: p.name)
-            ],
-            sort_keys=True,
-            default=str,
-        )
-        return blake3.blake3(body.encode()).hexdigest()
+        """`blake3:` and the BLAKE3 of every pipeline's fingerprinted body;
+        independent of pipeline order."""
+        return _blake3([p._fingerprinted() for p in sorted(self.pipelines.values(), key=lambda p: p.name)])
+
+
+def _blake3(body: Any) -> str:
+    return "blake3:" + blake3.blake3(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

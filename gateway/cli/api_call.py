@@ -36,6 +36,10 @@ class UsageError(ValueError):
     """A flag that cannot make a request (exit 2)."""
 
 
+class ApiUnanswered(Exception):
+    """A gateway that could not be reached, refused the call, or answered something but a JSON object."""
+
+
 @dataclass(frozen=True)
 class ApiCall:
     method: str
@@ -171,6 +175,21 @@ def send(call: ApiCall, *, timeout: float, stream_to: Writable | None = None) ->
         return ApiAnswer(
             response.status, response.reason, content_type, response.read(), dict(response.headers.items())
         )
+
+
+def read_object(call: ApiCall, *, timeout: float) -> dict[str, Any]:
+    """The JSON object a successful call answers; ApiUnanswered says why there is none."""
+    try:
+        answer = send(call, timeout=timeout)
+    except OSError as exc:
+        raise ApiUnanswered(f"cannot reach {call.url}: {exc}") from exc
+    body = answer.parsed()
+    if not answer.ok:
+        reason = body.get("error") if isinstance(body, dict) else None
+        raise ApiUnanswered(f"{call.method} {call.url} answered {answer.status} {answer.reason}: {reason or body}")
+    if not isinstance(body, dict):
+        raise ApiUnanswered(f"{call.method} {call.url} did not answer a JSON object")
+    return body
 
 
 def _copy_lines(readline: Callable[[], bytes], out: Writable) -> None:

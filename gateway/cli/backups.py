@@ -39,7 +39,7 @@ def run_backup(command: DuctileCommand, destination: str, scope: str, dry_run: b
     command.emit(
         data,
         f"backup written: {written.path} ({written.size} bytes in {written.seconds:.1f}s); "
-        f"database snapshot sha256 {manifest.database['sha256']}",
+        f"backup uid {manifest.backup_uid}; database snapshot sha256 {manifest.database['sha256']}",
     )
 
 
@@ -76,6 +76,7 @@ def run_restore(command: DuctileCommand, archive: str, target: str, dry_run: boo
     def text() -> str:
         verb = "would restore" if dry_run else "restored"
         taken = f"scope {report.scope}, taken {report.created_at} on {report.hostname}"
+        taken += f", backup uid {report.backup_uid}" if report.backup_uid else ""
         lines = [f"{verb} {archive} ({taken}) into {report.target}"]
         lines.append(f"  database: {report.database}")
         lines += [f"  {r.file}: {r.key}: {r.old} -> {r.new}" for r in report.rewrites]

@@ -95,8 +95,12 @@ class DuctileCommand(BaseCommand):
         return parser
 
     def add_json(self, parser: CommandParser) -> None:
-        """`--json`, and `-v` again so it may follow the action (`pipeline dry-run X -v`)."""
+        """`--json` (and `--output json`, spec 000's spelling of it), and `-v` again so it may follow
+        the action (`pipeline dry-run X -v`)."""
         parser.add_argument("--json", action="store_true", help="machine-readable output")
+        parser.add_argument(
+            "--output", choices=("json", "text"), default="text", help="json: the same as --json (default text)"
+        )
         if "-v" in parser._option_string_actions:
             return  # a command without actions: the base parser has it already
         # SUPPRESS: an action's own default must not reset a `-v` given before the action.
@@ -113,7 +117,7 @@ class DuctileCommand(BaseCommand):
             setattr(self, name, escaped)
 
     def execute(self, *args: Any, **options: Any) -> str | None:
-        self.as_json = bool(options.get("json"))
+        self.as_json = bool(options.get("json")) or options.get("output") == "json"
         # Streams given to `call_command` would be wrapped by Django in plain OutputWrappers.
         for name in ("stdout", "stderr"):
             if options.get(name):

@@ -1,4 +1,5 @@
-"""The `ductile` console script: the same NOUN ACTION management commands as `manage.py`."""
+"""The `ductile` console script: the gateway's NOUN ACTION management commands (gateway.cli.surface);
+`manage.py` runs the same commands and all of Django's own."""
 
 from __future__ import annotations
 
@@ -9,10 +10,7 @@ from collections.abc import Sequence
 
 from gateway.daemon.tree import SUPERVISOR_ENV, die_with_supervisor
 
-# Django answers `version` and `--version` itself with its own version; ours reports the gateway's.
-ALIASES = {"version": "ductile_version", "--version": "ductile_version"}
-# Two-word spellings of a top-level command: the Operator Handbook lists `system skills`.
-ACTION_ALIASES = {("system", "skills"): "skills"}
+EXIT_USAGE = 2
 
 
 def strip_config_dir(argv: Sequence[str]) -> list[str]:
@@ -32,7 +30,8 @@ def strip_config_dir(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, whole_django: bool = False) -> int:
+    """`whole_django`: `manage.py`, which offers Django's commands beside the gateway's."""
     # Start-up (~800 modules, Django's set-up, the config) allocates a great deal and frees little:
     # the collector's passes over it are wasted, ~30 ms of a daemon's start (docs/performance.md,
     # item 30). It is switched back on when Django's apps are ready (gateway.apps), before any
@@ -50,11 +49,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     prepare_process(config_dir_from_argv(argv[1:]))
     from django.core.management import execute_from_command_line
 
+    from gateway.cli import surface
+
     args = strip_config_dir(argv)
-    if len(args) > 2 and (alias := ACTION_ALIASES.get((args[1], args[2]))):
-        args[1:3] = [alias]
-    if len(args) > 1 and args[1] in ALIASES:
-        args[1] = ALIASES[args[1]]
+    if whole_django:
+        args = surface.respelled(args)
+    elif surface.is_help(args):
+        sys.stdout.write(surface.help_text("ductile"))
+        return 0 if len(args) > 1 else EXIT_USAGE
+    else:
+        try:
+            args = surface.translate(args)
+        except surface.UnknownCommand as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return EXIT_USAGE
     from django.db import DatabaseError
 
     from gateway.storage.database import describe_database, described

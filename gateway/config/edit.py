@@ -62,6 +62,25 @@ def set_value(text: str, path: KeyPath, value: Any) -> str:
     return out.getvalue()
 
 
+def delete_value(text: str, path: KeyPath) -> str:
+    """`text` without the key or list item at `path` (its comments and the rest kept)."""
+    if not path:
+        raise EditError("name a key to delete")
+    yaml, doc = _round_trip(text)
+    node = doc
+    for depth, part in enumerate(path[:-1]):
+        node = _child(node, part, path[: depth + 1], creating=path[depth + 1])
+    last = path[-1]
+    present = isinstance(node, list) and isinstance(last, int) and 0 <= last < len(node)
+    present = present or (isinstance(node, dict) and not isinstance(last, int) and last in node)
+    if not present:
+        raise EditError(f"{dotted(path)}: no such key")
+    del node[last]
+    out = io.StringIO()
+    yaml.dump(doc, out)
+    return out.getvalue()
+
+
 def _child(node: Any, part: str | int, where: KeyPath, *, creating: str | int) -> Any:
     if isinstance(node, list):
         if not isinstance(part, int) or not 0 <= part < len(node):

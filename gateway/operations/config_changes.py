@@ -1,7 +1,8 @@
-"""The CLI's config mutations (Operator Handbook "Config"): `config set`, `config token create`
-and `config init`. Each is planned first (every file it would write, as text), then applied as
-one unit: written atomically, re-sealed, validated, and rolled back whole if the result does not
-load. A change that would leave the gateway unable to start writes nothing.
+"""The CLI's config mutations (Operator Handbook "Config"): `config set`, `config token
+create|delete`, `config scope add|remove|set` and `config init`. Each is planned first (every file
+it would write, as text), then applied as one unit: written atomically, re-sealed, validated, and
+rolled back whole if the result does not load. A change that would leave the gateway unable to
+start writes nothing.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import yaml
 
 from gateway.config.address import AddressError, resolve
 from gateway.config.atomic import write_atomic
-from gateway.config.edit import EditError, set_value
-from gateway.config.integrity import CHECKSUMS, Tier, digest, read_seal, reseal, tier_of
+from gateway.config.edit import EditError, delete_value, set_value
+from gateway.config.integrity import CHECKSUMS, Tier, digest, file_digest, read_seal, reseal, scope_file_path, tier_of
 from gateway.config.loader import ROOT_FILE, MergedConfig, load_config_tree
 from gateway.config.tokens import ADMIN, FINER, RESOURCES
 from gateway.config.yamlsrc import KeyPath, Yaml12Loader
@@ -84,6 +85,34 @@ def plan_set(config_dir: Path, assignment: str, environ: Mapping[str, str]) -> t
         raise ChangeRefused(f"{file}: {exc}") from exc
     _validate(config_dir, environ, overrides={file: after})
     return FileChange(file, before, after), address.path
+
+
+def plan_append(config_dir: Path, key: KeyPath, item: Any, environ: Mapping[str, str]) -> FileChange:
+    """`item` appended to the list at `key` (`routes`, `webhooks.endpoints`) in the file that
+    defines that list (config.yaml when none does), validated as the config would load with it."""
+    merged = load_config_tree(config_dir, environ)
+    file, in_file = _locate(merged, key)
+    before = file.read_text(encoding="utf-8")
+    listed: Any = yaml.load(before, Loader=Yaml12Loader) or {}
+    for part in in_file:
+        listed = listed.get(part) if isinstance(listed, dict) else None
+    return _edited(config_dir, environ, file, before, lambda text: set_value(text, (*in_file, len(listed or [])), item))
+
+
+def plan_remove(config_dir: Path, path: KeyPath, environ: Mapping[str, str]) -> FileChange:
+    """The key or list item at `path` (of the merged config) removed from the file defining it."""
+    file, in_file = _locate(load_config_tree(config_dir, environ), path)
+    before = file.read_text(encoding="utf-8")
+    return _edited(config_dir, environ, file, before, lambda text: delete_value(text, in_file))
+
+
+def _edited(config_dir: Path, environ: Mapping[str, str], file: Path, before: str, edit: Any) -> FileChange:
+    try:
+        after = edit(before)
+    except EditError as exc:
+        raise ChangeRefused(f"{file}: {exc}") from exc
+    _validate(config_dir, environ, overrides={file: after})
+    return FileChange(file, before, after)
 
 
 def _locate(merged: MergedConfig, path: KeyPath) -> tuple[Path, KeyPath]:
@@ -217,6 +246,166 @@ def plan_init(target: Path, plugin_root: Path) -> tuple[list[FileChange], str]:
     changes[changes.index(tokens)] = FileChange(tokens.path, None, tokens_text, private=True)
     changes.append(FileChange(target / ".env", None, f"{values['admin_var']}={secret}\n", private=True))
     return changes, secret
+
+
+# -- config token list|inspect|delete, config scope ---------------------------------------------
+
+SCOPE_MODES = ("add", "remove", "set")
+
+
+@dataclass(frozen=True)
+class RegistryToken:
+    """A `tokens:` entry of the registry (tokens.yaml) as written, with where it is."""
+
+    index: int
+    entry: Mapping[str, Any]
+    file: Path  # the file defining it
+    path: KeyPath  # its path inside that file
+
+    @property
+    def name(self) -> str:
+        return str(self.entry.get("name", ""))
+
+    def report(self, config_dir: Path) -> dict[str, Any]:
+        """What `config token list|inspect` show: never the key, which is a secret or names one."""
+        scopes_file = self.entry.get("scopes_file")
+        scope_path = scope_file_path(config_dir, str(scopes_file)) if scopes_file else None
+        current = file_digest(scope_path) if scope_path else None
+        scopes: Any = None
+        if scope_path is not None and current is not None:
+            try:
+                scopes = json.loads(scope_path.read_text(encoding="utf-8")).get("scopes")
+            except (OSError, ValueError, AttributeError):
+                scopes = None
+        recorded = self.entry.get("scopes_hash")
+        return {
+            "name": self.name,
+            "key": "[redacted]",
+            "scopes_file": scopes_file,
+            "scopes_hash": recorded,
+            "current_hash": f"blake3:{current}" if current else None,
+            "hash_matches": bool(current) and recorded == f"blake3:{current}",
+            "scopes": scopes,
+            "description": self.entry.get("description") or "",
+            "created_at": self.entry.get("created_at"),
+            "defined_in": str(self.file),
+        }
+
+
+def registry_tokens(config_dir: Path, environ: Mapping[str, str], *, check_seal: bool = True) -> list[RegistryToken]:
+    """`check_seal=False` for reading only: a token whose scope file was edited past its seal is
+    what `config token inspect` is for."""
+    merged = load_config_tree(config_dir, environ, check_seal=check_seal)
+    found = []
+    for index, entry in enumerate(merged.data.get("tokens") or []):
+        if isinstance(entry, dict):
+            file, path = _locate(merged, ("tokens", index))
+            found.append(RegistryToken(index, entry, file, path))
+    return found
+
+
+def registry_token(
+    config_dir: Path, name: str, environ: Mapping[str, str], *, check_seal: bool = True
+) -> RegistryToken:
+    tokens = registry_tokens(config_dir, environ, check_seal=check_seal)
+    for token in tokens:
+        if token.name == name:
+            return token
+    known = ", ".join(t.name for t in tokens) or "none"
+    raise ChangeRefused(f"no token named {name!r} in the token registry (tokens.yaml; known: {known})")
+
+
+def plan_token_delete(
+    config_dir: Path, name: str, environ: Mapping[str, str]
+) -> tuple[list[FileChange], RegistryToken]:
+    """The registry entry removed, and the `${VAR}` line `config token create` wrote for it in
+    the config's `.env`; its scope file is kept (as the original does: a record of what it had)."""
+    token = registry_token(config_dir, name, environ)
+    before = token.file.read_text(encoding="utf-8")
+    try:
+        changes = [FileChange(token.file, before, delete_value(before, token.path), private=True)]
+    except EditError as exc:
+        raise ChangeRefused(f"{token.file}: {exc}") from exc
+    written: Any = yaml.load(before, Loader=Yaml12Loader)  # the key as written, before interpolation
+    for part in token.path:
+        written = written[part]
+    variable = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", str(written.get("key", "")))
+    if variable:
+        for env_file in load_config_tree(config_dir, environ).env_files:
+            text = env_file.read_text(encoding="utf-8") if env_file.exists() else ""
+            lines = text.splitlines(keepends=True)
+            kept = [line for line in lines if not line.startswith(f"{variable[1]}=")]
+            if len(kept) != len(lines):
+                changes.append(FileChange(env_file, text, "".join(kept), private=True))
+    return changes, token
+
+
+def plan_token_rehash(
+    config_dir: Path, name: str, environ: Mapping[str, str]
+) -> tuple[list[FileChange], RegistryToken, str]:
+    """The original's `token rehash`: a scope file edited by hand, authorized as it now is. Its
+    `scopes_hash` is moved to the file's current hash and both files are re-sealed (the scope
+    file is listed unchanged so that `apply` re-seals it). Read past the seal: the edit is why."""
+    token = registry_token(config_dir, name, environ, check_seal=False)
+    scopes_file = token.entry.get("scopes_file")
+    if not scopes_file:
+        raise ChangeRefused(f"token {name!r} has no scopes_file: nothing to rehash")
+    scope_path = scope_file_path(config_dir, str(scopes_file))
+    try:
+        scope_text = scope_path.read_text(encoding="utf-8")
+        json.loads(scope_text)
+    except OSError as exc:
+        raise ChangeRefused(f"cannot read {scope_path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ChangeRefused(f"{scope_path} is not JSON: {exc}; fix it before authorizing it") from exc
+    new_hash = "blake3:" + digest(scope_text.encode())
+    before = token.file.read_text(encoding="utf-8")
+    changes = [
+        FileChange(scope_path, scope_text, scope_text, private=True),
+        FileChange(token.file, before, set_value(before, (*token.path, "scopes_hash"), new_hash), private=True),
+    ]
+    return changes, token, new_hash
+
+
+def plan_scope(
+    config_dir: Path, name: str, mode: str, scopes: Sequence[str], environ: Mapping[str, str]
+) -> tuple[list[FileChange], list[str], RegistryToken]:
+    """The token's scope file with `scopes` added, removed or set (its metadata kept), and its
+    `scopes_hash` in the registry moved with it, so the token keeps loading."""
+    token = registry_token(config_dir, name, environ)
+    scopes_file = token.entry.get("scopes_file")
+    if not scopes_file:
+        raise ChangeRefused(f"token {name!r} has no scopes_file: its scopes are not a scope file's to change")
+    if not scopes:
+        raise ChangeRefused("give at least one scope")
+    merged = load_config_tree(config_dir, environ)
+    if mode != "remove" and (problems := scope_problems(scopes, list(merged.data.get("plugins") or {}))):
+        raise ChangeRefused("; ".join(problems))
+    scope_path = scope_file_path(config_dir, str(scopes_file))
+    try:
+        before_scope = scope_path.read_text(encoding="utf-8")
+        document = json.loads(before_scope)
+    except OSError as exc:
+        raise ChangeRefused(f"cannot read {scope_path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ChangeRefused(f"{scope_path} is not JSON: {exc}") from exc
+    current = [str(s) for s in document.get("scopes") or []]
+    if mode == "add":
+        updated = list(dict.fromkeys([*current, *scopes]))
+    elif mode == "remove":
+        updated = [s for s in current if s not in scopes]
+    else:
+        updated = list(dict.fromkeys(scopes))
+    if not updated:
+        raise ChangeRefused(f"token {name!r} would be left with no scope: delete it instead (config token delete)")
+    scope_text = json.dumps({**document, "scopes": updated}, indent=2) + "\n"
+    before = token.file.read_text(encoding="utf-8")
+    registry_text = set_value(before, (*token.path, "scopes_hash"), "blake3:" + digest(scope_text.encode()))
+    changes = [
+        FileChange(scope_path, before_scope, scope_text, private=True),
+        FileChange(token.file, before, registry_text, private=True),
+    ]
+    return changes, updated, token
 
 
 def changes_by_name(changes: Sequence[FileChange], name: str) -> FileChange:

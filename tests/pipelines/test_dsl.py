@@ -742,10 +742,10 @@ def test_shape_of_a_hook_and_of_a_switch_that_can_end_the_run():
     assert "terminal:s" in routes
 
 
-def test_fingerprint_is_a_stable_blake3_hex_digest():
+def test_fingerprint_is_a_stable_prefixed_blake3_hex_digest():
     first, again = build(*sample()).fingerprint(), build(*sample()).fingerprint()
     assert first == again
-    assert re.fullmatch(r"[0-9a-f]{64}", first)
+    assert re.fullmatch(r"blake3:[0-9a-f]{64}", first)  # prefixed, as the original writes every BLAKE3
     assert build(*reversed(sample())).fingerprint() == first  # the order pipelines are listed in is not config
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -98,7 +100,7 @@ def test_the_scopes_are_a_nested_ladder_with_the_spec_exclusions(rich, tmp_path)
         assert done.returncode == 0, done.stderr
     db, config, plugins, everything = (members(tmp_path / f"{scope}.tar.gz") for scope in SCOPES)
     snapshot = "db/ledger.jsonl" if rich.database_url else "db/ductile.sqlite"
-    assert db == {"BACKUP_MANIFEST.txt", snapshot}
+    assert db == {"BACKUP_MANIFEST.txt", "uid.txt", snapshot}
     assert db < config < plugins < everything
     assert config - db == {
         "config/config.yaml",
@@ -142,7 +144,7 @@ def test_the_manifest_records_origin_contents_exclusions_and_boundary_warnings(r
     database = manifest["database"]
     assert database["engine"] == ("postgresql" if rich.database_url else "sqlite")
     assert database["sha256"] == hashlib.sha256(read_member(archive, database["archive_path"])).hexdigest()
-    assert {i["path"] for i in manifest["included"]} == members(archive) - {"BACKUP_MANIFEST.txt"}
+    assert {i["path"] for i in manifest["included"]} == members(archive) - {"BACKUP_MANIFEST.txt", "uid.txt"}
     reasons = {
         Path(e["source"]).relative_to(rich.path).as_posix(): e["reason"]
         for e in manifest["excluded"]
@@ -164,6 +166,47 @@ def test_the_manifest_records_origin_contents_exclusions_and_boundary_warnings(r
         "plugins/02-myplugins",
     }
     assert everything["env_files"] == [{"archive_path": "config/.env", "source_path": str(rich.path / ".env")}]
+
+
+def test_an_archive_names_itself_in_uid_txt_and_leaves_the_running_gateways_lock_files_out(rich, tmp_path):
+    """Item 158, as the original: `uid.txt` and the manifest's `backup_uid` pair an archive with
+    what is kept apart from it; the synchronous-trigger slots' lock files (and the other files a
+    running gateway makes again at start) are not archived. new-10: their directory is 0700."""
+    from gateway.http.api.syncgate import sync_slot
+
+    state = rich.db_path.parent
+    with sync_slot(state / "sync-slots", 1):  # as a synchronous pipeline trigger holds one
+        pass
+    assert (state / "sync-slots").stat().st_mode & 0o777 == 0o700
+    for name in ("ductile.runtime", "ductile.streams", "api-auth-failures.json"):
+        (state / name).write_text("runtime")
+    first = tmp_path / "one.tar.gz"
+    written = backup(rich, first)
+    assert written.returncode == 0, written.stderr
+    uid = read_member(first, "uid.txt").decode().strip()
+    assert re.fullmatch(r"[0-9a-hjkmnp-tv-z]{12}", uid) and manifest_of(first)["backup_uid"] == uid
+    assert f"backup uid {uid};" in written.stdout.splitlines()[-1]
+    second = _backup_ok(rich, tmp_path / "two.tar.gz")
+    assert read_member(second, "uid.txt").decode().strip() != uid
+    assert not [name for name in members(first) if "sync-slot" in name or name.startswith("config/state/")]
+    reasons = {e["source"]: e["reason"] for e in manifest_of(first)["excluded"]}
+    assert reasons[str(state / "sync-slots")].startswith("lock files of the API's synchronous-trigger slots")
+    assert reasons[str(state / "ductile.runtime")].startswith("runtime state of a running gateway")
+
+    restored = restore(first, tmp_path / "restored", "--json")
+    assert restored.returncode == 0, restored.stderr
+    assert json.loads(restored.stdout)["backup_uid"] == uid
+
+
+def test_the_runtime_file_names_a_backup_leaves_out_are_their_owners_names():
+    from gateway.http import streamseats
+    from gateway.http.api import refusals
+    from gateway.operations.backups import scope
+    from gateway.runtime import SNAPSHOT_FILE
+
+    assert set(scope.RUNTIME_FILES) == {SNAPSHOT_FILE, streamseats.FILE_NAME, refusals.TALLY_FILE}
+    views = (REPO / "gateway" / "http" / "api" / "views.py").read_text()
+    assert f'state_path.parent / "{scope.SYNC_SLOTS}"' in views
 
 
 def _backup_ok(cfg: ConfigDir, target: Path, *args: str) -> Path:
@@ -215,7 +258,7 @@ def test_a_db_scope_archive_restores_the_database_alone(rich, tmp_path):
         f"the archive holds no config; point a config's state.path at {tmp_path / 'dbonly' / 'state' / 'ductile.db'}"
         in done.stdout
     )
-    assert sorted(p.name for p in (tmp_path / "dbonly").iterdir()) == ["BACKUP_MANIFEST.txt", "state"]
+    assert sorted(p.name for p in (tmp_path / "dbonly").iterdir()) == ["BACKUP_MANIFEST.txt", "state", "uid.txt"]
     with sqlite3.connect(tmp_path / "dbonly" / "state" / "ductile.db") as db:
         assert db.execute("SELECT plugin FROM job_queue").fetchall() == [("echo",)]
 

@@ -23,7 +23,7 @@ class Busy(Exception):
 
 @contextmanager
 def sync_slot(directory: Path, limit: int) -> Iterator[int]:
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # the state directory's own mode (spec 000 §13.2)
     for slot in range(limit):
         fd = os.open(directory / f"sync-slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:

@@ -1,4 +1,6 @@
-"""`config check | lock | show | get | set | init | token create` (Operator Handbook, "Config").
+"""`config check | lock | show | get | set | init | token create|list|inspect|rehash|delete |
+scope add|remove|set|validate | plugin | route | webhook | backup | restore` (Operator Handbook,
+"Config"; the last five in gateway/cli/config_entities.py).
 
 The `config lock` ritual: `config check` (validate) → `config lock` (authorize: rewrite the seal)
 → `system reload` (apply without a restart).
@@ -15,6 +17,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.cli.config_entities import add_entity_parsers, run_entity
+from gateway.cli.config_schema import add_schema_parsers, run_schema, run_validate
 from gateway.config.address import AddressError, lookup, names, resolve
 from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError, ConfigProblem
@@ -23,13 +27,20 @@ from gateway.config.integrity import CHECKSUMS, LockReport
 from gateway.config.loader import load_config_tree
 from gateway.config.redaction import redact
 from gateway.operations.config_changes import (
+    SCOPE_MODES,
     ChangeRefused,
     FileChange,
     apply,
     make_directory,
     plan_init,
+    plan_scope,
     plan_set,
     plan_token,
+    plan_token_delete,
+    plan_token_rehash,
+    registry_token,
+    registry_tokens,
+    scope_problems,
 )
 from gateway.plugins.seal import lock_config
 from gateway.reports import seal_status
@@ -40,7 +51,11 @@ BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
 
 
 class Command(DuctileCommand):
-    help = "Config: `check`, `lock`, `show [ENTITY]`, `get PATH`, `set PATH=VALUE`, `init [DIR]`, `token create`."
+    help = (
+        "Config: `check`, `lock`, `show [ENTITY]`, `get PATH`, `set PATH=VALUE`, `init [DIR]`, "
+        "`token create|list|inspect|rehash|delete`, `scope add|remove|set|validate`, `plugin list|show|set`, "
+        "`route list|add|remove`, `webhook list|add`, `backup`, `restore`, `schema`, `validate --file F`."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -66,7 +81,7 @@ class Command(DuctileCommand):
         init.add_argument("directory", nargs="?", help="default: the config directory (--config-dir)")
         init.add_argument("--dry-run", action="store_true", help="list the files; write nothing")
         self.add_json(init)
-        token = actions.add_parser("token", help="API tokens: `token create --name N --scopes a,b`")
+        token = actions.add_parser("token", help="API tokens: `token create|list|inspect NAME|rehash NAME|delete NAME`")
         token_actions = token.add_subparsers(dest="token_action", required=True, metavar="ACTION")
         create = token_actions.add_parser("create", help="a new scoped token; prints its secret once")
         create.add_argument("--name", required=True)
@@ -74,6 +89,37 @@ class Command(DuctileCommand):
         create.add_argument("--description", default="")
         create.add_argument("--dry-run", action="store_true", help="show the files it would write; write nothing")
         self.add_json(create)
+        self.add_json(token_actions.add_parser("list", help="the token registry (tokens.yaml): names, scopes, hashes"))
+        inspect = token_actions.add_parser("inspect", help="one registry token: its scope file, hash check, scopes")
+        inspect.add_argument("name")
+        self.add_json(inspect)
+        rehash = token_actions.add_parser(
+            "rehash", help="authorize a token's hand-edited scope file: record its current hash, re-seal"
+        )
+        rehash.add_argument("name")
+        rehash.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
+        self.add_json(rehash)
+        delete = token_actions.add_parser("delete", help="remove a registry token (its scope file is kept)")
+        delete.add_argument("name")
+        delete.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
+        self.add_json(delete)
+        scope = actions.add_parser(
+            "scope", help="a registry token's scopes: `scope add|remove|set NAME SCOPES`, `validate`"
+        )
+        scope_actions = scope.add_subparsers(dest="scope_action", required=True, metavar="ACTION")
+        for scope_mode in SCOPE_MODES:
+            change = scope_actions.add_parser(
+                scope_mode, help=f"{scope_mode} scopes of a token's scope file (re-hashed, re-sealed)"
+            )
+            change.add_argument("name", help="a token of the registry (tokens.yaml)")
+            change.add_argument("scopes", metavar="SCOPES", help="comma-separated: plugin:ro, echo:rw, jobs:ro, *, …")
+            change.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
+            self.add_json(change)
+        validate = scope_actions.add_parser("validate", help="whether a scope can be granted in this config")
+        validate.add_argument("scope")
+        self.add_json(validate)
+        add_entity_parsers(actions, self)
+        add_schema_parsers(actions, self)
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.verbose = options.get("verbosity", 0) > 0
@@ -91,9 +137,24 @@ class Command(DuctileCommand):
             self.set_key(options["assignment"], apply_it=options["apply"])
         elif action == "init":
             self.init(Path(options["directory"]).resolve() if options["directory"] else self.config_dir, options)
+        elif action == "scope":
+            self.scope(options)
+        elif action in ("plugin", "route", "webhook", "backup", "restore"):
+            run_entity(self, action, options)
+        elif action == "schema":
+            run_schema(self, options["name"])
+        elif action == "validate":
+            run_validate(self, options["file"], options["name"])
+        elif options["token_action"] == "create":
+            self.token_create(options["name"], _listed(options["scopes"]), options["description"], options["dry_run"])
+        elif options["token_action"] == "list":
+            self.token_list()
+        elif options["token_action"] == "inspect":
+            self.token_inspect(options["name"])
+        elif options["token_action"] == "rehash":
+            self.token_rehash(options["name"], options["dry_run"])
         else:
-            scopes = [s.strip() for s in options["scopes"].split(",") if s.strip()]
-            self.token_create(options["name"], scopes, options["description"], options["dry_run"])
+            self.token_delete(options["name"], options["dry_run"])
 
     # -- check and lock ------------------------------------------------------------------------
 
@@ -243,7 +304,7 @@ class Command(DuctileCommand):
             raise Exit(EXIT_USAGE, str(exc)) from exc
         except ConfigError as exc:
             raise _invalid(exc) from exc
-        sealed = self._apply([change]) if apply_it else []
+        sealed = self.applied([change]) if apply_it else []
         data = {
             "path": ".".join(map(str, path)),
             "file": str(change.path),
@@ -269,7 +330,7 @@ class Command(DuctileCommand):
         dry_run = options["dry_run"]
         if not dry_run:
             make_directory(directory)
-            self._apply(changes, directory)
+            self.applied(changes, directory)
         data = {
             "config_dir": str(directory),
             "dry_run": dry_run,
@@ -295,7 +356,7 @@ class Command(DuctileCommand):
         except ChangeRefused as exc:
             raise Exit(EXIT_FAILED, str(exc)) from exc
         if not dry_run:
-            self._apply(changes)
+            self.applied(changes)
         data = {
             "name": name,
             "scopes": scopes,
@@ -316,11 +377,111 @@ class Command(DuctileCommand):
 
         self.emit(data, text, reveal=True)
 
-    def _apply(self, changes: list[FileChange], config_dir: Path | None = None) -> list[Path]:
+    def token_list(self) -> None:
+        found = self.planned(lambda d, e: registry_tokens(d, e, check_seal=False))
+        tokens = [t.report(self.config_dir) for t in found]
+
+        def text() -> str:
+            lines = [f"Tokens in {self.config_dir / 'tokens.yaml'}:"] if tokens else ["(no registry tokens)"]
+            for t in tokens:
+                check = "" if t["hash_matches"] or not t["scopes_file"] else "  (scope file does not match its hash)"
+                lines.append(f"  {t['name']:20} {', '.join(t['scopes'] or []) or '-'}{check}")
+            return "\n".join(lines)
+
+        self.emit({"config_dir": str(self.config_dir), "tokens": tokens}, text)
+
+    def token_inspect(self, name: str) -> None:
+        token = self.planned(lambda d, e: registry_token(d, name, e, check_seal=False))
+        data = {**token.report(self.config_dir), "config_dir": str(self.config_dir)}
+
+        def text() -> str:
+            lines = [f"Token: {data['name']}", f"Created: {data['created_at'] or '-'}", "Key: [redacted]"]
+            lines += [f"Scope file: {data['scopes_file']}", f"Hash: {data['scopes_hash']}"]
+            lines += [
+                f"Current hash: {data['current_hash']}",
+                f"Hash check: {'match' if data['hash_matches'] else 'mismatch'}",
+            ]
+            lines += ["Scopes:", *(f"  - {s}" for s in data["scopes"] or [])]
+            if data["description"]:
+                lines.append(f"Description: {data['description']}")
+            return "\n".join(lines)
+
+        self.emit(data, text)
+
+    def token_rehash(self, name: str, dry_run: bool) -> None:
+        changes, token, new_hash = self.planned(lambda d, e: plan_token_rehash(d, name, e))
+        sealed = [] if dry_run else self.applied(changes)
+        data = {
+            "token": name,
+            "old_hash": token.entry.get("scopes_hash"),
+            "new_hash": new_hash,
+            "dry_run": dry_run,
+            "updated": str(token.file),
+            "resealed": [str(p) for p in sealed],
+        }
+        verb = "would record" if dry_run else "recorded"
+        self.emit(data, f"{verb} {new_hash} for token {name!r} (was {data['old_hash']}) in {token.file}")
+
+    def token_delete(self, name: str, dry_run: bool) -> None:
+        changes, token = self.planned(lambda d, e: plan_token_delete(d, name, e))
+        sealed = [] if dry_run else self.applied(changes)
+        data = {
+            "deleted": name,
+            "dry_run": dry_run,
+            "files": [str(c.path) for c in changes],
+            "scopes_file": token.entry.get("scopes_file"),
+            "resealed": [str(p) for p in sealed],
+        }
+        verb = "would delete" if dry_run else "deleted"
+        kept = f"; its scope file {data['scopes_file']} is kept" if data["scopes_file"] else ""
+        tail = "" if dry_run else "\nnext: `ductile system reload` makes a running gateway refuse it"
+        self.emit(data, f"{verb} token {name!r} from {token.file}{kept}{tail}")
+
+    def scope(self, options: dict[str, Any]) -> None:
+        mode = options["scope_action"]
+        if mode == "validate":
+            plugins = list(self.runtime().config.plugins)
+            problems = scope_problems([options["scope"]], plugins)
+            self.emit(
+                {"scope": options["scope"], "valid": not problems, "problems": problems},
+                "\n".join([f"Scope: {options['scope']}", *([f"invalid: {p}" for p in problems] or ["valid"])]),
+            )
+            if problems:
+                raise SystemExit(EXIT_FAILED)
+            return
+        name, dry_run = options["name"], options["dry_run"]
+        changes, scopes, token = self.planned(lambda d, e: plan_scope(d, name, mode, _listed(options["scopes"]), e))
+        sealed = [] if dry_run else self.applied(changes)
+        data = {
+            "token": name,
+            "mode": mode,
+            "scopes": scopes,
+            "scopes_file": token.entry.get("scopes_file"),
+            "dry_run": dry_run,
+            "diff": "".join(c.diff() for c in changes),
+            "resealed": [str(p) for p in sealed],
+        }
+        verb = "would set" if dry_run else "set"
+        self.emit(data, f"{data['diff']}{verb} token {name!r} scopes: {', '.join(scopes)}")
+
+    def planned(self, plan: Any) -> Any:
+        """`plan(config_dir, environ)`, its refusals as exit 2, an unreadable config as exit 78."""
+        try:
+            return plan(self.config_dir, os.environ)
+        except ChangeRefused as exc:
+            raise Exit(EXIT_USAGE, str(exc)) from exc
+        except ConfigError as exc:
+            raise _invalid(exc) from exc
+
+    def applied(self, changes: list[FileChange], config_dir: Path | None = None) -> list[Path]:
         try:
             return apply(config_dir or self.config_dir, changes, os.environ)
         except ConfigError as exc:
             raise _invalid(exc) from exc
+
+
+def _listed(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
 
 
 def _invalid(exc: ConfigError) -> Exit:

@@ -195,4 +195,5 @@ class Command(DuctileCommand):
             "max_depth": p.max_depth,
             "steps": sum(1 for n in p.nodes.values() if n.kind == "uses"),
             "entries": list(p.entries),
+            "fingerprint": p.fingerprint(),
         }

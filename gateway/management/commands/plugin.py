@@ -1,7 +1,8 @@
-"""`plugin list`, `plugin run NAME` and `plugin lock NAME... | --all`."""
+"""`plugin list [--api-url URL]`, `plugin manifest NAME`, `plugin run NAME` and `plugin lock NAME... | --all`."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -12,20 +13,27 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from gateway import intake
+from gateway.cli.api_call import ApiUnanswered, base_url, build_call, config_token, env_token, read_object
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
+from gateway.config.frozen import thaw
 from gateway.config.integrity import SealUnusable
 from gateway.execution.dispatch import Executor
 from gateway.management.commands.config import emit_lock_report
+from gateway.plugins.manifest import Manifest
 from gateway.plugins.seal import lock_plugins
 from gateway.reports import latest_result, ts
 from gateway.runtime import RUNTIME, Runtime
 from gateway.terminal import one_line
+from ledger.ids import new_id
 from ledger.models import Job, PluginInstanceRecord, WorkerInstance
 from ledger.submitters import Submitter
 
 
 class Command(DuctileCommand):
-    help = "Plugins: `plugin list`, `plugin run NAME`, `plugin lock NAME... | --all`."
+    help = (
+        "Plugins: `plugin list [--api-url URL]`, `plugin manifest NAME`, `plugin run NAME`, "
+        "`plugin lock NAME... | --all`."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -35,7 +43,16 @@ class Command(DuctileCommand):
             action="store_true",
             help="run each enabled plugin's health command first (as `plugin run NAME --command health`)",
         )
+        listing.add_argument(
+            "--api-url", help="list the plugins a running gateway has loaded (its GET /plugins), not this config's"
+        )
+        listing.add_argument(
+            "--api-key", help="bearer token for --api-url (default: $DUCTILE_API_KEY, $DUCTILE_TOKEN, else none)"
+        )
         self.add_json(listing)
+        manifest = actions.add_parser("manifest", help="a plugin's manifest as loaded: commands, schemas, config keys")
+        manifest.add_argument("name", help="configured plugin or alias, or a discovered plugin")
+        self.add_json(manifest)
         run = actions.add_parser("run", help="enqueue one command and run it here (or leave it to the daemon)")
         run.add_argument("name", help="plugin or alias name")
         run.add_argument("--command", default="poll", help="command to run (default: poll)")
@@ -45,6 +62,10 @@ class Command(DuctileCommand):
         run.add_argument("--dedupe-key", help="dedupe key for this enqueue")
         run.add_argument("--no-wait", action="store_true", help="enqueue only; a running daemon picks it up")
         run.add_argument("--dry-run", action="store_true", help="check and show the job; enqueue nothing")
+        run.add_argument(
+            "--api-url", help="enqueue through a running gateway's POST /plugin/NAME/COMMAND instead (it runs it)"
+        )
+        run.add_argument("--api-key", help="bearer token for --api-url (default: $DUCTILE_API_KEY, $DUCTILE_TOKEN)")
         self.add_json(run)
         lock = actions.add_parser(
             "lock", help="authorize these plugins' code as it is now: record their fingerprints in .checksums"
@@ -55,8 +76,14 @@ class Command(DuctileCommand):
         self.add_json(lock)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["action"] == "list":
+        if options["action"] == "list" and (options["api_url"] or options["api_key"]):
+            self.list_remote(options)
+        elif options["action"] == "list":
             self.list_plugins(options)
+        elif options["action"] == "manifest":
+            self.show_manifest(options["name"])
+        elif options["action"] == "run" and (options["api_url"] or options["api_key"]):
+            self.run_remote(options)
         elif options["action"] == "lock":
             self.lock_plugins(options)
         else:
@@ -77,7 +104,67 @@ class Command(DuctileCommand):
             raise Exit(EXIT_CONFIG, str(exc)) from exc
         emit_lock_report(self, report, notes, options["dry_run"])
 
+    # -- plugin manifest -----------------------------------------------------------------------
+
+    def show_manifest(self, name: str) -> None:
+        registry = self.runtime().registry
+        instance = registry.instances.get(name) or registry.disabled.get(name)
+        manifest = instance.manifest if instance else registry.discovery.manifests.get(name)
+        if manifest is None:
+            for directory, problems in registry.discovery.invalid.items():
+                if registry.discovery.invalid_names.get(directory, directory.name) == name:
+                    listed = "\n".join(f"  {p}" for p in problems)
+                    raise Exit(EXIT_CONFIG, f"plugin {name!r}: its manifest in {directory} is invalid:\n{listed}")
+            known = sorted({*registry.instances, *registry.disabled, *registry.discovery.manifests})
+            raise Exit(EXIT_USAGE, f"no plugin named {name!r} (configured or discovered: {', '.join(known)})")
+        data = {"name": name, **manifest_view(manifest)}
+
+        def text() -> str:
+            lines = [f"{manifest.name} {manifest.version} (protocol {manifest.protocol}): {manifest.description}"]
+            lines.append(f"  file: {manifest.file}")
+            lines.append(f"  entrypoint: {manifest.entrypoint}")
+            lines.append(f"  concurrency_safe: {str(manifest.concurrency_safe).lower()}")
+            if manifest.required_config or manifest.optional_config:
+                lines.append(
+                    f"  config: required {list(manifest.required_config)}, optional {list(manifest.optional_config)}"
+                )
+            lines.append("  commands:")
+            for command in data["commands"]:
+                lines.append(f"    {command['name']:12} {command['type']:5} {command['description']}")
+            lines += [f"  fact: {f['command']} -> {f['fact_type']} (from {f['source']})" for f in data["fact_outputs"]]
+            if manifest.cannot_run:
+                lines.append(f"  cannot run here: {manifest.cannot_run}")
+            return "\n".join(lines)
+
+        self.emit(data, text)
+
     # -- plugin list ---------------------------------------------------------------------------
+
+    def list_remote(self, options: dict[str, Any]) -> None:
+        """The original's `plugin list --api-url`: what a running gateway loaded, from its open
+        GET /plugins (a key is sent when one is given or in the environment)."""
+        token = options["api_key"] or env_token(os.environ)
+        base = options["api_url"] or base_url(self.runtime())
+        if token is None and options["api_url"] is None:
+            token = config_token(self.runtime())
+        try:
+            data = read_object(build_call("/plugins", base=base, token=token), timeout=10.0)
+        except ApiUnanswered as exc:
+            raise Exit(EXIT_FAILED, str(exc)) from exc
+        rows = [p for p in data.get("plugins", []) if isinstance(p, dict)]
+
+        def text() -> str:
+            width = max([len("NAME"), *(len(str(p.get("name", ""))) for p in rows)])
+            lines = [f"{'NAME':{width}}  {'VERSION':8}  COMMANDS"]
+            for p in rows:
+                lines.append(
+                    f"{p.get('name', '')!s:{width}}  {p.get('version', '')!s:8}  {','.join(p.get('commands', []))}"
+                )
+                if p.get("description"):
+                    lines.append(f"{'':{width}}  {p['description']}")
+            return "\n".join(lines)
+
+        self.emit(data, text)
 
     def list_plugins(self, options: dict[str, Any]) -> None:
         runtime = self.runtime()
@@ -175,6 +262,29 @@ class Command(DuctileCommand):
 
     # -- plugin run ----------------------------------------------------------------------------
 
+    def run_remote(self, options: dict[str, Any]) -> None:
+        """The original's `plugin run NAME --api-url URL`: one job through the gateway's API, which
+        runs it; the answer is the API's (job_id, status queued, plugin, command)."""
+        token = options["api_key"] or env_token(os.environ)
+        if not token:
+            raise Exit(EXIT_USAGE, "an API key is needed with --api-url: --api-key or $DUCTILE_API_KEY")
+        document: dict[str, Any] = {}
+        if (payload := self._payload(options)) is not None:
+            document["payload"] = payload
+        if options["dedupe_key"]:
+            document["dedupe_key"] = options["dedupe_key"]
+        name, command = options["name"], options["command"]
+        base = options["api_url"] or base_url(self.runtime())
+        call = build_call(f"/plugin/{name}/{command}", base=base, token=token, method="POST", body=json.dumps(document))
+        if options["dry_run"]:
+            self.emit({"dry_run": True, "request": call.shown()}, lambda: json.dumps(call.shown(), indent=2))
+            return
+        try:
+            data = read_object(call, timeout=15.0)
+        except ApiUnanswered as exc:
+            raise Exit(EXIT_FAILED, str(exc)) from exc
+        self.emit(data, f"Queued job {data.get('job_id')} ({data.get('plugin')} {data.get('command')})")
+
     def run_plugin(self, options: dict[str, Any]) -> None:
         runtime = self.open_ledger()
         name, command = options["name"], options["command"]
@@ -219,8 +329,9 @@ class Command(DuctileCommand):
 
     def _run_here(self, job_ids: list[str], runtime: Runtime) -> list[Job]:
         """Run our jobs through the normal claim path; if a daemon took one first, wait for it."""
+        # Its own id each run: the rows of stopped runs stay, and a later run may get a recycled pid.
         worker = WorkerInstance.objects.register(
-            f"{socket.gethostname()}:{os.getpid()}:cli",
+            f"{socket.gethostname()}:{os.getpid()}:cli:{new_id()[:8]}",
             hostname=socket.gethostname(),
             pid=os.getpid(),
             threads=1,
@@ -278,3 +389,44 @@ class Command(DuctileCommand):
             return "\n".join(lines)
 
         self.emit(data, text)
+
+
+def manifest_view(manifest: Manifest) -> dict[str, Any]:
+    """Everything a manifest declares, as `plugin manifest` shows it."""
+    return {
+        "manifest": manifest.name,
+        "version": manifest.version,
+        "protocol": manifest.protocol,
+        "description": manifest.description,
+        "file": str(manifest.file),
+        "directory": str(manifest.directory),
+        "entrypoint": str(manifest.entrypoint),
+        "concurrency_safe": manifest.concurrency_safe,
+        "max_subs": manifest.max_subs,
+        "config": {"required": list(manifest.required_config), "optional": list(manifest.optional_config)},
+        "config_schema": thaw(manifest.config_schema) if manifest.config_schema is not None else None,
+        "commands": [
+            {
+                "name": c.name,
+                "type": c.type,
+                "description": c.description,
+                "idempotent": c.idempotent,
+                "retry_safe": c.retry_safe,
+                "input_schema": thaw(c.input_schema) if c.input_schema is not None else None,
+                "output_schema": thaw(c.output_schema) if c.output_schema is not None else None,
+                "values": thaw(c.values) if c.values is not None else None,
+            }
+            for c in manifest.commands.values()
+        ],
+        "fact_outputs": [
+            {
+                "command": f.command,
+                "source": f.source,
+                "fact_type": f.fact_type,
+                "compatibility_view": f.compatibility_view,
+            }
+            for f in manifest.fact_outputs
+        ],
+        "manifest_hash": "blake3:" + manifest.fingerprint,  # of manifest.yaml's bytes
+        "cannot_run": manifest.cannot_run,
+    }

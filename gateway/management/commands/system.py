@@ -1,6 +1,6 @@
 """`system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN [--command C]`,
 `system start`, `system reload`, `system doctor`, `system backup`, `system restore`, `system selfcheck`,
-`system watch`."""
+`system watch`, `system plugin-facts PLUGIN`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from rich.console import Console
 from gateway.cli.api_call import base_url, config_token, env_token
 from gateway.cli.backups import run_backup, run_restore
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.cli.facts import add_plugin_facts, run_plugin_facts
 from gateway.cli.selfcheck import run_selfcheck
 from gateway.cli.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
 from gateway.config.errors import ConfigError
@@ -32,7 +33,10 @@ from ledger.models.workers import PluginHealth
 
 
 class Command(DuctileCommand):
-    help = "System: `system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN`."
+    help = (
+        "System: `status`, `start`, `reload`, `doctor`, `selfcheck`, `watch`, `scheduler`, `breaker [PLUGIN]`, "
+        "`reset PLUGIN`, `plugin-facts PLUGIN`, `backup`, `restore`."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -78,6 +82,7 @@ class Command(DuctileCommand):
         restore.add_argument("--to", required=True, metavar="DIR", help="a directory that is absent or empty")
         restore.add_argument("--dry-run", action="store_true", help="show where everything would go")
         self.add_json(restore)
+        add_plugin_facts(actions, self)
         selfcheck = actions.add_parser("selfcheck", help="read-only invariants: config, PID lock, database")
         self.add_json(selfcheck)
         reload = actions.add_parser(
@@ -103,6 +108,8 @@ class Command(DuctileCommand):
             run_backup(self, options["to"], options["scope"], options["dry_run"])
         elif options["action"] == "restore":
             run_restore(self, options["archive"], options["to"], options["dry_run"])
+        elif options["action"] == "plugin-facts":
+            run_plugin_facts(self, options["plugin"], options["fact_type"], options["limit"])
         elif options["action"] == "selfcheck":
             run_selfcheck(self)
         elif options["action"] == "reload":

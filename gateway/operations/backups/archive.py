@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gateway.config.model import GatewayConfig
 
-from .manifest import MANIFEST_NAME, Manifest, ManifestError
+from .manifest import MANIFEST_NAME, UID_NAME, Manifest, ManifestError
 from .scope import WORK_PREFIX, Plan, plan_backup
 from .snapshot import SnapshotError, planned, sqlite_file, take_snapshot
 
@@ -58,6 +58,7 @@ def manifest_for(plan: Plan, database: dict[str, str]) -> Manifest:
         env_files=[{"archive_path": m.archive_path, "source_path": str(m.source_path)} for m in plan.env_files],
         config_files=plan.config_files,
         warnings=list(plan.warnings),
+        backup_uid=plan.backup_uid,
     )
 
 
@@ -79,6 +80,7 @@ def write_backup(plan: Plan, destination: Path) -> tuple[Manifest, Written]:
         partial = work / "archive.tar.gz"
         with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
             _add_bytes(tar, MANIFEST_NAME, manifest.text().encode())
+            _add_bytes(tar, UID_NAME, f"{manifest.backup_uid}\n".encode())
             tar.add(snapshot.path, arcname=snapshot.member, recursive=False)
             for item in plan.items:
                 try:

@@ -4,6 +4,7 @@ left out. YAML, so an operator reads it with `tar -xzOf ARCHIVE BACKUP_MANIFEST.
 
 from __future__ import annotations
 
+import secrets
 import socket
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,11 +15,22 @@ import yaml
 from gateway.version import gateway_version, source_commit
 
 MANIFEST_NAME = "BACKUP_MANIFEST.txt"
+# The archive's own name, also in the manifest as `backup_uid` (as the original's): what pairs an
+# archive with what is kept apart from it (a key, a label on the medium, an operator's note).
+UID_NAME = "uid.txt"
 FORMAT = "ductile-backup/1"
+# Lower-case letters and digits a reader cannot confuse (no i, l, o, u: Crockford's base 32).
+UID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+UID_LENGTH = 12
 
 
 class ManifestError(Exception):
     pass
+
+
+def new_backup_uid() -> str:
+    """60 random bits: no two backups of one installation share one."""
+    return "".join(secrets.choice(UID_ALPHABET) for _ in range(UID_LENGTH))
 
 
 def gateway_commit() -> str:
@@ -41,6 +53,7 @@ class Manifest:
     env_files: list[dict[str, str]] = field(default_factory=list)
     config_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    backup_uid: str = ""  # "" in an archive written before uids
     ductile_version: str = field(default_factory=gateway_version)
     ductile_commit: str = field(default_factory=gateway_commit)
     hostname: str = field(default_factory=socket.gethostname)
@@ -50,6 +63,7 @@ class Manifest:
     def as_dict(self) -> dict[str, Any]:
         return {
             "format": self.format,
+            "backup_uid": self.backup_uid,
             "ductile_version": self.ductile_version,
             "ductile_commit": self.ductile_commit,
             "hostname": self.hostname,

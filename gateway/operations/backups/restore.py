@@ -35,7 +35,7 @@ from gateway.storage.database import describe_database
 from ledger.models import Job
 
 from .archive import read_manifest
-from .manifest import MANIFEST_NAME, Manifest
+from .manifest import MANIFEST_NAME, UID_NAME, Manifest
 from .relocate import ConfigFile, Rewrite, apply_rewrites, plan_rewrites
 from .scope import scope_rank
 from .snapshot import EXPORT_MEMBER, EXPORTED_APPS, SQLITE_MEMBER
@@ -54,6 +54,7 @@ class RestoreReport:
     scope: str
     created_at: str
     hostname: str
+    backup_uid: str = ""
     database: str = ""
     config_dir: Path | None = None
     rewrites: list[Rewrite] = field(default_factory=list)
@@ -69,6 +70,7 @@ class RestoreReport:
             "scope": self.scope,
             "created_at": self.created_at,
             "hostname": self.hostname,
+            "backup_uid": self.backup_uid,
             "database": self.database,
             "config_dir": str(self.config_dir) if self.config_dir else None,
             "rewrites": [{"file": str(r.file), "key": r.key, "old": r.old, "new": r.new} for r in self.rewrites],
@@ -122,7 +124,13 @@ def restore_backup(archive: Path, target: Path, *, dry_run: bool) -> RestoreRepo
         raise RestoreError(f"{target} is not empty: restore writes into a new or empty directory only")
     layout = Layout(manifest, target)
     report = RestoreReport(
-        archive, target, manifest.scope, manifest.created_at, manifest.hostname, config_dir=layout.config_dir
+        archive,
+        target,
+        manifest.scope,
+        manifest.created_at,
+        manifest.hostname,
+        backup_uid=manifest.backup_uid,
+        config_dir=layout.config_dir,
     )
     report.dry_run = dry_run
     database_url = os.environ.get("DATABASE_URL") or None
@@ -186,7 +194,7 @@ def _extract(archive: Path, staging: Path) -> None:
     with tarfile.open(archive, "r:gz") as tar:
         for member in tar.getmembers():
             top = member.name.split("/", 1)[0]
-            if member.name != MANIFEST_NAME and top not in TOP_LEVEL:
+            if member.name not in (MANIFEST_NAME, UID_NAME) and top not in TOP_LEVEL:
                 raise RestoreError(f"{archive}: unexpected member {member.name!r}: not a ductile backup")
         try:
             # The data filter refuses absolute paths, `..`, links leaving the tree and devices.
@@ -225,9 +233,8 @@ def _manage(database_url: str, *args: str) -> None:
     """A Django management command against `database_url`, in its own process: the database this
     process was started on is not the one being restored into."""
     env = {**os.environ, "DATABASE_URL": database_url}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", *args], env=env, capture_output=True, text=True, check=False
-    )
+    command = [sys.executable, "-m", "gateway.cli.main", "django", *args]  # dumpdata is Django's own
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise RestoreError(f"{' '.join(args[:1])} failed while restoring the database:\n" + "\n".join(tail))

@@ -17,12 +17,21 @@ from pathlib import Path
 
 from gateway.config.model import GatewayConfig
 
+from .manifest import new_backup_uid
+
 SCOPES = ("db", "config", "plugins", "all")
 DEFAULT_SCOPE = "config"
 # Rebuilt on the target host, never worth carrying (spec §10's list).
 JUNK_NAMES = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", ".DS_Store"})
 JUNK_SUFFIXES = (".pyc", ".pyo")
 PID_FILE = "ductile.pid"
+# What a running gateway keeps beside its database, made again at its next start: the runtime
+# snapshot its children read (gateway/runtime.py SNAPSHOT_FILE), the stream seats
+# (gateway/http/streamseats.py), the API's 401 tally (gateway/http/api/refusals.py), and the
+# directory of the synchronous-trigger slots' lock files (gateway/http/api/syncgate.py).
+# tests/processes/test_backup.py checks the names against their owners'.
+RUNTIME_FILES = ("ductile.runtime", "ductile.streams", "api-auth-failures.json")
+SYNC_SLOTS = "sync-slots"
 # Work directories of backups being written (or killed mid-write) start with this.
 WORK_PREFIX = ".ductile-backup-"
 # Files next to the live SQLite database that belong to it (WAL, shared memory, the locks).
@@ -62,6 +71,8 @@ class Plan:
     env_files: list[ArchivedPath] = field(default_factory=list)
     # The YAML files the loader read, relative to the config directory (restore rewrites paths in them).
     config_files: list[str] = field(default_factory=list)
+    # Chosen with the plan, so the list a backup shows first and the archive it writes agree.
+    backup_uid: str = field(default_factory=new_backup_uid)
 
 
 def scope_rank(scope: str) -> int:
@@ -155,7 +166,11 @@ class _Walker:
             self.database[db] = "the live database: archived as a consistent snapshot under db/"
             for suffix in DB_SIDECARS:
                 self.database[Path(f"{db}{suffix}")] = "belongs to the live database (the snapshot under db/ has it)"
-        self.database[config.state_path.parent / PID_FILE] = "runtime PID file of a running gateway"
+        state = config.state_path.parent
+        self.database[state / PID_FILE] = "runtime PID file of a running gateway"
+        for name in RUNTIME_FILES:
+            self.database[state / name] = "runtime state of a running gateway: made again at its start"
+        self.sync_slots = state / SYNC_SLOTS
         backup = config.service.backup
         self.backup_dir = backup.directory if backup else None
 
@@ -186,6 +201,8 @@ class _Walker:
             return "work directory of a backup being written"
         if path.is_symlink():
             return "symlink: not followed"
+        if path == self.sync_slots:
+            return "lock files of the API's synchronous-trigger slots: runtime state, made again at start"
         if path in self.plugin_roots and path != top:
             return (
                 "plugin root: archived on its own under plugins/"

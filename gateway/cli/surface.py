@@ -1,0 +1,118 @@
+"""What the `ductile` console script shows and accepts: the gateway's NOUN ACTION commands (spec 000
+§11.7), not Django's own ~40 (`flush`, `dbshell`, `squashmigrations`, …), which stay reachable as
+`ductile django COMMAND` and through `manage.py`. The legacy spellings of spec 000 §11.6 (`ductile
+run`, `status`, `plugins`, `logs`, `queue`) are accepted as the NOUN ACTION commands they became.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from django.core.management import find_commands
+
+COMMANDS_DIR = Path(__file__).resolve().parents[1] / "management"
+# Django answers `version` and `--version` itself with its own version; ours reports the gateway's.
+ALIASES = {"version": "ductile_version", "--version": "ductile_version"}
+# Two-word spellings of a top-level command: the Operator Handbook lists `system skills`.
+ACTION_ALIASES = {("system", "skills"): "skills"}
+# Spec 000 §11.6's verbs, before the NOUN ACTION rule (§11.7): the command each became.
+LEGACY = {
+    "run": ("plugin", "run"),  # manually run a plugin once
+    "status": ("system", "status"),  # queue depth, plugins, workers
+    "plugins": ("plugin", "list"),  # list discovered plugins
+    "logs": ("job", "logs"),  # `logs [plugin]`: the job log, of one plugin if named
+    "queue": ("system", "watch", "--once"),  # pending and active jobs
+}
+# Accepted, not shown: the daemons `system start` runs (and an operator may run apart), and the
+# Django commands the gateway's own messages tell an operator to run (`ductile migrate`).
+UNLISTED = {"runworkers", "runscheduler", "qcluster", "migrate", "collectstatic", "ductile_version"}
+LEGACY_USAGE = {"run": ("run PLUGIN", "plugin run PLUGIN"), "logs": ("logs [PLUGIN]", "job logs [--plugin PLUGIN]")}
+HELP_FLAGS = ("help", "--help", "-h")
+DJANGO = "django"
+
+
+class UnknownCommand(Exception):
+    """A first word that is no gateway command (exit 2)."""
+
+
+def gateway_commands() -> list[str]:
+    return sorted(find_commands(str(COMMANDS_DIR)))
+
+
+def translate(args: list[str]) -> list[str]:
+    """`args` (program name first) as Django's dispatcher takes them. Raises UnknownCommand for a
+    word the console script does not offer."""
+    if len(args) < 2:
+        return args
+    if args[1] == DJANGO:
+        return [args[0], *args[2:]]  # Django's own dispatcher, every command it knows
+    if (spelled := respelled(args)) != args:
+        return spelled
+    if args[1] in LEGACY:
+        rest = args[2:]
+        if args[1] == "logs" and rest and not rest[0].startswith("-"):
+            rest = ["--plugin", *rest]
+        return [args[0], *LEGACY[args[1]], *rest]
+    if args[1] in HELP_FLAGS and len(args) > 2:
+        return translate([args[0], args[2], "--help"])  # `ductile help job`
+    if args[1] in HELP_FLAGS or args[1] in gateway_commands() or args[1] in UNLISTED:
+        return args
+    raise UnknownCommand(
+        f"unknown command {args[1]!r}"
+        + (
+            f": Django's own commands are `ductile {DJANGO} {args[1]}`"
+            if args[1] in _django_commands()
+            else "; `ductile help` lists the commands"
+        )
+    )
+
+
+def respelled(args: list[str]) -> list[str]:
+    """The gateway's other spellings of its commands (`version`, `system skills`); `manage.py`
+    takes these too."""
+    if len(args) > 2 and (alias := ACTION_ALIASES.get((args[1], args[2]))):
+        return [args[0], alias, *args[3:]]
+    if len(args) > 1 and args[1] in ALIASES:
+        return [args[0], ALIASES[args[1]], *args[2:]]
+    return args
+
+
+def _django_commands() -> set[str]:
+    import django
+    from django.core.management import get_commands
+
+    django.setup()
+    return set(get_commands())
+
+
+def help_text(program: str) -> str:
+    """The nouns, each with its actions (its command's own one-line help), the legacy spellings,
+    and where Django's commands went."""
+    import django
+    from django.core.management import load_command_class
+
+    django.setup()
+    nouns = [n for n in gateway_commands() if n not in UNLISTED]
+    width = max(map(len, nouns)) + 2
+    lines = [f"Usage: {program} NOUN ACTION [flags]   ({program} NOUN --help for a noun's actions and flags)", ""]
+    lines.append("Nouns:")
+    for name in nouns:
+        summary = " ".join(str(load_command_class("gateway", name).help).split())
+        lines.append(f"  {name:{width}}{summary}")
+    lines.append(f"  {'version':{width}}the gateway's version (also --version)")
+    lines += ["", "Legacy spellings (spec 000 §11.6), accepted as:"]
+    for name, target in LEGACY.items():
+        usage, became = LEGACY_USAGE.get(name, (name, " ".join(target)))
+        lines.append(f"  {usage:{width + 6}}{program} {became}")
+    lines += [
+        "",
+        "Common flags: --config-dir DIR, --json (or --output json) on every read command, -v/--verbose,",
+        "--dry-run on every change. Exit codes: 0 ok, 1 a failed check or job, 2 usage, 78 configuration.",
+        f"Django's own commands (migrate, createsuperuser, dbshell, ...): {program} {DJANGO} COMMAND.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def is_help(args: Sequence[str]) -> bool:
+    return len(args) < 2 or (len(args) == 2 and args[1] in HELP_FLAGS)
