@@ -777,20 +777,20 @@ def test_unreadable_manifest_is_skipped(root: Path) -> None:
     assert plugin in found.invalid
 
 
-def test_root_that_is_a_file_is_a_warning(tmp_path: Path, root: Path) -> None:
+def test_root_that_is_a_file_is_unusable(tmp_path: Path, root: Path) -> None:
     (tmp_path / "file-root").write_text("")
     make_plugin(root, "real", manifest_doc("real"))
     found = discover(tmp_path / "file-root", root)
     assert set(found.manifests) == {"real"}
-    assert len(found.warnings) == 1
+    assert found.unusable_roots == {tmp_path / "file-root": f"plugin root {tmp_path / 'file-root'} is not a directory"}
 
 
-def test_missing_root_is_a_warning_not_an_error(tmp_path: Path, root: Path) -> None:
+def test_missing_root_is_unusable(tmp_path: Path, root: Path) -> None:
+    """The loader's caller refuses the config for it (tests/gateway/config/test_config_refusals.py)."""
     make_plugin(root, "real", manifest_doc("real"))
     found = discover(tmp_path / "nowhere", root)
     assert set(found.manifests) == {"real"}
-    assert len(found.warnings) == 1
-    assert str(tmp_path / "nowhere") in found.warnings[0].message
+    assert found.unusable_roots == {tmp_path / "nowhere": f"plugin root {tmp_path / 'nowhere'} does not exist"}
 
 
 def test_symlinked_plugin_directory_is_refused_by_default(root: Path, tmp_path: Path) -> None:
