@@ -106,6 +106,7 @@ def _assemble(
     discovery = discover_plugins(config.plugin_roots, allow_symlinks=config.service.allow_symlinks)
     problems += root_problems(config, discovery)
     registry = build_registry(config, discovery)
+    problems += schedule_problems(config, registry)
     plugin_seal = verify_plugins(config, registry)
     # Outside strict mode a failed plugin fingerprint check warns, as an operational file's does.
     gates = config.service.admission
@@ -163,6 +164,25 @@ def root_problems(config: GatewayConfig, discovery: Discovery) -> list[ConfigPro
         config.problem(("plugin_roots", written.index(root)) if root in written else ("plugin_roots",), reason)
         for root, reason in discovery.unusable_roots.items()
     ]
+
+
+def schedule_problems(config: GatewayConfig, registry: Registry) -> list[ConfigProblem]:
+    """A schedule naming a command its plugin's manifest does not declare would only ever be
+    paused by the scheduler: refused here, at the entry's `command` (or the entry, when the
+    default `poll` is the one missing)."""
+    problems = []
+    for name, instance in registry.instances.items():
+        for index, schedule in enumerate(config.plugins[name].schedules):
+            if schedule.command not in instance.manifest.commands:
+                declared = ", ".join(instance.manifest.commands)
+                problems.append(
+                    config.problem(
+                        ("plugins", name, "schedules", index, "command"),
+                        f'schedule "{schedule.id}": plugin {name!r} has no command {schedule.command!r} '
+                        f"(its manifest declares {declared})",
+                    )
+                )
+    return problems
 
 
 def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegistry) -> list[ConfigProblem]:

@@ -473,6 +473,16 @@ class _Builder:
                 )
             )
         cb_raw = raw.get("circuit_breaker") or {}
+        if "schedule" in raw:
+            # The original refuses its own legacy single `schedule:` too; ignoring it would leave
+            # a plugin the operator thinks is scheduled never running.
+            self.problems.append(
+                self.merged.problem(
+                    (*p, "schedule"),
+                    "`schedule:` is no longer supported; use `schedules:`, a list of entries "
+                    "(schedules: [{every: 5m}])",
+                )
+            )
         schedules = parse_schedules(name, raw.get("schedules"), self.merged.problem)
         self.problems.extend(schedules.problems)
         self.merged.warnings.extend(schedules.warnings)

@@ -190,3 +190,31 @@ def test_per_command_timeouts_are_written_inline_as_the_original_reads_them(
     stress = build_runtime(config_dir.path).config.plugins["stress"]
     assert stress.timeout_for(key) == seconds
     assert stress.timeout_for("handle") == 20.0  # the plugin's `timeout: 20s`
+
+
+# -- schedules -----------------------------------------------------------------------------------
+
+
+def test_the_legacy_schedule_key_is_refused_with_the_fix(config_dir: ConfigDir) -> None:
+    config_dir.plugins["echo"]["schedule"] = {"every": "5m"}
+    config_dir.write()
+    code, body = check(config_dir)
+    assert code == 78
+    error = errors_by_key(body)["plugins.echo.schedule"]
+    assert "use `schedules:`" in error["message"]
+    assert error["line"] == line_of(config_dir.path / "config.yaml", "schedule:")
+
+
+def test_a_schedule_naming_a_command_the_plugin_lacks_is_refused_at_its_entry(config_dir: ConfigDir) -> None:
+    config_dir.plugins["echo"]["schedules"] = [{"every": "5m"}, {"id": "nightly", "every": "1d", "command": "sync"}]
+    config_dir.write()
+    code, body = check(config_dir)
+    assert code == 78
+    error = errors_by_key(body)["plugins.echo.schedules[1].command"]
+    assert error["message"].startswith(
+        "schedule \"nightly\": plugin 'echo' has no command 'sync' (its manifest declares"
+    )
+    assert error["line"] == line_of(config_dir.path / "config.yaml", "command: sync")
+    config_dir.plugins["echo"]["schedules"][1]["command"] = "health"
+    config_dir.write()
+    assert check(config_dir)[0] == 0
