@@ -15,9 +15,8 @@ import pytest
 import yaml
 from django.core.management import call_command
 
-from gateway.plugins.environment import plugin_environment
 from gateway.runtime import RUNTIME, build_runtime
-from tests.support import ConfigDir
+from tests.support import ConfigDir, installed_runtime, last_response, run_job
 
 
 def check(config_dir: ConfigDir, *args: str) -> tuple[int, dict[str, Any]]:
@@ -96,17 +95,20 @@ def test_a_missing_plugin_root_is_an_error_naming_the_entry(config_dir: ConfigDi
 # -- the plugin environment ----------------------------------------------------------------------
 
 
-def test_the_plugin_environment_carries_language_and_ignores_empty_passthrough_names(
-    config_dir: ConfigDir,
+@pytest.mark.django_db(transaction=True)
+def test_a_plugin_gets_language_and_an_empty_passthrough_name_is_ignored(
+    config_dir: ConfigDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("LANGUAGE", "en_AU:en")
+    monkeypatch.setenv("MY_FLAG", "1")
+    monkeypatch.setenv("NOT_PASSED", "x")
     config_dir.service["plugin_env_passthrough"] = ["", "MY_FLAG"]
     config_dir.write()
     assert check(config_dir)[0] == 0
-    source = {"LANGUAGE": "en_AU:en", "MY_FLAG": "1", "SECRET": "x", "PATH": "/bin", "": "odd"}
-    runtime = build_runtime(config_dir.path)
-    env = plugin_environment(runtime.config.service.plugin_env_passthrough, source)
+    with installed_runtime(config_dir) as holder:
+        env = last_response(run_job(holder, "probe"))["result"]["env"]
     assert env["LANGUAGE"] == "en_AU:en" and env["MY_FLAG"] == "1"
-    assert "SECRET" not in env and "" not in env
+    assert "NOT_PASSED" not in env and "" not in env
 
 
 # -- admission gates -----------------------------------------------------------------------------
