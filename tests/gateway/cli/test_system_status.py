@@ -19,7 +19,7 @@ CHECKS = ["config_discovery", "config_load", "state_db", "pid_lock"]
 def test_a_healthy_instance_lists_every_check_ok(config_dir: ConfigDir) -> None:
     config_dir.write()
     code, body = ductile_json(config_dir, "system", "status")
-    assert code == 0 and body["status"] == "ok"
+    assert code == 0 and body["status"] == "ok" and body["healthy"] is True
     assert [(c["name"], c["status"]) for c in body["checks"]] == [(name, "ok") for name in CHECKS]
     lock = body["checks"][3]
     assert lock["path"] == str(config_dir.db_path.parent / "ductile.pid")
@@ -41,8 +41,13 @@ def test_a_broken_config_still_answers_the_checks_with_exit_78(config_dir: Confi
     finally:
         RUNTIME._current, RUNTIME.error, RUNTIME.config_dir = previous
     body = json.loads(out.getvalue())
-    assert code == 78 and body["exit_code"] == 78 and body["status"] == "fail"
-    assert [(c["name"], c["status"]) for c in body["checks"]] == [("config_discovery", "ok"), ("config_load", "fail")]
+    assert code == 78 and body["exit_code"] == 78 and body["status"] == "fail" and body["healthy"] is False
+    assert [(c["name"], c["status"]) for c in body["checks"]] == [
+        ("config_discovery", "ok"),
+        ("config_load", "fail"),
+        ("state_db", "skipped"),
+        ("pid_lock", "skipped"),
+    ]
     assert "service.max_workers" in body["checks"][1]["detail"]
     assert [p["key"] for p in body["problems"]] == ["service.max_workers"]
 
@@ -60,5 +65,6 @@ def test_a_database_behind_the_code_fails_state_db_with_exit_78(config_dir: Conf
         ("config_discovery", "ok"),
         ("config_load", "ok"),
         ("state_db", "fail"),
+        ("pid_lock", "ok"),
     ]
     assert "behind this version" in body["checks"][2]["detail"] and "ductile migrate" in body["error"]
