@@ -49,7 +49,11 @@ class Command(DuctileCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         check = actions.add_parser("check", help="validate syntax, schema, semantics, integrity and plugin references")
-        check.add_argument("--strict", action="store_true", help="apply strict mode whatever service.strict_mode says")
+        check.add_argument(
+            "--strict",
+            action="store_true",
+            help="strict mode whatever service.strict_mode says (every admission gate), and any warning fails",
+        )
         self.add_json(check)
         lock_ = actions.add_parser("lock", help="authorize the config as it is now: rewrite the .checksums seal")
         lock_.add_argument("--dry-run", action="store_true", help="show what would be sealed; write nothing")
@@ -117,8 +121,14 @@ class Command(DuctileCommand):
         except ConfigError as exc:
             errors = list(exc.problems)
         else:
-            warnings = [str(w) for w in (*runtime.config.warnings, *runtime.registry.warnings)]
-            warnings += list(runtime.tokens.problems)
+            found = [*runtime.config.warnings, *runtime.registry.warnings]
+            found += [ConfigProblem(problem) for problem in runtime.tokens.problems]
+            if strict:
+                # `--strict` fails on any warning, as the original's (`--fail-on-warnings`):
+                # each is reported as an error, where it was found.
+                errors = found
+            else:
+                warnings = [str(w) for w in found]
             strict = runtime.config.service.strict_mode
         files = seal_status(self.config_dir)
         data = {

@@ -220,3 +220,16 @@ def test_a_schedule_naming_a_command_the_plugin_lacks_is_refused_at_its_entry(co
     config_dir.plugins["echo"]["schedules"][1]["command"] = "health"
     config_dir.write()
     assert check(config_dir)[0] == 0
+
+
+def test_strict_fails_on_any_warning_at_its_place(config_dir: ConfigDir) -> None:
+    """As the original's `config check --strict` (`--fail-on-warnings`): a warning fails it too."""
+    config_dir.plugins["echo"]["schedules"] = [{"every": "5m", "preferred_window": "08:00-18:00"}]
+    config_dir.extra = {"api": {"enabled": False}}
+    config_dir.write()
+    code, body = check(config_dir)
+    assert code == 0 and any("preferred_window" in w and "not enforced" in w for w in body["warnings"])
+    code, body = check(config_dir, "--strict")
+    assert code == 78 and body["valid"] is False and body["warnings"] == []
+    error = errors_by_key(body)["plugins.echo.schedules[0].preferred_window"]
+    assert "accepted but not enforced" in error["message"] and error["line"]
