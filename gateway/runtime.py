@@ -35,7 +35,7 @@ from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.validity import process_memo, schema_errors
 from gateway.config.webhooks import Webhooks, parse_webhooks
 from gateway.logs import apply_service_logging, hide_secrets
-from gateway.plugins.discovery import discover_plugins
+from gateway.plugins.discovery import Discovery, discover_plugins
 from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
@@ -104,10 +104,13 @@ def _assemble(
 ) -> Runtime:
     config, problems = typed_config(config_dir, environ, strict=strict, overrides=overrides)
     discovery = discover_plugins(config.plugin_roots, allow_symlinks=config.service.allow_symlinks)
+    problems += root_problems(config, discovery)
     registry = build_registry(config, discovery)
+    problems += schedule_problems(config, registry)
     plugin_seal = verify_plugins(config, registry)
     # Outside strict mode a failed plugin fingerprint check warns, as an operational file's does.
-    warned = plugin_seal.warnings if config.service.strict_mode else (*plugin_seal.problems, *plugin_seal.warnings)
+    gates = config.service.admission
+    warned = plugin_seal.warnings if gates.verify_integrity_on_boot else (*plugin_seal.problems, *plugin_seal.warnings)
     registry = replace(registry, warnings=(*registry.warnings, *warned))
     routing = RoutingTable.compile(RouteRule(r.source, r.event_type, r.target, r.command) for r in config.routes)
     tokens = load_tokens(config)
@@ -123,8 +126,9 @@ def _assemble(
     except ConfigError as exc:
         problems += exc.problems
         pipelines = PipelineSet()
-    if config.service.strict_mode:
-        problems += [*plugin_seal.problems, *strict_refusals(config, registry, tokens)]
+    if gates.verify_integrity_on_boot:
+        problems += plugin_seal.problems
+    problems += strict_refusals(config, registry, tokens)
     # webhooks.yaml is a high-security file: a bad one stops every process (exit 78).
     webhooks, webhook_problems = parse_webhooks(config, plugin_commands(registry), tokens.secrets)
     problems += webhook_problems
@@ -152,28 +156,61 @@ def plugin_commands(registry: Registry) -> dict[str, tuple[str, ...] | None]:
     return commands
 
 
-def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegistry) -> list[ConfigProblem]:
-    """What strict mode refuses beyond the seal (spec "Operator Guide", Strict Mode): an enabled
-    plugin that cannot run (the config check failed), and an API without a single usable token."""
+def root_problems(config: GatewayConfig, discovery: Discovery) -> list[ConfigProblem]:
+    """A plugin root that cannot be scanned refuses the config (the original's discovery does),
+    named at the `plugin_roots` entry that lists it."""
+    written = [Path(r) for r in config.document.get("plugin_roots") or ()]
+    return [
+        config.problem(("plugin_roots", written.index(root)) if root in written else ("plugin_roots",), reason)
+        for root, reason in discovery.unusable_roots.items()
+    ]
+
+
+def schedule_problems(config: GatewayConfig, registry: Registry) -> list[ConfigProblem]:
+    """A schedule naming a command its plugin's manifest does not declare would only ever be
+    paused by the scheduler: refused here, at the entry's `command` (or the entry, when the
+    default `poll` is the one missing)."""
     problems = []
-    for name, reason in registry.skipped.items():
+    for name, instance in registry.instances.items():
+        for index, schedule in enumerate(config.plugins[name].schedules):
+            if schedule.command not in instance.manifest.commands:
+                declared = ", ".join(instance.manifest.commands)
+                problems.append(
+                    config.problem(
+                        ("plugins", name, "schedules", index, "command"),
+                        f'schedule "{schedule.id}": plugin {name!r} has no command {schedule.command!r} '
+                        f"(its manifest declares {declared})",
+                    )
+                )
+    return problems
+
+
+def strict_refusals(config: GatewayConfig, registry: Registry, tokens: TokenRegistry) -> list[ConfigProblem]:
+    """What the admission gates refuse beyond the seal (spec "Operator Guide", Strict Mode; the
+    original's `service.admission`): with `validate_config_on_boot`, an enabled plugin that cannot
+    run (the config check failed); with `require_api_auth`, an API without a single usable token."""
+    gates = config.service.admission
+    gate = "strict_mode" if gates.strict else "validate_config_on_boot"
+    problems = []
+    for name, reason in registry.skipped.items() if gates.validate_config_on_boot else ():
         if not config.plugins[name].enabled:
             continue
         if name in registry.refusals:  # each at its own line and key, where an agent can fix it
             problems += [
-                replace(p, message=f"plugin {name!r} cannot run: {p.message} (refused in strict_mode)")
+                replace(p, message=f"plugin {name!r} cannot run: {p.message} (refused in {gate})")
                 for p in registry.refusals[name]
             ]
         else:
             problems.append(
-                config.problem(("plugins", name), f"plugin {name!r} cannot run: {reason} (refused in strict_mode)")
+                config.problem(("plugins", name), f"plugin {name!r} cannot run: {reason} (refused in {gate})")
             )
-    if config.api.enabled and not tokens.tokens:
+    if gates.require_api_auth and config.api.enabled and not tokens.tokens:
         problems.append(
             config.problem(
                 ("api", "auth", "tokens"),
-                "strict_mode requires at least one API token while the API is enabled "
-                "(api.auth.tokens or a tokens.yaml entry with scopes); refused tokens do not count",
+                f"{'strict_mode' if gates.strict else 'require_api_auth'} requires at least one API token "
+                "while the API is enabled (api.auth.tokens or a tokens.yaml entry with scopes); refused "
+                "tokens do not count",
             )
         )
     return problems

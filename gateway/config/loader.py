@@ -245,6 +245,10 @@ class _TreeReader:
                 _set(doc.data, path, resolve_path(base, value))
 
     def _check_path(self, doc: YamlDocument, path: KeyPath, value: str) -> bool:
+        if not value.strip():
+            # Why refuse: an empty path would silently mean the declaring file's own directory.
+            self._bad_path(doc, path, f"an empty path is not allowed (it would mean {doc.file.parent})")
+            return False
         if "${" in value:
             self._bad_path(doc, path, f"${{VAR}} interpolation is not allowed in paths (got {value!r})")
             return False

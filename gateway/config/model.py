@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from .api import ApiConfig, api_config
-from .durations import parse_duration
+from .durations import format_duration, parse_duration
 from .errors import ConfigError, ConfigProblem
 from .frozen import freeze
 from .loader import MergedConfig, load_config_tree
@@ -28,6 +28,10 @@ from .yamlsrc import KeyPath, coerce_yaml11_booleans
 DEFAULT_TIMEOUTS: Mapping[str, float] = {"poll": 60.0, "handle": 120.0, "health": 10.0, "init": 30.0}
 OTHER_COMMAND_TIMEOUT = 60.0
 DEFAULT_DB_NAME = "ductile.db"
+# The scheduler's tick: below the floor a config is refused (a tight tick floods dispatch with no
+# visible cause); below the recommendation `system doctor` warns. The original's two thresholds.
+MIN_TICK_INTERVAL = 0.1
+RECOMMENDED_TICK_INTERVAL = 1.0
 
 
 def default_max_workers() -> int:
@@ -72,6 +76,55 @@ class BackupPolicy:
 
 
 @dataclass(frozen=True)
+class AdmissionPolicy:
+    """`service.admission`: the original's four independent gates on what a config may hold to
+    be loaded at start and reload, each off by default. `strict_mode: true` (and `config check
+    --strict`) turns all four on; an `admission` block, when present, is used as written."""
+
+    # A plugin whose code differs from its seal (`plugin_fingerprints`) is refused, not warned.
+    verify_integrity_on_boot: bool = False
+    # An operational file (config.yaml, its includes, `.env`) missing from or differing from the
+    # seal refuses the config. High-security files refuse it whatever this says (spec 000 §2).
+    fail_on_drift: bool = False
+    # Unknown keys and enabled plugins that cannot run refuse the config instead of warning.
+    validate_config_on_boot: bool = False
+    # An enabled API with no usable token refuses the config.
+    require_api_auth: bool = False
+
+    @property
+    def strict(self) -> bool:
+        return all(getattr(self, f.name) for f in fields(self))
+
+
+ALL_GATES = AdmissionPolicy(True, True, True, True)
+
+# Keys the original reads that this gateway does not implement: warned as ignored even where
+# `validate_config_on_boot` refuses unknown keys, so the original's own strict configs still load.
+ORIGINAL_ONLY_KEYS: frozenset[KeyPath] = frozenset(
+    {
+        ("secrets",),
+        ("accounts",),
+        ("database",),
+        ("service", "unconfined"),
+        ("service", "job_transitions_retention"),
+        ("service", "job_attempts_retention"),
+        ("service", "breaker_transitions_retention"),
+        ("service", "admission", "fail_on_side_door"),
+    }
+)
+
+
+def admission_policy(service: Mapping[str, Any], *, strict: bool = False) -> AdmissionPolicy:
+    """The gates `service` (its raw mapping) asks for; `strict` (`config check --strict`) wins."""
+    block = service.get("admission")
+    if strict or (not isinstance(block, dict) and service.get("strict_mode") is True):
+        return ALL_GATES
+    if not isinstance(block, dict):
+        return AdmissionPolicy()
+    return AdmissionPolicy(**{f.name: block.get(f.name) is True for f in fields(AdmissionPolicy)})
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     name: str = "ductile"
     tick_interval: float = 60.0
@@ -88,6 +141,7 @@ class ServiceConfig:
     # How long a claimed job stays ours without a heartbeat; past it any process may recover it.
     lease_ttl: float = 60.0
     backup: BackupPolicy | None = None
+    admission: AdmissionPolicy = AdmissionPolicy()
 
 
 @dataclass(frozen=True)
@@ -179,28 +233,42 @@ def typed_config(
     strict: bool = False,
     overrides: Mapping[Path, str] | None = None,
 ) -> tuple[GatewayConfig, list[ConfigProblem]]:
-    """`load_gateway_config`, but what the seal refuses (its refusals, and in strict mode its
-    operational problems: spec §2) is returned beside the config, which is built regardless: a
+    """`load_gateway_config`, but what the admission gates refuse (the seal's refusals; with
+    `fail_on_drift` its operational problems, spec §2; with `validate_config_on_boot` unknown keys)
+    is returned beside the config, which is built regardless: a
     caller that goes on checking reports it with everything else it finds (issue 12: `config
     check --strict` on an unsealed directory reported the missing seal alone). Raises ConfigError,
     those problems included, when the config cannot be built."""
     merged = load_config_tree(config_dir, os.environ if environ is None else environ, overrides, check_seal=False)
     refused = list(merged.integrity.refusals)
-    problems = _schema_problems(merged)  # also reads YAML 1.1 booleans such as `strict_mode: yes`
-    if strict or (merged.data.get("service") or {}).get("strict_mode") is True:
+    problems, unknown = _schema_problems(merged)  # also reads YAML 1.1 booleans such as `strict_mode: yes`
+    service = merged.data.get("service")
+    raw_service: dict[str, Any] = service if isinstance(service, dict) else {}
+    gates = admission_policy(raw_service, strict=strict)
+    if gates.fail_on_drift:
         refused += merged.integrity.operational
     else:
         merged.warnings.extend(merged.integrity.operational)
+    if isinstance(raw_service.get("admission"), dict) and "strict_mode" in raw_service and not strict:
+        merged.warnings.append(
+            merged.problem(("service", "strict_mode"), "strict_mode is ignored: service.admission sets the gates")
+        )
+    for path in unknown:
+        if gates.validate_config_on_boot and path not in ORIGINAL_ONLY_KEYS:
+            refused.append(merged.problem(path, f"unknown key {path[-1]!r} (refused: validate_config_on_boot)"))
+        else:
+            # Warned by name, not refused: configs written for newer gateways still load.
+            merged.warnings.append(merged.problem(path, f"unknown key {path[-1]!r} is ignored"))
     if not problems:
         try:
-            return _Builder(merged, strict=strict).build(), refused
+            return _Builder(merged, gates).build(), refused
         except ConfigError as exc:
             raise ConfigError([*refused, *exc.problems]) from exc
     # Schema problems are the whole story only when the typed checks have nothing to add:
     # report theirs too (parallelism over max_workers, retention under dedupe_ttl, ...), once per key.
     reported = {p.key for p in problems}
     try:
-        _Builder(merged, strict=strict).build()
+        _Builder(merged, gates).build()
     except ConfigError as exc:
         problems.extend(p for p in exc.problems if p.key not in reported)
     except (TypeError, ValueError, KeyError, AttributeError):
@@ -208,7 +276,8 @@ def typed_config(
     raise ConfigError([*refused, *problems])
 
 
-def _schema_problems(merged: MergedConfig) -> list[ConfigProblem]:
+def _schema_problems(merged: MergedConfig) -> tuple[list[ConfigProblem], list[KeyPath]]:
+    """The schema's refusals, and the paths of the keys it does not know."""
     problems = []
     coerce_yaml11_booleans(config_schema(), merged.data, _deref)
     for error in sorted(schema_errors(config_schema(), merged.data), key=lambda e: list(map(str, e.absolute_path))):
@@ -216,10 +285,7 @@ def _schema_problems(merged: MergedConfig) -> list[ConfigProblem]:
         if error.validator == "additionalProperties" or error.validator == "propertyNames":
             message = f"invalid name: {error.message}"
         problems.append(merged.problem(path, message))
-    # Unknown keys are warned by name, never refused: configs written for newer gateways still load.
-    unknown = unknown_keys(config_schema(), merged.data)
-    merged.warnings.extend(merged.problem(path, f"unknown key {path[-1]!r} is ignored") for path in unknown)
-    return problems
+    return problems, unknown_keys(config_schema(), merged.data)
 
 
 def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -230,9 +296,9 @@ def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 class _Builder:
-    def __init__(self, merged: MergedConfig, *, strict: bool = False):
+    def __init__(self, merged: MergedConfig, gates: AdmissionPolicy):
         self.merged = merged
-        self.strict = strict
+        self.gates = gates
         self.data = merged.data
         self.problems: list[ConfigProblem] = []
 
@@ -305,18 +371,27 @@ class _Builder:
                 (*p, "job_queue_retention"), raw.get("job_queue_retention"), base.job_queue_retention
             ),
             max_workers=raw.get("max_workers", base.max_workers),
-            strict_mode=self.strict or raw.get("strict_mode", False) is True,
+            strict_mode=self.gates.strict,
             allow_symlinks=raw.get("allow_symlinks", False),
             plugin_env_passthrough=tuple(raw.get("plugin_env_passthrough") or ()),
             hook_max_depth=raw.get("hook_max_depth", base.hook_max_depth),
             lease_ttl=self._duration((*p, "lease_ttl"), raw.get("lease_ttl"), base.lease_ttl),
             backup=self._backup(raw.get("backup")),
+            admission=self.gates,
         )
         if service.job_queue_retention < service.dedupe_ttl:
             self.problems.append(
                 self.merged.problem(
                     (*p, "job_queue_retention"),
                     "job_queue_retention must be at least dedupe_ttl (dedupe reads recent terminal job_queue rows)",
+                )
+            )
+        if service.tick_interval < MIN_TICK_INTERVAL:
+            self.problems.append(
+                self.merged.problem(
+                    (*p, "tick_interval"),
+                    f"tick_interval {format_duration(service.tick_interval)} is below the minimum "
+                    f"{format_duration(MIN_TICK_INTERVAL)}: a tighter tick floods dispatch",
                 )
             )
         if service.lease_ttl < 5:
@@ -398,6 +473,16 @@ class _Builder:
                 )
             )
         cb_raw = raw.get("circuit_breaker") or {}
+        if "schedule" in raw:
+            # The original refuses its own legacy single `schedule:` too; ignoring it would leave
+            # a plugin the operator thinks is scheduled never running.
+            self.problems.append(
+                self.merged.problem(
+                    (*p, "schedule"),
+                    "`schedule:` is no longer supported; use `schedules:`, a list of entries "
+                    "(schedules: [{every: 5m}])",
+                )
+            )
         schedules = parse_schedules(name, raw.get("schedules"), self.merged.problem)
         self.problems.extend(schedules.problems)
         self.merged.warnings.extend(schedules.warnings)

@@ -180,7 +180,7 @@ def schema_errors(schema: Mapping[str, Any], document: Any, *, foreign: bool = F
 def describe(error: Any) -> tuple[tuple[str | int, ...], str]:
     """Where and what, for one jsonschema error: a missing key is named itself (not the mapping
     that lacks it), a constant says what it wants, and an `anyOf` with a `description` says the
-    value it got against that description."""
+    value it got against that description (an `anyOf`'s, or a `pattern`'s in words)."""
     path = tuple(error.absolute_path)
     if error.validator == "required" and isinstance(error.instance, dict):
         missing = [key for key in error.validator_value if key not in error.instance]
@@ -188,7 +188,7 @@ def describe(error: Any) -> tuple[tuple[str | int, ...], str]:
             return (*path, missing[0]), f"missing required key {missing[0]!r}"
     if error.validator == "const":
         return path, f"must be {error.validator_value!r}, got {error.instance!r}"
-    if error.validator == "anyOf" and "description" in error.schema:
+    if error.validator in ("anyOf", "pattern") and "description" in error.schema:
         return path, f"expected {error.schema['description']}, got {error.instance!r}"
     return path, str(error.message)
 

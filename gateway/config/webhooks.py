@@ -113,9 +113,14 @@ class _Parser:
             endpoint = self.endpoint(at, entry)
             if endpoint is None:
                 continue
-            for kind, value in (("path", endpoint.path), ("name", endpoint.name)):
+            # `/hook/a` and `/hook/a/` are one path to a sender (the original's conflict check
+            # trims the trailing slash too): two endpoints on it would make the slash choose.
+            same_path = endpoint.path.rstrip("/") or "/"
+            for kind, value in (("path", same_path), ("name", endpoint.name)):
                 if (kind, value) in first_use:
-                    self.problem((*at, kind), f"{kind} {value!r} is already used by {dotted(first_use[kind, value])}")
+                    other = dotted(first_use[kind, value])
+                    shown = endpoint.path if kind == "path" else value
+                    self.problem((*at, kind), f"{kind} {shown!r} is already used by {other}")
                     endpoint = None
                     break
                 first_use[kind, value] = at

@@ -37,6 +37,7 @@ from types import FrameType
 
 from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig
+from gateway.daemon.config_snapshots import record_config
 from gateway.daemon.pause import Pause
 from gateway.daemon.resident import Loop, Resident
 from gateway.daemon.scheduler import Scheduler
@@ -366,6 +367,7 @@ class Supervisor:
         except OSError as exc:
             raise CannotStart(f"cannot write the runtime snapshot its processes run on: {exc}") from exc
         ensure_schema()  # once, here: the children then find a current database
+        record_config(self.holder.get(), "start")
         self._configure(reloaded=False)
         self._write_pid()
         if self.install_signals:
@@ -448,6 +450,7 @@ class Supervisor:
         self.holder.install(runtime)
         log.info("SIGHUP: config reloaded; every process reloads it")
         self._relisten(listeners(runtime, self.listener_env))
+        record_config(runtime, "reload")
         for child in self.children:
             if child.reloads and child.retired is None:  # one that is stopping needs no reload
                 child.signal(signal.SIGHUP)

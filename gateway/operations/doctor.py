@@ -6,7 +6,9 @@ what loads but cannot work as meant: an enabled plugin that was skipped (not dis
 interpreter missing, or a required config key missing), an alias that names another alias (a
 chain, or a cycle), routes that loop, a token scope naming a plugin that is not configured,
 plugins discovered but never configured (or unable to run here) or configured but never
-triggered, and a webhook listener sharing the API's address.
+triggered, a webhook listener sharing the API's address, a tick under a second, an alias whose
+target is in no plugin root, on-hook pipelines of notify_on_complete plugins that run each other
+in a loop, and a token scope allowing or denying a command its plugin does not have.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.config.durations import format_duration
+from gateway.config.model import RECOMMENDED_TICK_INTERVAL
 from gateway.config.tokens import RESOURCES
 from gateway.runtime import Runtime
 
@@ -42,9 +46,11 @@ class Finding:
 def diagnose(runtime: Runtime) -> list[Finding]:
     doctor = _Doctor(runtime)
     for check in (
+        doctor.service_tick,
         doctor.skipped_plugins,
         doctor.alias_chains,
         doctor.route_cycles,
+        doctor.hook_cycles,
         doctor.token_scopes,
         doctor.unused_plugins,
         doctor.webhook_conflicts,
@@ -68,6 +74,18 @@ class _Doctor:
             where = f"{problem.file}" + (f":{problem.line}" if problem.line else "") + f" key {key}"
         self.findings.append(Finding(check, severity, message, where, key))
 
+    def service_tick(self) -> None:
+        """Past the load's 100ms floor, a tick under a second still makes polls chatty."""
+        tick = self.config.service.tick_interval
+        if tick < RECOMMENDED_TICK_INTERVAL:
+            self.add(
+                "tick_interval_short",
+                WARNING,
+                f"tick_interval {format_duration(tick)} is below the recommended "
+                f"{format_duration(RECOMMENDED_TICK_INTERVAL)}: chatty service polls can flood dispatch",
+                ("service", "tick_interval"),
+            )
+
     def skipped_plugins(self) -> None:
         manifests = self.runtime.registry.discovery.manifests
         for name, reason in self.runtime.registry.skipped.items():
@@ -85,6 +103,16 @@ class _Doctor:
                 check = "interpreter_missing"
             elif "missing required config keys" in reason:
                 check = "required_config_missing"
+            elif plugin.uses != name and plugin.uses not in self.config.plugins:
+                # An alias whose target is in no plugin root: the `uses:` line is what to fix.
+                self.add(
+                    "alias_target_missing",
+                    ERROR,
+                    f"alias {name!r} is enabled but cannot run: it uses {plugin.uses!r}, which is not a plugin "
+                    f"in the plugin roots ({reason})",
+                    ("plugins", name, "uses"),
+                )
+                continue
             else:
                 check = "plugin_not_discovered"
             self.add(check, ERROR, f"plugin {name!r} is enabled but cannot run: {reason}", ("plugins", name))
@@ -126,8 +154,36 @@ class _Doctor:
                         ("routes",),
                     )
 
+    def hook_cycles(self) -> None:
+        """Plugins with `notify_on_complete` whose on-hook pipelines run each other again (A's
+        completion starts a pipeline that runs B, B's one that runs A): a loop only
+        `hook_max_depth` stops. A target without notify_on_complete fires no hook, so ends a chain."""
+        plugins = self.config.plugins
+        notifying = {n for n, p in plugins.items() if p.enabled and p.notify_on_complete}
+        edges: dict[str, set[str]] = {}
+        for pipeline in self.runtime.pipelines.pipelines.values():
+            if not pipeline.is_hook:
+                continue
+            targets = {node.plugin for node in pipeline.nodes.values() if node.plugin in notifying}
+            for source in notifying if pipeline.from_plugin is None else {pipeline.from_plugin} & notifying:
+                edges.setdefault(source, set()).update(targets)
+        reported: set[frozenset[str]] = set()
+        for start in sorted(edges):
+            for cycle in _cycles_from(start, edges):
+                if frozenset(cycle) not in reported:
+                    reported.add(frozenset(cycle))
+                    text = " -> ".join([*cycle, cycle[0]])
+                    self.add(
+                        "hook_cycle",
+                        WARNING,
+                        f"on-hook pipelines of notify_on_complete plugins loop ({text}); each pass runs until "
+                        f"hook_max_depth ({self.config.service.hook_max_depth}) stops it",
+                        ("plugins", cycle[0], "notify_on_complete"),
+                    )
+
     def token_scopes(self) -> None:
         configured = set(self.config.plugins)
+        registry = self.runtime.registry
         for token in self.runtime.tokens.tokens:
             for scope in sorted(token.scopes):
                 name, _, access = scope.partition(":")
@@ -136,6 +192,23 @@ class _Doctor:
                         "scope_unknown_plugin",
                         WARNING,
                         f"token {token.name!r} has scope {scope!r}, but no plugin {name!r} is configured",
+                    )
+                rule, _, command = access.partition(":")
+                instance = registry.instances.get(name) or registry.disabled.get(name)
+                if (
+                    rule in ("allow", "deny")
+                    and command != "*"
+                    and instance
+                    and command not in instance.manifest.commands
+                ):
+                    # The original's command scopes (`PLUGIN:allow:CMD`, `PLUGIN:deny:CMD`): an
+                    # allow of a command that does not exist grants nothing, a deny denies nothing.
+                    self.add(
+                        "scope_unknown_command",
+                        ERROR if rule == "allow" else WARNING,
+                        f"token {token.name!r} has scope {scope!r}, but plugin {name!r} has no command {command!r} "
+                        f"(it has: {', '.join(instance.manifest.commands)})"
+                        + (" (deny is a no-op)" if rule == "deny" else ""),
                     )
         for problem in self.runtime.tokens.problems:
             self.add("token_refused", ERROR, problem)

@@ -27,7 +27,7 @@ from gateway.config.model import BackupCadence, GatewayConfig, load_gateway_conf
 from gateway.logs import logger
 from gateway.operations.backups.archive import plan_for, write_backup
 from gateway.runtime import RUNTIME
-from ledger.models import EventRecord, Job, JobLog, JobStopwatch, JobTransition, RelayAcceptance
+from ledger.models import ConfigSnapshot, EventRecord, Job, JobLog, JobStopwatch, JobTransition, RelayAcceptance
 from ledger.models.retention import PrunableQuerySet
 
 log = logger("housekeeping")
@@ -68,6 +68,8 @@ def prune(*, job_queue_retention: float, job_log_retention: float, batch: int = 
         "job_transitions": drain(JobTransition.objects.expired(log_cutoff), batch),
         "job_stopwatch": drain(JobStopwatch.objects.expired(log_cutoff), batch),
         "event_log": drain(EventRecord.objects.expired(log_cutoff), batch),
+        # The history of configs, on the job history's clock; the config in force is kept.
+        "config_snapshots": drain(ConfigSnapshot.objects.expired(log_cutoff), batch),
         # Past its own window (ledger/models/relay.py): no replay or retry is answered from it.
         "relay_acceptances": drain(RelayAcceptance.objects.expired(now), batch),
     }

@@ -74,18 +74,13 @@ def report(checks: list[Check]) -> dict[str, Any]:
 
 
 def selfcheck(*, serving: bool = False) -> list[Check]:
-    checks = []
+    checks = [discovery_check()]
     config_dir = RUNTIME.config_dir
-    if config_dir is None or not (config_dir / ROOT_FILE).is_file():
-        where = f"{config_dir}" if config_dir else "(none)"
-        checks.append(
-            Check("config_discovery", "fail", f"no {ROOT_FILE} in {where}: set --config-dir or DUCTILE_CONFIG_DIR")
-        )
+    if checks[0].status == "fail" or config_dir is None:
         return checks + _skipped(
             ("config_load", "pid_lock", "db_integrity", "db_schema", "queue_terminal_freshness"),
             "skipped: no config directory",
         )
-    checks.append(Check("config_discovery", "ok", "config directory resolved", str(config_dir)))
     try:
         config = build_runtime(config_dir).config if serving else RUNTIME.get().config
     except ConfigError as exc:
@@ -105,6 +100,15 @@ def selfcheck(*, serving: bool = False) -> list[Check]:
     finally:
         connection.close()
     return checks
+
+
+def discovery_check() -> Check:
+    """`config_discovery`: the config directory resolves and holds `config.yaml`."""
+    config_dir = RUNTIME.config_dir
+    if config_dir is None or not (config_dir / ROOT_FILE).is_file():
+        where = f"{config_dir}" if config_dir else "(none)"
+        return Check("config_discovery", "fail", f"no {ROOT_FILE} in {where}: set --config-dir or DUCTILE_CONFIG_DIR")
+    return Check("config_discovery", "ok", "config directory resolved", str(config_dir))
 
 
 def _skipped(names: tuple[str, ...], detail: str) -> list[Check]:

@@ -18,6 +18,9 @@ class Discovery:
     # The plugin name each refused manifest declares, when it got that far.
     invalid_names: dict[Path, str] = field(default_factory=dict)
     warnings: list[ConfigProblem] = field(default_factory=list)
+    # Roots that cannot be scanned (missing, not a directory, unreadable), with why: an error for
+    # whoever loads the config (the original refuses to start), which knows where each is written.
+    unusable_roots: dict[Path, str] = field(default_factory=dict)
 
     def refuse(self, directory: Path, problems: list[ConfigProblem], name: str | None = None) -> None:
         """Skip `directory`, with a warning naming every reason; the other plugins carry on."""
@@ -32,12 +35,13 @@ def discover_plugins(roots: tuple[Path, ...], *, allow_symlinks: bool = False) -
     found = Discovery()
     for root in roots:
         if not root.is_dir():
-            found.warnings.append(ConfigProblem(f"plugin root {root} does not exist or is not a directory"))
+            what = "is not a directory" if root.exists() else "does not exist"
+            found.unusable_roots[root] = f"plugin root {root} {what}"
             continue
         try:
             entries = sorted(root.iterdir())
         except OSError as exc:
-            found.warnings.append(ConfigProblem(f"plugin root {root} cannot be read: {exc.strerror}"))
+            found.unusable_roots[root] = f"plugin root {root} cannot be read: {exc.strerror}"
             continue
         for directory in entries:
             # `_lib`, `_template` and dot-directories hold helpers, not plugins.

@@ -227,6 +227,10 @@ def _schema_problems(doc: YamlDocument) -> list[ConfigProblem]:
             best = min(error.context or [], key=lambda e: len(list(e.absolute_path)) * -1, default=None)
             if best is not None and len(best.absolute_path) > 1:
                 path, message = describe(best)
+            elif named := [e for e in error.context or [] if e.validator == "pattern"]:
+                # A mapping key refused by `propertyNames`: named at that key, not at `commands`.
+                path, message = describe(named[0])
+                path = (*path, named[0].instance)
         problems.append(_at(doc, path, message))
     return problems
 

@@ -190,7 +190,7 @@ def verify_plugins(config: GatewayConfig, registry: Registry) -> PluginSeal:
     except SealUnusable:
         seal = None  # refused by the loader already
     sealed = seal.plugins if seal is not None else None
-    label = STRICT_FAILURE if config.service.strict_mode else "plugin fingerprint check failed"
+    label = STRICT_FAILURE if config.service.admission.verify_integrity_on_boot else "plugin fingerprint check failed"
     if seal is not None and sealed is None and registry.instances:
         problems.append(
             ConfigProblem(
@@ -231,7 +231,7 @@ def verify_plugins(config: GatewayConfig, registry: Registry) -> PluginSeal:
             continue
         inodes[name] = (st.st_dev, st.st_ino)
     return PluginSeal(
-        strict=config.service.strict_mode,
+        strict=config.service.admission.verify_integrity_on_boot,
         loaded=loaded,
         expected=expected,
         roots=roots,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from ledger.models.breakers import BreakerState, CircuitBreaker, CircuitBreakerTransition, Gate
+from ledger.models.config_snapshots import ConfigSnapshot
 from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
 from ledger.models.facts import PluginFact, PluginState, StorageSequence
@@ -15,6 +16,7 @@ __all__ = [
     "BreakerState",
     "CircuitBreaker",
     "CircuitBreakerTransition",
+    "ConfigSnapshot",
     "EnqueueResult",
     "EventContext",
     "EventRecord",

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import ConfigDir, children, descendants, wait_for
+from tests.support import ConfigDir, children, descendants, ductile_json, wait_for
 from tests.support.live_api import LiveApi, live_api
 
 pytestmark = [pytest.mark.slow]
@@ -74,8 +74,14 @@ def test_an_edit_nobody_reloaded_is_served_by_no_process_until_the_reload(tree):
     wait_for(lambda: len(api_workers(live.proc.pid) - victims) == 2, timeout=30, what="gunicorn's new workers")
     wait_for(live.api.up, timeout=30, what="the new workers to serve")
     assert statuses(live, "/plugin/echo-two/poll") == {404}  # what every other process runs
+    assert [r["reason"] for r in ductile_json(cfg, "config", "snapshots")[1]["snapshots"]] == ["start"]
     live.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: statuses(live, "/plugin/echo-two/poll", 8) == {202}, timeout=20, what="every process reloaded")
+    # The config_snapshots fact rows: the started config, then the reloaded one, which has echo-two.
+    rows = ductile_json(cfg, "config", "snapshots")[1]["snapshots"]
+    assert [r["reason"] for r in rows] == ["reload", "start"]
+    shown = ductile_json(cfg, "config", "snapshots", rows[0]["fingerprint"])[1]
+    assert shown["content"]["plugins"]["echo-two"]["uses"] == "echo"
 
 
 def test_reloads_happen_in_place_without_stalling_the_api_or_resetting_its_uptime(tree):

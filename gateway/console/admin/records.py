@@ -22,6 +22,7 @@ from gateway.console.admin.base import JobIdSearch, LedgerAdmin, badge_column, j
 from gateway.console.config import lease_ttl
 from gateway.console.render import badge, job_link, linkify
 from ledger.models import (
+    ConfigSnapshot,
     EventContext,
     EventRecord,
     Job,
@@ -104,6 +105,29 @@ class PluginStateAdmin(LedgerAdmin):
     readonly_fields = fields
 
     snapshot = json_column("state", "state (the compatibility view of the latest fact)")
+
+
+@admin.register(ConfigSnapshot)
+class ConfigSnapshotAdmin(LedgerAdmin):
+    """Each distinct config the gateway started or reloaded on, redacted (ledger/models/config_snapshots.py)."""
+
+    list_display = ("loaded_at", "fingerprint", "reason", "loaded_by", "config_dir")
+    list_filter = ("reason",)
+    ordering = ("-loaded_at", "-id")
+    sortable_by = ()
+    search_fields = ("fingerprint",)
+    search_help_text = "The start of a fingerprint (blake3:…)."
+    fields = ("fingerprint", "loaded_at", "reason", "loaded_by", "config_dir", "file_list", "config")
+    readonly_fields = fields
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        term = search_term.strip()
+        return (queryset.filter(fingerprint__startswith=term) if term else queryset), False
+
+    file_list = json_column("files", "files (path, tier, blake3)")
+    config = json_column("content", "config (redacted)")
 
 
 class LiveFilter(admin.SimpleListFilter):

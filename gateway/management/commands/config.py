@@ -1,4 +1,4 @@
-"""`config check | lock | show | get | set | init | token create|list|inspect|rehash|delete |
+"""`config check | lock | show | get | set | snapshots | init | token create|list|inspect|rehash|delete |
 scope add|remove|set|validate | plugin | route | webhook | backup | restore` (Operator Handbook,
 "Config"; the last five in gateway/cli/config_entities.py).
 
@@ -43,24 +43,30 @@ from gateway.operations.config_changes import (
     scope_problems,
 )
 from gateway.plugins.seal import lock_config
-from gateway.reports import seal_status
+from gateway.reports import iso, seal_status
 from gateway.reports.redaction import config_view
 from gateway.runtime import RUNTIME, Runtime, build_runtime
+from ledger.models import ConfigSnapshot
 
 BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
 
 
 class Command(DuctileCommand):
     help = (
-        "Config: `check`, `lock`, `show [ENTITY]`, `get PATH`, `set PATH=VALUE`, `init [DIR]`, "
-        "`token create|list|inspect|rehash|delete`, `scope add|remove|set|validate`, `plugin list|show|set`, "
-        "`route list|add|remove`, `webhook list|add`, `backup`, `restore`, `schema`, `validate --file F`."
+        "Config: `check`, `lock`, `show [ENTITY]`, `get PATH`, `set PATH=VALUE`, `snapshots [FINGERPRINT]`, "
+        "`init [DIR]`, `token create|list|inspect|rehash|delete`, `scope add|remove|set|validate`, "
+        "`plugin list|show|set`, `route list|add|remove`, `webhook list|add`, `backup`, `restore`, `schema`, "
+        "`validate --file F`."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         check = actions.add_parser("check", help="validate syntax, schema, semantics, integrity and plugin references")
-        check.add_argument("--strict", action="store_true", help="apply strict mode whatever service.strict_mode says")
+        check.add_argument(
+            "--strict",
+            action="store_true",
+            help="strict mode whatever service.strict_mode says (every admission gate), and any warning fails",
+        )
         self.add_json(check)
         lock_ = actions.add_parser("lock", help="authorize the config as it is now: rewrite the .checksums seal")
         lock_.add_argument("--dry-run", action="store_true", help="show what would be sealed; write nothing")
@@ -77,6 +83,12 @@ class Command(DuctileCommand):
         mode.add_argument("--dry-run", action="store_true", help="show the change and its validation; write nothing")
         mode.add_argument("--apply", action="store_true", help="write the change")
         self.add_json(set_)
+        snapshots = actions.add_parser(
+            "snapshots", help="the configs the gateway started or reloaded on (config_snapshots), newest first"
+        )
+        snapshots.add_argument("fingerprint", nargs="?", help="show one, with its content: a fingerprint or its start")
+        snapshots.add_argument("--limit", type=int, default=20, help="rows listed (default 20)")
+        self.add_json(snapshots)
         init = actions.add_parser("init", help="write a valid, sealed starter config directory")
         init.add_argument("directory", nargs="?", help="default: the config directory (--config-dir)")
         init.add_argument("--dry-run", action="store_true", help="list the files; write nothing")
@@ -135,6 +147,8 @@ class Command(DuctileCommand):
             self.get(options["path"])
         elif action == "set":
             self.set_key(options["assignment"], apply_it=options["apply"])
+        elif action == "snapshots":
+            self.snapshots(options["fingerprint"], options["limit"])
         elif action == "init":
             self.init(Path(options["directory"]).resolve() if options["directory"] else self.config_dir, options)
         elif action == "scope":
@@ -166,8 +180,14 @@ class Command(DuctileCommand):
         except ConfigError as exc:
             errors = list(exc.problems)
         else:
-            warnings = [str(w) for w in (*runtime.config.warnings, *runtime.registry.warnings)]
-            warnings += list(runtime.tokens.problems)
+            found = [*runtime.config.warnings, *runtime.registry.warnings]
+            found += [ConfigProblem(problem) for problem in runtime.tokens.problems]
+            if strict:
+                # `--strict` fails on any warning, as the original's (`--fail-on-warnings`):
+                # each is reported as an error, where it was found.
+                errors = found
+            else:
+                warnings = [str(w) for w in found]
             strict = runtime.config.service.strict_mode
         files = seal_status(self.config_dir)
         data = {
@@ -198,6 +218,23 @@ class Command(DuctileCommand):
         emit_lock_report(self, report, notes, dry_run)
 
     # -- reading -------------------------------------------------------------------------------
+
+    def snapshots(self, fingerprint: str | None, limit: int) -> None:
+        """`config_snapshots`, read from the ledger: what ran when, never a secret (the rows are
+        redacted when written: gateway/daemon/config_snapshots.py)."""
+        self.open_ledger()
+        rows = ConfigSnapshot.objects.order_by("-loaded_at", "-id")
+        if fingerprint is None:
+            listed = [_snapshot(row, content=False) for row in rows[: max(limit, 0)]]
+            lines = [f"{r['loaded_at']}  {r['reason']:6}  {r['fingerprint'][:23]}  {r['loaded_by']}" for r in listed]
+            self.emit({"snapshots": listed}, "\n".join(lines) or "(none yet: `system start` records its config)")
+            return
+        found = list(rows.filter(fingerprint__startswith=fingerprint)[:2])
+        if len(found) != 1:
+            what = "no config snapshot" if not found else "more than one config snapshot"
+            raise Exit(EXIT_FAILED, f"{what} with a fingerprint starting {fingerprint!r}")
+        data = _snapshot(found[0], content=True)
+        self.emit(data, lambda: _yaml_text(data))
 
     def show(self, entity: str | None) -> None:
         runtime = self.runtime()
@@ -496,6 +533,10 @@ def _yaml_text(data: Any) -> str:
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip()
+
+
+def _snapshot(row: ConfigSnapshot, *, content: bool) -> dict[str, Any]:
+    return {**row.as_dict(content=content), "loaded_at": iso(row.loaded_at)}
 
 
 def emit_lock_report(command: DuctileCommand, report: LockReport, notes: list[str], dry_run: bool) -> None:

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from django.core.management.base import CommandParser
+from django.db import DatabaseError
 from django.utils import timezone
 from rich.console import Console
 
@@ -18,16 +19,18 @@ from gateway.cli.facts import add_plugin_facts, run_plugin_facts
 from gateway.cli.selfcheck import run_selfcheck
 from gateway.cli.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
 from gateway.config.errors import ConfigError
+from gateway.config.model import GatewayConfig
 from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
-from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, plan
+from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, pid_file_for, plan, running_pid
 from gateway.http.api.refusals import read_tally, tally_path
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPES
 from gateway.operations.doctor import ERROR, diagnose
 from gateway.operations.housekeeping import CLUSTER_LINGER, refresh_schedules, work_for_cluster
+from gateway.operations.selfcheck import Check, discovery_check
 from gateway.reports import breaker_report, queue_status, schedule_entries
 from gateway.runtime import RUNTIME
-from gateway.storage.database import describe_database, pass_the_check_on
+from gateway.storage.database import SchemaBehind, describe_database, pass_the_check_on
 from ledger.models import CircuitBreaker, PluginInstanceRecord
 from ledger.models.workers import PluginHealth
 
@@ -266,7 +269,36 @@ class Command(DuctileCommand):
         self.emit(data, "\n".join(f"{verb} circuit breaker for {plugin} ({c})" for c in commands))
 
     def status(self) -> None:
-        runtime = self.open_ledger()
+        """The original's check list first (config_discovery, config_load, state_db, pid_lock),
+        then what the gateway runs. Exit 78 when the config or the schema is the problem (as every
+        command), 1 when the database cannot be read; the checks come with either."""
+        checks = [discovery_check()]
+        try:
+            runtime = self.runtime()
+        except ConfigError as exc:
+            checks.append(Check("config_load", "fail", str(exc) or "the config did not load", _config_dir()))
+            checks += [Check(name, "skipped", "skipped: the config did not load") for name in ("state_db", "pid_lock")]
+            raise Exit(
+                EXIT_CONFIG,
+                f"configuration is invalid:\n{exc}",
+                {
+                    "status": "fail",
+                    "healthy": False,
+                    "checks": _dicts(checks),
+                    "problems": [p.as_dict() for p in exc.problems],
+                },
+            ) from exc
+        checks.append(Check("config_load", "ok", "configuration loaded", _config_dir()))
+        try:
+            self.open_ledger()
+        except (SchemaBehind, DatabaseError) as exc:
+            message = str(exc) if isinstance(exc, SchemaBehind) else f"database {describe_database()}: {exc}"
+            checks.append(Check("state_db", "fail", message, describe_database()))
+            checks.append(_gateway_lock(runtime.config))
+            code = EXIT_CONFIG if isinstance(exc, SchemaBehind) else EXIT_FAILED
+            raise Exit(code, message, {"status": "fail", "healthy": False, "checks": _dicts(checks)}) from exc
+        checks.append(Check("state_db", "ok", "database open, schema current", describe_database()))
+        checks.append(_gateway_lock(runtime.config))
         registry = runtime.registry
         queue = queue_status(lease_ttl=runtime.config.service.lease_ttl)
         unhealthy = dict(
@@ -274,6 +306,9 @@ class Command(DuctileCommand):
         )
         data = {
             "status": "ok" if not unhealthy and not registry.skipped else "degraded",
+            # The original's verdict on its four checks; `status` adds plugins and breakers.
+            "healthy": all(c.status == "ok" for c in checks),
+            "checks": _dicts(checks),
             "config_dir": str(runtime.config.config_dir),
             "database": describe_database(),
             "service": runtime.config.service.name,
@@ -291,6 +326,7 @@ class Command(DuctileCommand):
         def text() -> str:
             lines = [
                 f"status: {data['status']}",
+                *(f"  {c['name']}: {c['status'].upper()} - {c['detail']}" for c in data["checks"]),
                 f"config: {data['config_dir']}",
                 f"database: {data['database']}",
                 f"plugins: {data['plugins_loaded']} loaded, {len(data['plugins_disabled'])} disabled, "
@@ -307,6 +343,27 @@ class Command(DuctileCommand):
             return "\n".join(lines)
 
         self.emit(data, text)
+
+
+def _config_dir() -> str | None:
+    return str(RUNTIME.config_dir) if RUNTIME.config_dir else None
+
+
+def _dicts(checks: list[Check]) -> list[dict[str, Any]]:
+    return [c.as_dict() for c in checks]
+
+
+def _gateway_lock(config: GatewayConfig) -> Check:
+    """`pid_lock` as status reads it: a gateway holding the lock is the running state, not a
+    failure (selfcheck, a pre-start gate, fails it instead)."""
+    pid_file = pid_file_for(config)
+    try:
+        pid = running_pid(pid_file)
+    except (ValueError, OSError) as exc:
+        return Check("pid_lock", "fail", f"the PID file cannot be read: {exc}", str(pid_file))
+    if pid is not None:
+        return Check("pid_lock", "ok", f"held by the running gateway (pid {pid})", str(pid_file))
+    return Check("pid_lock", "ok", "no gateway running (no live PID lock)", str(pid_file))
 
 
 def auth_failures_line(tally: dict[str, Any]) -> str:

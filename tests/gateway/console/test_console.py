@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from gateway.console.admin.jobs import JobAdmin
+from gateway.daemon.config_snapshots import record_config
 from gateway.execution.lifecycle import schedule_inits
 from gateway.intake.events import publish_event
 from gateway.operations.accounts import save_account
@@ -61,6 +62,7 @@ TABLES = [
     "plugininstancerecord",
     "circuitbreaker",
     "circuitbreakertransition",
+    "configsnapshot",
     "scheduleentry",
 ]
 
@@ -136,6 +138,7 @@ def test_every_ledger_table_is_listed_and_its_records_open(holder, auditor):
     run_pipeline(holder)
     record_scheduled_outcome("stress", "poll", "j-1", succeeded=False, threshold=1)
     ScheduleEntry.objects.create(plugin="stress", schedule_id="tick", command="poll")
+    record_config(holder.get(), "start")  # as `system start` records its config
     for model in TABLES:
         page = text(auditor.get(reverse(f"admin:ledger_{model}_changelist")))
         link = re.search(rf'href="(/admin/ledger/{model}/[^"/]+/change/[^"]*)"', page)

@@ -213,13 +213,14 @@ def test_two_schedulers_racing_for_one_due_run_fire_it_once(config_dir):
 
 def test_an_entry_whose_plugin_cannot_run_is_paused_with_the_reason_and_resumes_when_fixed(config_dir):
     clock = Clock(T0)
-    config_dir.plugins["echo"] = {"config": {}, "schedules": [{"every": "5m", "command": "nope"}]}
+    # (A command the plugin lacks is refused with the config: tests/gateway/config/test_config_refusals.py.)
+    config_dir.plugins["echo"] = {"config": {}, "uses": "no-such-plugin", "schedules": [{"every": "5m"}]}
     loop = scheduler(config_dir, clock)
     paused = row("echo")
     assert paused.status == ScheduleStatus.PAUSED_INVALID
-    assert paused.reason is not None and "has no command 'nope'" in paused.reason
+    assert paused.reason is not None and "no-such-plugin" in paused.reason
     assert loop.tick(T0 + timedelta(hours=1)) == []
-    config_dir.plugins["echo"]["schedules"] = [{"every": "5m", "command": "poll"}]
+    del config_dir.plugins["echo"]["uses"]
     scheduler(config_dir, clock)
     assert row("echo").status == ScheduleStatus.ACTIVE and row("echo").reason is None
 

@@ -373,6 +373,28 @@ webhooks:
     ]
 
 
+def test_a_trailing_slash_names_the_same_path(config_dir: ConfigDir) -> None:
+    """`/hook` and `/hook/` are one path (the original's conflict check trims the slash): the
+    second is refused at its line instead of both being served."""
+    webhooks = """\
+webhooks:
+  - name: a
+    path: /hook
+    plugin: probe
+    secret_ref: github_secret
+    signature_header: X-Sig
+  - name: b
+    path: /hook/
+    plugin: probe
+    secret_ref: github_secret
+    signature_header: X-Sig
+"""
+    problems = problems_of(config_dir, webhooks)
+    assert [(p.key, p.line, p.message) for p in problems] == [
+        ("webhooks.endpoints[1].path", 8, "path '/hook/' is already used by webhooks.endpoints[0]"),
+    ]
+
+
 def test_an_empty_secret_is_refused_naming_its_variable(config_dir: ConfigDir) -> None:
     (problem,) = problems_of(config_dir, WEBHOOK_SECRET="")
     assert problem.key == "webhooks.endpoints[0].secret_ref"

@@ -118,3 +118,50 @@ def test_a_relay_peer_allowed_an_event_no_pipeline_takes_is_warned(config_dir):
     assert [f.check for f in diagnose(build_runtime(config_dir.write())) if f.check.startswith("relay_")] == [
         "relay_no_peers"
     ]
+
+
+def test_a_tick_under_a_second_is_a_warning_at_its_key(config_dir):
+    config_dir.service["tick_interval"] = "500ms"
+    config_dir.write()
+    (finding,) = [f for f in diagnose(build_runtime(config_dir.path)) if f.check == "tick_interval_short"]
+    assert finding.severity == WARNING and finding.key == "service.tick_interval"
+    assert finding.message.startswith("tick_interval 500ms is below the recommended 1s")
+    config_dir.service["tick_interval"] = "1s"
+    assert "tick_interval_short" not in findings(config_dir)
+
+
+def test_an_alias_whose_target_is_in_no_root_is_named_at_its_uses(config_dir):
+    config_dir.plugins["loud"] = {"uses": "shouter", "config": {}}
+    config_dir.write()
+    (finding,) = [f for f in diagnose(build_runtime(config_dir.path)) if f.check == "alias_target_missing"]
+    assert finding.severity == ERROR and finding.key == "plugins.loud.uses"
+    assert "alias 'loud' is enabled but cannot run: it uses 'shouter', which is not a plugin" in finding.message
+    assert "plugin_not_discovered" not in {f.check for f in diagnose(build_runtime(config_dir.path))}
+
+
+def test_hook_pipelines_of_notifying_plugins_that_run_each_other_are_a_cycle(config_dir):
+    config_dir.plugins["echo"]["notify_on_complete"] = True
+    config_dir.plugins["probe"]["notify_on_complete"] = True
+    config_dir.extra = {
+        "pipelines": [
+            {"name": "after-echo", "on-hook": "job.completed", "from_plugin": "echo", "steps": [{"uses": "probe"}]},
+            {"name": "after-probe", "on-hook": "job.completed", "from_plugin": "probe", "steps": [{"uses": "echo"}]},
+        ]
+    }
+    ((severity, message),) = findings(config_dir)["hook_cycle"]
+    assert severity == WARNING and "(echo -> probe -> echo)" in message and "hook_max_depth (4)" in message
+    config_dir.plugins["probe"]["notify_on_complete"] = False  # probe's completion fires no hook: no loop
+    assert "hook_cycle" not in findings(config_dir)
+
+
+def test_a_command_scope_naming_a_command_the_plugin_lacks(config_dir):
+    scopes = ["echo:allow:poll", "echo:allow:sync", "echo:deny:nuke", "echo:allow:*"]
+    config_dir.extra = {"api": {"auth": {"tokens": [{"name": "ops", "token": "t", "scopes": scopes}]}}}
+    found = findings(config_dir)["scope_unknown_command"]
+    assert [(s, m.split(",")[0]) for s, m in found] == [
+        (ERROR, "token 'ops' has scope 'echo:allow:sync'"),
+        (WARNING, "token 'ops' has scope 'echo:deny:nuke'"),
+    ]
+    assert "plugin 'echo' has no command 'sync' (it has: poll" in found[0][1] and found[1][1].endswith(
+        "(deny is a no-op)"
+    )

@@ -99,6 +99,7 @@ class TestRetention:
             "job_transitions": 3,
             "job_stopwatch": 1,
             "event_log": 1,
+            "config_snapshots": 0,
             "relay_acceptances": 1,
         }
         assert list(RelayAcceptance.objects.values_list("receiver_event_id", flat=True)) == [answering]

@@ -479,6 +479,45 @@ def test_invalid_manifest_is_refused_naming_file_and_key(
     assert says in problem.message
 
 
+@pytest.mark.parametrize(
+    ("commands", "key", "says"),
+    [
+        ([{"name": "bad command!", "type": "read"}], "commands[0].name", "a command name: a letter"),
+        ([{"name": "9lives", "type": "read"}], "commands[0].name", "got '9lives'"),
+        ({"poll": {"type": "read"}, "bad command!": {"type": "read"}}, "commands.bad command!", "a command name"),
+        (
+            [{"name": "poll", "type": "read", "values": {"consume": ["config.x"]}}],
+            "commands[0].values.consume[0]",
+            "payload.<name>",
+        ),
+        (
+            [{"name": "poll", "type": "read", "values": {"consume": ["payload.a b"]}}],
+            "commands[0].values.consume[0]",
+            "got 'payload.a b'",
+        ),
+        (
+            [{"name": "poll", "type": "read", "values": {"emit": [{"event": "e", "values": ["context.x"]}]}}],
+            "commands[0].values.emit[0].values[0]",
+            "payload.<name>",
+        ),
+    ],
+)
+def test_command_names_and_value_paths_are_the_originals(root: Path, commands: Any, key: str, says: str) -> None:
+    """The original refuses a command name that is not a letter then letters, digits, '_' or '-',
+    and a consumed or emitted value that is not `payload.<name>` or `payload.*`."""
+    plugin = make_plugin(root, "demo", manifest_doc(commands=commands))
+    problems = refusal(plugin, root)
+    assert key in [p.key for p in problems], [str(p) for p in problems]
+    problem = next(p for p in problems if p.key == key)
+    assert problem.file == plugin / "manifest.yaml" and problem.line and says in problem.message
+
+
+def test_value_paths_the_original_accepts_load(root: Path) -> None:
+    values = {"consume": ["payload.*", "payload.a.b-c_d"], "emit": [{"event": "e", "values": ["payload.x1"]}]}
+    manifest, _ = load(make_plugin(root, "demo", manifest_doc(commands=[{"name": "do-it_2", "values": values}])))
+    assert list(manifest.commands) == ["do-it_2"]
+
+
 def test_refusal_names_the_line(root: Path) -> None:
     text = """\
     manifest_spec: ductile.plugin
@@ -777,20 +816,20 @@ def test_unreadable_manifest_is_skipped(root: Path) -> None:
     assert plugin in found.invalid
 
 
-def test_root_that_is_a_file_is_a_warning(tmp_path: Path, root: Path) -> None:
+def test_root_that_is_a_file_is_unusable(tmp_path: Path, root: Path) -> None:
     (tmp_path / "file-root").write_text("")
     make_plugin(root, "real", manifest_doc("real"))
     found = discover(tmp_path / "file-root", root)
     assert set(found.manifests) == {"real"}
-    assert len(found.warnings) == 1
+    assert found.unusable_roots == {tmp_path / "file-root": f"plugin root {tmp_path / 'file-root'} is not a directory"}
 
 
-def test_missing_root_is_a_warning_not_an_error(tmp_path: Path, root: Path) -> None:
+def test_missing_root_is_unusable(tmp_path: Path, root: Path) -> None:
+    """The loader's caller refuses the config for it (tests/gateway/config/test_config_refusals.py)."""
     make_plugin(root, "real", manifest_doc("real"))
     found = discover(tmp_path / "nowhere", root)
     assert set(found.manifests) == {"real"}
-    assert len(found.warnings) == 1
-    assert str(tmp_path / "nowhere") in found.warnings[0].message
+    assert found.unusable_roots == {tmp_path / "nowhere": f"plugin root {tmp_path / 'nowhere'} does not exist"}
 
 
 def test_symlinked_plugin_directory_is_refused_by_default(root: Path, tmp_path: Path) -> None:
