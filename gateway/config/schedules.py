@@ -27,6 +27,7 @@ DEFAULT_COMMAND = "poll"
 # Without `timezone:` an entry reads the host's local clock, as the original does (000's runbook:
 # "Ductile cron runs in the system timezone unless overridden"). Schedulers on hosts in different
 # zones then disagree: such a deployment sets `timezone:` on its entries.
+HOST_ZONE_NAMES = ("Local", "localtime")
 FALLBACK_TIMEZONE = "UTC"  # a host whose zone has no IANA name (tzlocal finds none)
 # The shortest month bounds jitter for `every: monthly`, as the interval bounds it for the rest.
 SHORTEST_MONTH = timedelta(days=28)
@@ -394,8 +395,11 @@ class _EntryReader:
         return window
 
     def _timezone(self, value: object) -> ZoneInfo | None:
-        # `localtime` is the host's zone: schedulers on two hosts would disagree.
-        if isinstance(value, str) and value != "localtime":
+        # Go's name for the host's zone (the original reads `timezone:` with time.LoadLocation),
+        # and the file the host's zone lives in: both say outright what the default already is.
+        if value in HOST_ZONE_NAMES:
+            return host_timezone()
+        if isinstance(value, str):
             try:
                 return ZoneInfo(value)
             except (ZoneInfoNotFoundError, ValueError, OSError):

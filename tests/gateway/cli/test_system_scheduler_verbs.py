@@ -148,12 +148,14 @@ def test_an_entry_without_timezone_reads_the_hosts_clock_and_an_explicit_one_win
     cfg.plugins["stress"]["schedules"] = [
         {"id": "local", "cron": "0 7 * * *"},
         {"id": "utc", "cron": "0 7 * * *", "timezone": "UTC"},
+        {"id": "go-local", "cron": "0 7 * * *", "timezone": "Local"},  # Go's name for the host's zone
     ]
     cfg.write()
     code, view = ductile_json(cfg, "system", "scheduler", TZ="Australia/Sydney")
     assert code == 0, view
     entries = {e["schedule_id"]: e for e in view["entries"]}
     assert (entries["local"]["timezone"], entries["utc"]["timezone"]) == ("Australia/Sydney", "UTC")
+    assert entries["go-local"]["timezone"] == "Australia/Sydney"
     local = datetime.fromisoformat(entries["local"]["next_run_at"]).astimezone(ZoneInfo("Australia/Sydney"))
     assert (local.hour, local.minute) == (7, 0)  # 07:00 on the host's clock, 20:00Z or 21:00Z
     explicit = datetime.fromisoformat(entries["utc"]["next_run_at"])
