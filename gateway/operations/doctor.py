@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.config.durations import format_duration
 from gateway.config.model import RECOMMENDED_TICK_INTERVAL
-from gateway.config.tokens import RESOURCES
+from gateway.config.tokens import ADMIN, FINER, RESOURCES
 from gateway.runtime import Runtime
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -193,6 +193,16 @@ class _Doctor:
                         WARNING,
                         f"token {token.name!r} has scope {scope!r}, but no plugin {name!r} is configured",
                     )
+                if not recognised(scope):
+                    # A typo (`jobs:stauts:ro`) grants nothing and fails closed, but the token's
+                    # holder is then refused with no hint why; `config token create` refuses it.
+                    self.add(
+                        "scope_unrecognised",
+                        WARNING,
+                        f"token {token.name!r} has scope {scope!r}, which grants nothing: a scope is *, "
+                        f"RESOURCE:ro|rw, PLUGIN:ro|rw, PLUGIN:allow|deny:COMMAND or one of {', '.join(FINER)}",
+                    )
+                    continue
                 rule, _, command = access.partition(":")
                 instance = registry.instances.get(name) or registry.disabled.get(name)
                 if (
@@ -286,3 +296,13 @@ def _cycles_from(start: str, edges: dict[str, set[str]]) -> list[list[str]]:
             elif nxt not in path:
                 stack.append((nxt, [*path, nxt]))
     return found
+
+
+def recognised(scope: str) -> bool:
+    """Whether `scope` is a form the API's checks can grant something by."""
+    if scope == ADMIN or scope in FINER:
+        return True
+    parts = scope.split(":")
+    if len(parts) == 2:
+        return bool(parts[0]) and parts[1] in ("ro", "rw")
+    return len(parts) == 3 and bool(parts[0]) and parts[1] in ("allow", "deny") and bool(parts[2])

@@ -165,3 +165,14 @@ def test_a_command_scope_naming_a_command_the_plugin_lacks(config_dir):
     assert "plugin 'echo' has no command 'sync' (it has: poll" in found[0][1] and found[1][1].endswith(
         "(deny is a no-op)"
     )
+
+
+def test_a_scope_no_check_can_grant_by_is_named(config_dir):
+    scopes = ["jobs:stauts:ro", "jobs:status:ro", "jobs:ro", "echo:rw", "echo:allow:poll", "jobs", "*"]
+    config_dir.extra = {"api": {"auth": {"tokens": [{"name": "ops", "token": "t", "scopes": scopes}]}}}
+    found = findings(config_dir)["scope_unrecognised"]
+    assert [(s, m.split(",")[0]) for s, m in found] == [
+        (WARNING, "token 'ops' has scope 'jobs'"),
+        (WARNING, "token 'ops' has scope 'jobs:stauts:ro'"),
+    ]
+    assert "grants nothing" in found[0][1] and "jobs:result:ro" in found[0][1]
