@@ -4,7 +4,16 @@ from ledger.models.breakers import BreakerState, CircuitBreaker, CircuitBreakerT
 from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
 from ledger.models.facts import PluginFact, PluginState, StorageSequence
-from ledger.models.jobs import AttemptOutcome, EnqueueResult, Job, JobLog, JobSpec, JobTransition, LostJob
+from ledger.models.jobs import (
+    AttemptOutcome,
+    EnqueueResult,
+    InvalidJob,
+    Job,
+    JobLog,
+    JobSpec,
+    JobTransition,
+    LostJob,
+)
 from ledger.models.relay import RelayAcceptance
 from ledger.models.schedules import ScheduleEntry, ScheduleStatus
 from ledger.models.telemetry import JobStopwatch
@@ -19,6 +28,7 @@ __all__ = [
     "EventContext",
     "EventRecord",
     "Gate",
+    "InvalidJob",
     "Job",
     "JobLog",
     "JobSpec",

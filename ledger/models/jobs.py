@@ -42,6 +42,10 @@ RETRYABLE_BY_HAND = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.
 SUBMITTED_BY_LENGTH = 64
 
 
+class InvalidJob(ValueError):
+    """A JobSpec the queue cannot take (no target, no submitter, no attempt to make)."""
+
+
 class LostJob(Exception):
     """A state change lost its compare-and-set: someone else moved the job first."""
 
@@ -74,6 +78,22 @@ class JobSpec:
     dedupe_checked: bool = False
     # Who acted for the submitter (the console's `admin:alice`): the audit trail only.
     actor: str | None = None
+
+    def __post_init__(self) -> None:
+        # The ledger's own floor, whoever the producer: a row without a target or a submitter, or
+        # one that may never run, is refused here with what was wrong (the intake checks the rest).
+        for name in ("plugin", "command"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidJob(f"job {name} must be a non-empty string, got {value!r}")
+        if not isinstance(self.submitter, Submitter):
+            choices = ", ".join(s.value for s in Submitter)
+            raise InvalidJob(f"job submitted_by must be one of {choices}, got {self.submitter!r}")
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise InvalidJob(f"job max_attempts must be an integer of at least 1, got {self.max_attempts!r}")
+        if self.dedupe_key is not None and not self.dedupe_key.strip():
+            # Whitespace is no key (the original trims it): "   " must not dedupe every job that sends it.
+            object.__setattr__(self, "dedupe_key", None)
 
     @property
     def submitted_by(self) -> str:
@@ -108,6 +128,8 @@ class QueueLook:
 class EnqueueResult:
     job_id: str
     deduplicated: bool = False
+    # The job's status as the enqueue left it: `queued`, or the matched job's when deduplicated.
+    status: str = JobStatus.QUEUED
 
 
 @dataclass
@@ -230,9 +252,9 @@ class JobQuerySet(PrunableQuerySet["Job"]):
                         "deduplicated %s.%s: an earlier job holds the key",
                         spec.plugin,
                         spec.command,
-                        extra={"plugin": spec.plugin, "dedupe_key": spec.dedupe_key, "existing_job_id": existing},
+                        extra={"plugin": spec.plugin, "dedupe_key": spec.dedupe_key, "existing_job_id": existing[0]},
                     )
-                    return EnqueueResult(existing, deduplicated=True)
+                    return EnqueueResult(existing[0], deduplicated=True, status=existing[1])
             if not spec.refusal:
                 notify_enqueued()  # first: other processes' workers wake while this commits
             context_id = spec.event_context_id
@@ -274,15 +296,16 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             notify_enqueued()
         return [job.id for job in jobs]
 
-    def _duplicate_of(self, spec: JobSpec, default_ttl: float, now: datetime) -> str | None:
+    def _duplicate_of(self, spec: JobSpec, default_ttl: float, now: datetime) -> tuple[str, str] | None:
+        """The id and status of the job that holds `spec`'s key, read by the same statement."""
         same = self.for_target(spec.plugin, spec.command).filter(dedupe_key=spec.dedupe_key)
         if spec.dedupe_ttl is not None:
-            in_flight = same.filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING)).values_list("id", flat=True)
+            in_flight = same.filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING)).values_list("id", "status")
             if (found := in_flight.first()) is not None:
                 return found
         ttl = spec.dedupe_ttl if spec.dedupe_ttl is not None else default_ttl
         recent = same.filter(status=JobStatus.SUCCEEDED, completed_at__gte=now - timedelta(seconds=ttl))
-        return recent.order_by("-completed_at").values_list("id", flat=True).first()
+        return recent.order_by("-completed_at").values_list("id", "status").first()
 
     # -- workers -------------------------------------------------------------------------------
 

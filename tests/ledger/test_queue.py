@@ -62,6 +62,46 @@ def test_dedupe_refuses_key_that_succeeded_within_window_and_returns_existing_id
     assert Job.objects.count() == 1
 
 
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"plugin": ""}, "job plugin must be a non-empty string, got ''"),
+        ({"plugin": "  "}, "job plugin must be a non-empty string"),
+        ({"command": ""}, "job command must be a non-empty string"),
+        ({"submitter": ""}, "job submitted_by must be one of api, "),
+        ({"max_attempts": 0}, "job max_attempts must be an integer of at least 1, got 0"),
+        ({"max_attempts": -2}, "got -2"),
+    ],
+)
+def test_the_queue_refuses_a_job_without_target_submitter_or_attempts(spec, words):
+    """Item 8: before, a job with an empty plugin or max_attempts 0 was stored (and never ran,
+    or ran once against nothing)."""
+    from ledger.models import InvalidJob
+
+    fields = {"plugin": "echo", "command": "poll", "submitter": Submitter.CLI, **spec}
+    with pytest.raises(InvalidJob, match=words):
+        Job.objects.enqueue(JobSpec(**fields), default_dedupe_ttl=TTL)
+    assert not Job.objects.exists()
+
+
+def test_a_whitespace_dedupe_key_is_no_key():
+    """Item 12: "   " was a real key, so every job sent with it after the first was dropped."""
+    first = enqueue(dedupe_key="   ")
+    finish(claim())
+    second = enqueue(dedupe_key=" \t")
+    assert not second.deduplicated and second.job_id != first.job_id
+    assert Job.objects.get(pk=first.job_id).dedupe_key is None
+
+
+def test_a_deduplicated_enqueue_answers_the_matched_jobs_status():
+    """New-7: the answer said `queued` for a job that had succeeded."""
+    first = enqueue(dedupe_key="k")
+    assert first.status == JobStatus.QUEUED
+    finish(claim())
+    again = enqueue(dedupe_key="k")
+    assert (again.job_id, again.deduplicated, again.status) == (first.job_id, True, JobStatus.SUCCEEDED)
+
+
 def test_dedupe_is_per_target():
     enqueue(dedupe_key="k1")
     finish(claim())

@@ -217,7 +217,7 @@ class TriggerAcceptedSerializer(serializers.Serializer):
     """202 of `POST /plugin/{plugin}/{command}` (views.PluginTrigger)."""
 
     job_id = serializers.CharField()
-    status = serializers.CharField(help_text="`queued`")
+    status = serializers.CharField(help_text="`queued`, or the earlier job's status when deduplicated")
     plugin = serializers.CharField()
     command = serializers.CharField()
     deduplicated = serializers.BooleanField(

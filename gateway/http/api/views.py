@@ -313,7 +313,7 @@ class PluginTrigger(Endpoint):
         payload = body_payload(request)
         spec = intake.job(runtime, Submitter.API, plugin, command, payload, dedupe_key=request.data.get("dedupe_key"))
         result = intake.submit(runtime, [spec])[0]
-        body: dict[str, Any] = {"job_id": result.job_id, "status": "queued", "plugin": plugin, "command": command}
+        body: dict[str, Any] = {"job_id": result.job_id, "status": result.status, "plugin": plugin, "command": command}
         if result.deduplicated:
             body["deduplicated"] = True
         return Response(body, status=status.HTTP_202_ACCEPTED)

@@ -147,6 +147,27 @@ def test_plugin_trigger_enqueues_one_job_as_the_api(api):
     assert [j["job_id"] for j in api.get(f"/job/{job.id}/tree").json()] == [job.id]
 
 
+def test_a_deduplicated_trigger_answers_the_earlier_jobs_real_status(api):
+    """New-7: a deduplicated POST answered `"status": "queued"` for a job that had succeeded."""
+    as_(api, "admin")
+    first = api.post("/plugin/echo/poll", {"dedupe_key": "once"}, format="json").json()
+    runtime = RUNTIME.get()
+    job = Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60)
+    assert job is not None and job.id == first["job_id"]
+    job.record_outcome(AttemptOutcome("succeeded"), worker="w", default_dedupe_ttl=3600)
+    again = api.post("/plugin/echo/poll", {"dedupe_key": "once"}, format="json")
+    assert again.status_code == 202
+    assert again.json() == {
+        "job_id": first["job_id"],
+        "status": "succeeded",
+        "plugin": "echo",
+        "command": "poll",
+        "deduplicated": True,
+    }
+    blank = api.post("/plugin/echo/poll", {"dedupe_key": "   "}, format="json").json()  # item 12: no key
+    assert "deduplicated" not in blank and Job.objects.get(pk=blank["job_id"]).dedupe_key is None
+
+
 @pytest.mark.parametrize(
     ("path", "body", "code", "words"),
     [
