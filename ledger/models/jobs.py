@@ -150,6 +150,9 @@ class AttemptOutcome:
     events: list[dict[str, Any]] = field(default_factory=list)
     # Set for scheduler-originated jobs: the circuit breaker's failure threshold for this target.
     breaker_threshold: int | None = None
+    # When a retried attempt's successor is due, decided before recording so that the
+    # `job.retry_scheduled` event announces the very time the row gets; None: computed here.
+    retry_at: datetime | None = None
 
     def final_status(self, attempt: int, max_attempts: int) -> str | None:
         """The status this outcome leaves its job in for good, or None when the job will be
@@ -595,7 +598,7 @@ class Job(models.Model):
             if final == JobStatus.DEAD:
                 self.move(JobStatus.DEAD, f"max attempts ({self.max_attempts}) exhausted", now=now)
             elif final is None:
-                self._retry(outcome.backoff_base, now=now, rng=rng)
+                self._retry(outcome.backoff_base, now=now, rng=rng, at=outcome.retry_at)
             if self.command in ("init", "health") and final is not None:
                 # In the completion's transaction: a plugin's health is never behind its answer.
                 error = None if final == JobStatus.SUCCEEDED else outcome.error
@@ -661,14 +664,17 @@ class Job(models.Model):
             self.move(JobStatus.DEAD, reason, now=now, completed_at=now, last_error=reason)
             notify_finished()
 
-    def _retry(self, backoff_base: float, *, now: datetime, rng: random.Random | None) -> None:
-        delay = backoff_seconds(self.attempt, backoff_base, rng)
+    def _retry(
+        self, backoff_base: float, *, now: datetime, rng: random.Random | None, at: datetime | None = None
+    ) -> None:
+        if at is None:
+            at = now + timedelta(seconds=backoff_seconds(self.attempt, backoff_base, rng))
         self.move(
             JobStatus.QUEUED,
-            f"retry {self.attempt + 1}/{self.max_attempts} in {delay:.1f}s",
+            f"retry {self.attempt + 1}/{self.max_attempts} in {(at - now).total_seconds():.1f}s",
             now=now,
             attempt=self.attempt + 1,
-            next_retry_at=now + timedelta(seconds=delay),
+            next_retry_at=at,
             completed_at=None,
             claimed_by=None,
         )
