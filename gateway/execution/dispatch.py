@@ -25,7 +25,7 @@ from gateway.storage.database import unavailable_reason
 from ledger import wakeups
 from ledger.ids import new_id
 from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, PluginState
-from ledger.models.jobs import backoff_seconds
+from ledger.models.jobs import Ending, backoff_seconds
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from ledger.writes import writing
@@ -364,34 +364,11 @@ class Executor:
             announced.append(poll_event(job, outcome, "poll.completed"))
         self._route(job, announced, runtime, position, outcome)
 
-    def _hooks(self, job: Job, outcome: AttemptOutcome, runtime: Runtime, final: str | None) -> None:
-        """Lifecycle hooks (DSL reference §8-§9): when a root job of a plugin that opted in with
-        `notify_on_complete` ends for good, matching `on-hook` pipelines start as fresh roots.
-        `job.dead` is logged for every job that ends dead, opted in or not (003 §9)."""
-        if final is None:
-            return
-        instance = runtime.registry.instances.get(job.plugin)
-        # Only roots (and hook-started roots) signal hooks.
-        signals_hooks = (
-            instance is not None
-            and instance.config.notify_on_complete
-            and runtime.pipelines.has_hooks()
-            and (not job.parent_job_id or job.submitter is Submitter.HOOK)
-        )
-        if final != JobStatus.DEAD and not signals_hooks:
-            return  # nothing to log or start: the common case costs nothing more
-        signals = lifecycle_signals(job, outcome, final)
-        if not signals_hooks:
-            outcome.events += [s for s in signals if s["type"] == "job.dead"]
-            return
-        outcome.events += signals
-        hook_depth = int((job.event or {}).get("hook_depth") or 0)
-        outcome.children += hook_children(runtime, job, signals, hook_depth)
-
     def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> Job | None:
         final = outcome.final_status(job.attempt, job.max_attempts)
         self._announce(job, outcome, runtime, final)
-        self._hooks(job, outcome, runtime, final)
+        if final is not None:
+            announce_end(runtime, job, outcome, final)
         instance = runtime.registry.instances.get(job.plugin)
         if job.submitter is Submitter.SCHEDULER and instance is not None:
             outcome.breaker_threshold = instance.config.circuit_breaker.threshold
@@ -525,6 +502,40 @@ def preflight_event(job: Job, decision: str, reason: str) -> dict[str, Any]:
     """DSL reference §6.4: every job records what preflight decided."""
     payload = {"job_id": job.id, "plugin": job.plugin, "command": job.command, "decision": decision, "reason": reason}
     return {"type": "job.preflight", "source": "core", "payload": payload}
+
+
+def announce_end(runtime: Runtime, job: Job, outcome: AttemptOutcome, final: str, *, recovery: bool = False) -> None:
+    """Lifecycle hooks (DSL reference §8-§9): when a root job of a plugin that opted in with
+    `notify_on_complete` ends for good, its signals are logged and matching `on-hook` pipelines
+    start as fresh roots. `job.dead` is logged for every job that ends dead, opted in or not
+    (003 §9). `recovery`: the job was lost with its worker and ended by lease recovery (the
+    ledger's `recover_lost` calls this through `recovery_ending`)."""
+    instance = runtime.registry.instances.get(job.plugin)
+    # Only roots (and hook-started roots) signal hooks.
+    signals_hooks = (
+        instance is not None
+        and instance.config.notify_on_complete
+        and runtime.pipelines.has_hooks()
+        and (not job.parent_job_id or job.submitter is Submitter.HOOK)
+    )
+    if final != JobStatus.DEAD and not signals_hooks:
+        return  # nothing to log or start: the common case costs nothing more
+    signals = lifecycle_signals(job, outcome, final, recovery=recovery)
+    if not signals_hooks:
+        outcome.events += [s for s in signals if s["type"] == "job.dead"]
+        return
+    outcome.events += signals
+    hook_depth = int((job.event or {}).get("hook_depth") or 0)
+    outcome.children += hook_children(runtime, job, signals, hook_depth)
+
+
+def recovery_ending(runtime: Runtime) -> Ending:
+    """What announces a lost job that lease recovery ends dead: its hooks, with `recovery: true`."""
+
+    def ending(job: Job, outcome: AttemptOutcome) -> None:
+        announce_end(runtime, job, outcome, JobStatus.DEAD, recovery=True)
+
+    return ending
 
 
 def hook_children(runtime: Runtime, job: Job, signals: list[dict[str, Any]], hook_depth: int) -> list[JobSpec]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -163,6 +163,10 @@ class AttemptOutcome:
         if not self.retryable:
             return self.status
         return JobStatus.DEAD if attempt >= max_attempts else None
+
+
+# What announces a lost job's end (`JobQuerySet.recover_lost`): adds events and jobs to its outcome.
+Ending = Callable[["Job", AttemptOutcome], None]
 
 
 def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
@@ -392,8 +396,18 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         """Running jobs whose owner is gone: lease expired, or owner known dead (its PID is gone)."""
         return self.running().filter(Q(lease_until__lt=now) | Q(claimed_by__in=list(dead_workers)))
 
-    def recover_lost(self, *, now: datetime | None = None, dead_workers: Collection[str] = ()) -> list[Job]:
-        """At-least-once: give every lost job its next attempt, or end it `dead` (spec §11.2)."""
+    def recover_lost(
+        self,
+        *,
+        now: datetime | None = None,
+        dead_workers: Collection[str] = (),
+        ending: Ending | None = None,
+        default_dedupe_ttl: float = 0.0,
+    ) -> list[Job]:
+        """At-least-once: give every lost job its next attempt, or end it `dead` (spec §11.2).
+        `ending` adds to the outcome of a job that ends dead the events and jobs that announce it
+        (its lifecycle hooks: gateway.execution.dispatch.announce_end), recorded in the same
+        transaction as its end."""
         now = now or timezone.now()
         recovered: list[Job] = []
         # Why the probe: this pass runs every few seconds in every daemon, idle ones too, and the
@@ -408,7 +422,13 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             )
             try:
                 with writing():
-                    job.abandon(reason, now=now, dead_owner=job.claimed_by in dead_workers)
+                    job.abandon(
+                        reason,
+                        now=now,
+                        dead_owner=job.claimed_by in dead_workers,
+                        ending=ending,
+                        default_dedupe_ttl=default_dedupe_ttl,
+                    )
             except LostJob:
                 continue  # its owner finished it after all, or another process recovered it first
             recovered.append(job)
@@ -679,9 +699,23 @@ class Job(models.Model):
             claimed_by=None,
         )
 
-    def abandon(self, reason: str, *, now: datetime, dead_owner: bool) -> None:
+    def abandon(
+        self,
+        reason: str,
+        *,
+        now: datetime,
+        dead_owner: bool,
+        ending: Ending | None = None,
+        default_dedupe_ttl: float = 0.0,
+    ) -> None:
         """A lost job (its worker died): this attempt failed, the next one is queued at once."""
         owner = self.claimed_by
+        outcome = AttemptOutcome(status=JobStatus.FAILED, error=reason)
+        exhausted = self.attempt >= self.max_attempts
+        if exhausted and ending is not None:
+            ending(self, outcome)
+        for child in outcome.children:
+            Job.objects.enqueue(child, default_dedupe_ttl=default_dedupe_ttl, now=now)
         # Why the lease guard: the owner may have heartbeated since we read the row; then it lives.
         where = {} if dead_owner else {"lease_until__lt": now}
         self.move(
@@ -694,8 +728,10 @@ class Job(models.Model):
             last_error=reason,
             lease_until=None,
         )
-        JobLog.record(self, AttemptOutcome(status=JobStatus.FAILED, error=reason), now=now)
-        if self.attempt >= self.max_attempts:
+        JobLog.record(self, outcome, now=now)
+        if outcome.events:
+            EventRecord.record(outcome.events, job_id=self.id, now=now)
+        if exhausted:
             self.move(JobStatus.DEAD, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
             notify_finished()
         else:

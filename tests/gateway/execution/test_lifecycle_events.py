@@ -111,3 +111,31 @@ def test_a_scheduled_poll_is_told_between_poll_started_and_poll_completed(config
     assert heard("on-polled")["job_id"] == polled
     # Only the scheduler's polls: a poll run by hand is not a poll cycle.
     assert not EventRecord.objects.filter(job_id=by_hand, type__startswith="poll.").exists()
+
+
+def test_a_job_lost_with_its_worker_and_ended_by_recovery_fires_its_hooks_with_recovery_true(config_dir):
+    """Item 7: a job whose lease ran out on its last attempt ended `dead` with no signal, so an
+    on-hook pipeline never heard of crash-lost jobs."""
+    from gateway.execution.workers import WorkerDaemon
+
+    config_dir.plugins["stress"]["notify_on_complete"] = True
+    config_dir.extra["pipelines"] = [
+        listener("on-failed", **{"on-hook": "job.failed"}),
+        listener("on-dead", **{"on-hook": "job.dead"}),
+    ]
+    holder = load_runtime(config_dir)
+    lost = Job.objects.enqueue(JobSpec("stress", "poll", Submitter.CLI, max_attempts=1), default_dedupe_ttl=60).job_id
+    claimed = Job.objects.claim_next(worker_id="elsewhere:1:gone", caps={"stress": 1}, lease_ttl=60)
+    assert claimed is not None and claimed.id == lost
+    Job.objects.filter(pk=lost).update(lease_until=timezone.now() - timedelta(seconds=1))
+
+    WorkerDaemon(holder, threads=1, once=True, install_signals=False)._recover()
+    job = Job.objects.get(pk=lost)
+    assert job.status == JobStatus.DEAD and "lease of worker elsewhere:1:gone expired" in (job.last_error or "")
+    signals = {e.type: e.payload for e in events_of(lost)}
+    assert set(signals) == {"job.completed", "job.failed", "job.dead"}
+    assert all(p["recovery"] is True and p["status"] == "dead" for p in signals.values())
+    run_until_idle(holder)
+    for pipeline in ("on-failed", "on-dead"):
+        told = heard(pipeline)
+        assert told["job_id"] == lost and told["recovery"] is True and "expired" in told["error"]
