@@ -357,6 +357,17 @@ def test_a_hook_cannot_trigger_itself_forever(config_dir):
     assert Job.objects.filter(plugin="probe").count() == 3  # the root plus two generations of hooks
 
 
+def test_hook_max_depth_0_means_the_default_depth_not_no_hooks(config_dir):
+    """Item 95: `hook_max_depth: 0` started no hook at all; the original reserves 0 for its default, 4."""
+    config_dir.service["hook_max_depth"] = 0
+    config_dir.plugins["probe"]["notify_on_complete"] = True
+    holder = load(config_dir, [{"name": "again", "on-hook": "job.completed", "steps": [{"id": "a", "uses": "probe"}]}])
+    assert holder.get().config.service.hook_max_depth == 4
+    Job.objects.enqueue(JobSpec("probe", "poll", Submitter.CLI), default_dedupe_ttl=60)
+    run_until_idle(holder)
+    assert Job.objects.filter(plugin="probe").count() == 5  # the root plus four generations of hooks
+
+
 def test_every_job_records_a_preflight_event_and_emitted_events_are_logged(config_dir):
     from ledger.models import EventRecord
 
