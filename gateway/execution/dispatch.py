@@ -15,7 +15,7 @@ from django.utils import timezone
 from gateway import intake
 from gateway.config.frozen import thaw
 from gateway.execution.leases import Leases
-from gateway.execution.protocol import build_request, judge, shown
+from gateway.execution.protocol import build_request, judge, shown, stored_stderr
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
@@ -156,7 +156,7 @@ class Executor:
             response_text=verdict.response_text,
             # What the runner saw of the plugin's processes (an escape) and what judging its answer
             # set aside (a dropped event, an ignored field) go with its stderr in job_log.
-            stderr=shown(run.stderr) + "".join(f"\n[ductile] warning: {w}" for w in verdict.warnings),
+            stderr=stored_stderr(run.stderr, verdict.warnings),
             backoff_base=instance.config.retry.backoff_base,
         )
         outcome.events.append(preflight_event(job, "run", ""))
@@ -170,6 +170,7 @@ class Executor:
                 outcome.state_write = (instance.name, rule.fact_type if rule else None, verdict.state_updates)
         outcome.stopwatch = {
             "command": job.command,
+            "step_name": position.node,  # the pipeline step this invocation ran, None outside one
             "enter_wall_ns": run.enter_wall_ns,
             "exit_wall_ns": run.exit_wall_ns,
             "dur_ns": run.dur_ns,

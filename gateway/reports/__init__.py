@@ -240,6 +240,7 @@ def job_detail(job: Job) -> dict[str, Any]:
             "stopwatch": [
                 {
                     "attempt": s.attempt,
+                    "step_name": s.step_name,
                     "dur_ns": s.dur_ns,
                     "runtime_pre_ns": s.runtime_pre_ns,
                     "runtime_post_ns": s.runtime_post_ns,

@@ -69,6 +69,30 @@ def test_three_step_chain_with_baggage_and_with(config_dir):
     assert by_step["third"].route_depth == 3
 
 
+def test_a_pipeline_steps_timing_names_its_step(config_dir):
+    """New-11: job_stopwatch.step_name was NULL for every row, so timings could not be grouped by step."""
+    from gateway.reports import job_detail
+    from ledger.models import JobStopwatch
+
+    holder = load(
+        config_dir,
+        [
+            {
+                "name": "timed",
+                "on": "t.start",
+                "steps": [{"id": "fetch", "uses": "probe"}, {"id": "say", "uses": "echo"}],
+            }
+        ],
+    )
+    publish(holder, "t.start", {})
+    run_until_idle(holder)
+    by_step = steps("timed")
+    for step in ("fetch", "say"):
+        (row,) = JobStopwatch.objects.filter(job_id=by_step[step].id)
+        assert row.step_name == step
+        assert [s["step_name"] for s in job_detail(by_step[step])["stopwatch"]] == [step]  # `job inspect --json`
+
+
 def test_with_keeps_the_type_of_a_pure_reference(config_dir):
     holder = load(
         config_dir,
