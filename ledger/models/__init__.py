@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import BreakerState, CircuitBreaker, CircuitBreakerTransition, Gate
 from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
@@ -30,6 +31,7 @@ __all__ = [
     "Gate",
     "InvalidJob",
     "Job",
+    "JobAttempt",
     "JobLog",
     "JobSpec",
     "JobStopwatch",

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from ledger import sql
 from ledger.ids import new_id
+from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
@@ -597,7 +598,7 @@ class Job(models.Model):
                 last_error=outcome.error,
                 lease_until=None,
             )
-            JobLog.record(self, outcome, now=now)
+            JobLog.record(self, outcome, now=now, worker=worker)
             if outcome.stopwatch is not None:
                 row = {"job_id": self.id, "plugin": self.plugin, "attempt": self.attempt, "step_name": None}
                 sql.insert(JobStopwatch, {**row, "created_at": now, **outcome.stopwatch})
@@ -728,7 +729,7 @@ class Job(models.Model):
             last_error=reason,
             lease_until=None,
         )
-        JobLog.record(self, outcome, now=now)
+        JobLog.record(self, outcome, now=now, worker=owner)
         if outcome.events:
             EventRecord.record(outcome.events, job_id=self.id, now=now)
         if exhausted:
@@ -839,7 +840,17 @@ class JobLog(models.Model):
         return f"{self.plugin}.{self.command} {self.job_id} #{self.attempt} {self.status}"
 
     @classmethod
-    def record(cls, job: Job, outcome: AttemptOutcome, *, now: datetime) -> None:
+    def record(cls, job: Job, outcome: AttemptOutcome, *, now: datetime, worker: str | None = None) -> None:
+        """The attempt's log row and its `job_attempts` fact, in the caller's transaction."""
+        JobAttempt.record(
+            job_id=job.id,
+            attempt=job.attempt,
+            status=outcome.status,
+            worker=worker,
+            started_at=job.started_at,
+            error=outcome.error,
+            now=now,
+        )
         sql.insert(
             cls,
             {

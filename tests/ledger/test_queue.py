@@ -230,6 +230,37 @@ def test_exhausted_attempts_end_dead():
     assert path == ["queued", "running", "timed_out", "queued", "running", "failed", "dead"]
 
 
+def test_every_attempt_leaves_one_job_attempts_row_with_its_end():
+    """Item 4: 000 names `job_attempts` among the fact tables; there was none. A timed-out
+    attempt, a failed one lost with its worker, and a succeeded one: three rows, each written
+    with its outcome, and shown by `job inspect --json`."""
+    from gateway.reports import job_detail
+    from ledger.models import JobAttempt
+
+    enqueue(max_attempts=3)
+    job = finish(claim(worker="w1"), JobStatus.TIMED_OUT, worker="w1", error="slow")
+    Job.objects.filter(pk=job.pk).update(next_retry_at=None)
+    claim(worker="w2")
+    Job.objects.recover_lost(dead_workers=["w2"])
+    job = finish(claim(worker="w3"), worker="w3")
+    rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt", "status", "worker", "error"))
+    assert rows == [
+        (1, "timed_out", "w1", "slow"),
+        (2, "failed", "w2", "worker w2 is gone (process exited)"),
+        (3, "succeeded", "w3", None),
+    ]
+    assert all(a.started_at is not None and a.completed_at >= a.started_at for a in JobAttempt.objects.all())
+    shown = job_detail(job)["job_attempts"]
+    assert [(a["attempt"], a["status"], a["worker"]) for a in shown] == [r[:3] for r in rows]
+    # A lost race records nothing: the attempt's row goes with its rolled-back outcome.
+    enqueue()
+    other = claim(worker="w1")
+    Job.objects.filter(pk=other.pk).update(claimed_by="w9")
+    with pytest.raises(LostJob):
+        other.record_outcome(AttemptOutcome("succeeded"), worker="w1", default_dedupe_ttl=TTL)
+    assert not JobAttempt.objects.filter(job_id=other.id).exists()
+
+
 def test_completion_enqueues_children_in_the_same_transaction():
     enqueue()
     parent = claim()

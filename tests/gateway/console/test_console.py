@@ -53,6 +53,7 @@ TABLES = [
     "jobtransition",
     "joblog",
     "jobstopwatch",
+    "jobattempt",
     "eventcontext",
     "eventrecord",
     "pluginfact",
