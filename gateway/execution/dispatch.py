@@ -35,7 +35,7 @@ from pipelines.router import (
     Position,
     carry_forward,
     entry_matches,
-    step_successor,
+    entry_successors,
     successors,
     synthetic_success,
 )
@@ -555,8 +555,7 @@ def hook_children(runtime: Runtime, job: Job, signals: list[dict[str, Any]], hoo
                 continue
             if not entry_matches(pipeline, job.plugin, signal, {}):
                 continue
-            for node in pipeline.entries:
-                found = step_successor(pipeline, node, signal, {}, 1)
+            for found in entry_successors(pipeline, signal, {}, 1):
                 spec = intake.successor(runtime, found, parent=None, submitter=Submitter.HOOK)
                 event = {**spec.event, "hook_depth": hook_depth + 1} if spec.event else None
                 children.append(replace(spec, parent_job_id=job.id, event=event))

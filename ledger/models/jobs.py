@@ -70,8 +70,13 @@ class JobSpec:
     # A pipeline hop: (pipeline, step, baggage) gets its own event_context row, child of
     # `event_context_id`.
     step: tuple[str, str, Mapping[str, Any]] | None = None
-    # Why this job cannot start (depth exhausted, a baggage claim failed): it is recorded `dead`.
+    # Why this job cannot start (depth exhausted, a baggage claim failed): it is recorded in
+    # `refusal_status` (`dead`, or `failed` for a step whose own claim failed).
     refusal: str | None = None
+    refusal_status: str = JobStatus.DEAD
+    # A pipeline instance's shared root row to write first: (id, parent id, pipeline, baggage).
+    # `event_context_id` then names it, as the parent of this hop's own row (`step`).
+    root_context: tuple[str, str | None, str, Mapping[str, Any]] | None = None
     # Said in the enqueue transition, e.g. "replay of <job id>".
     note: str | None = None
     # The producer applied its own duplicate policy (the scheduler's if_running and poll guard):
@@ -253,6 +258,17 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         """The one way work enters the queue (idiom 1). Dedupe is per target (plugin + command)."""
         now = now or timezone.now()
         with writing(savepoint=False):
+            if spec.root_context is not None:
+                # First, whatever this hop becomes: the instance's other branches point to it.
+                root_id, parent_id, pipeline, accumulated = spec.root_context
+                EventContext.record(
+                    context_id=root_id,
+                    parent_id=parent_id,
+                    pipeline=pipeline,
+                    step="",
+                    accumulated=accumulated,
+                    now=now,
+                )
             if spec.dedupe_key and not spec.dedupe_checked:
                 existing = self._duplicate_of(spec, default_dedupe_ttl, now)
                 if existing is not None:
@@ -278,7 +294,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             sql.insert(Job, _job_row(job))
             JobTransition.record(job, None, JobStatus.QUEUED, _enqueue_reason(spec), now=now)
             if spec.refusal:
-                job.move(JobStatus.DEAD, spec.refusal, now=now, completed_at=now, last_error=spec.refusal)
+                job.move(spec.refusal_status, spec.refusal, now=now, completed_at=now, last_error=spec.refusal)
         return EnqueueResult(job.id)
 
     def enqueue_many(self, specs: Sequence[JobSpec], *, now: datetime) -> list[str]:
@@ -287,7 +303,12 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         wake-up, instead of a savepoint and two statements per job (docs/performance.md,
         "Scheduler"). No dedupe check, pipeline hop or refusal here: those need `enqueue`."""
         for spec in specs:
-            if spec.step is not None or spec.refusal or (spec.dedupe_key and not spec.dedupe_checked):
+            if (
+                spec.step is not None
+                or spec.refusal
+                or spec.root_context
+                or (spec.dedupe_key and not spec.dedupe_checked)
+            ):
                 raise ValueError(f"enqueue_many takes decided jobs only; {spec.plugin}.{spec.command} needs enqueue")
         jobs = [_new_job(spec, spec.event_context_id, now) for spec in specs]
         if not jobs:

@@ -26,6 +26,13 @@ class ErrorSerializer(serializers.Serializer):
     error = serializers.CharField(help_text="What went wrong and, where it helps, what to do instead.")
 
 
+class ContextTooLargeSerializer(ErrorSerializer):
+    """413 of a pipeline trigger whose entry's baggage claims would pass the context cap."""
+
+    bytes_actual = serializers.IntegerField(help_text="The size the accumulated context would have, in bytes.")
+    bytes_limit = serializers.IntegerField(help_text="The cap on a pipeline's accumulated context (1 MiB).")
+
+
 ERROR_MEANINGS = {
     400: "Bad request: invalid JSON body, payload or query parameter; `error` names it.",
     401: "Bearer token missing (where one is needed), malformed or unknown.",

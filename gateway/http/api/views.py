@@ -349,6 +349,11 @@ class PipelineTrigger(Endpoint):
                 "the database could not be read until the timeout, with the started jobs to follow.",
             ),
             **errors(400, 401, 403, 404, 415, 429, 503),
+            413: OpenApiResponse(
+                shapes.ContextTooLargeSerializer,
+                description="An entry step's baggage claims would make the pipeline's context larger than its "
+                "cap; nothing was enqueued.",
+            ),
         },
     )
     def post(self, request: Request, name: str) -> Response:

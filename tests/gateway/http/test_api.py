@@ -238,6 +238,18 @@ def test_a_trigger_whose_payload_lacks_an_entry_claims_source_is_refused_and_enq
     assert EventContext.objects.get(id=job.event_context_id).accumulated_json["web"] == {"url": "https://example.org"}
 
 
+def test_a_trigger_whose_claims_would_pass_the_context_cap_is_a_413_with_the_sizes(api):
+    """Item 89: a context over the 1 MiB cap was a 400 with words only; the original answers 413
+    with `bytes_actual` and `bytes_limit`, and writes nothing."""
+    as_(api, "admin")
+    refused = api.post("/pipeline/bag", {"payload": {"url": "u" * (1024 * 1024)}}, format="json")
+    assert refused.status_code == 413, refused.content
+    body = refused.json()
+    assert body["bytes_limit"] == 1024 * 1024 and body["bytes_actual"] > body["bytes_limit"]
+    assert "over the 1 MiB cap; nothing was enqueued" in body["error"]
+    assert not Job.objects.exists() and not EventContext.objects.exists()
+
+
 def test_async_pipeline_trigger_and_the_async_override(api):
     as_(api, "admin")
     body = api.post("/pipeline/flow", {"payload": {"x": 1}}, format="json").json()
