@@ -349,6 +349,9 @@ class Executor:
         `job.retry_exhausted`, and `poll.started`/`poll.completed` around a scheduled poll. Each is
         logged and starts whatever listens for it (`on:` pipelines, `routes:`), as an emitted
         event does, but never moves the job's own pipeline on: a retry is not a step's result."""
+        polled = job.command == "poll" and job.submitter is Submitter.SCHEDULER
+        if final not in (None, JobStatus.DEAD) and not polled:
+            return  # the common case: nothing to announce
         position = Position(depth=job.route_depth)
         announced: list[dict[str, Any]] = []
         if final is None:
@@ -357,7 +360,7 @@ class Executor:
             announced.append(retry_scheduled_event(job, outcome, delay))
         elif final == JobStatus.DEAD:
             announced.append(retry_exhausted_event(job, outcome))
-        if job.command == "poll" and job.submitter is Submitter.SCHEDULER:
+        if polled:
             # poll.started opens the attempt's story in event_log, before its preflight decision.
             started = self._stamp(job, [poll_event(job, outcome, "poll.started")], position)
             outcome.events[:0] = started

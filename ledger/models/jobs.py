@@ -295,7 +295,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             JobTransition.record(job, None, JobStatus.QUEUED, _enqueue_reason(spec), now=now)
             if spec.refusal:
                 job.move(spec.refusal_status, spec.refusal, now=now, completed_at=now, last_error=spec.refusal)
-        return EnqueueResult(job.id)
+        return EnqueueResult(job.id, status=job.status)
 
     def enqueue_many(self, specs: Sequence[JobSpec], *, now: datetime) -> list[str]:
         """Jobs whose admission their producer has already decided (the scheduler firing many
