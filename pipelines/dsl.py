@@ -25,7 +25,7 @@ from pipelines.baggage import parse as parse_baggage
 if TYPE_CHECKING:
     from pipelines.relay import RelaySpec
 
-HOOK_SIGNALS = ("job.completed", "job.failed", "job.timed_out")
+HOOK_SIGNALS = ("job.completed", "job.failed", "job.timed_out", "job.dead")
 DEFAULT_MAX_DEPTH = 20
 SWITCH = "core.switch"
 RELAY = "core.relay"  # the hop a `relay:` step compiles to (pipelines/relay.py)

@@ -9,8 +9,9 @@ entry: fan-out, exact match (spec 000 §7, DSL reference §2-§4).
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipelines import predicates
@@ -21,6 +22,10 @@ from pipelines.routing import RoutingTable
 # The reserved baggage namespace for the core's control fields (pipeline, step, depth, instance).
 CONTROL = RESERVED
 MAX_CONTEXT_BYTES = 1024 * 1024
+
+# Names a pipeline instance's root event_context row from the pipeline and the event that started
+# it (uuid5): the router stays pure, and every entry hop of the instance finds the same row.
+ROOT_CONTEXT_NAMESPACE = uuid.UUID("6f1c2f0e-35a8-4d7e-9a51-0c2d7e4b8a35")
 
 # Spec "Plugin Development Guide" §7.4: names the core carries from an input event to outputs.
 PROPAGATED = ("pattern", "prompt", "model", "output_dir", "output_path", "filename")
@@ -37,6 +42,17 @@ class Position:
 
 
 @dataclass(frozen=True)
+class RootContext:
+    """A pipeline instance's shared root event_context row (step ""), written once per instance
+    when its entry splits: every entry branch's own row points to it (the original's pipeline
+    instance root)."""
+
+    id: str
+    pipeline: str
+    accumulated: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Successor:
     plugin: str
     command: str
@@ -48,8 +64,15 @@ class Successor:
     # The baggage this hop starts with; None when the successor is not a pipeline step.
     context: Mapping[str, Any] | None = None
     # Why the successor cannot start (route depth exhausted, a baggage claim failed); it is
-    # recorded `dead` with this reason so the tree shows where the chain stopped.
+    # recorded with this reason so the tree shows where the chain stopped: `dead`, or `failed`
+    # when its own baggage claim failed (`claim_failed`: 003 "missing source paths fail the job").
     refusal: str | None = None
+    claim_failed: bool = False
+    # The accumulated context's size when it is over MAX_CONTEXT_BYTES (the API's 413).
+    context_bytes: int | None = None
+    # The entry split's shared root row: its parent; `opens_root` on the one hop that writes it.
+    root: RootContext | None = None
+    opens_root: bool = False
 
 
 def synthetic_success(input_event: Mapping[str, Any], result: Any) -> dict[str, Any]:
@@ -95,7 +118,7 @@ def successors(
                 out.append(step_successor(current, node_id, event, context, depth))
         for pipeline in pipelines.triggered_by(event["type"]):
             if entry_matches(pipeline, source_plugin, event, context):
-                out += [step_successor(pipeline, node_id, event, context, depth) for node_id in pipeline.entries]
+                out += entry_successors(pipeline, event, context, depth)
         if source_plugin is not None:
             for rule in routes.match(source_plugin, event["type"]):
                 refusal = _depth_refusal(depth, DEFAULT_MAX_DEPTH, "routes")
@@ -118,6 +141,27 @@ def entry_matches(
     return predicates.evaluate(pipeline.condition, {"payload": event.get("payload") or {}, "context": context})
 
 
+def entry_successors(
+    pipeline: Pipeline, event: Mapping[str, Any], inherited: Mapping[str, Any], depth: int
+) -> list[Successor]:
+    """A pipeline's start: one hop per entry step. When the entry splits, the branches share one
+    root row (step "", the inherited claims and the instance's control fields) that each
+    branch's row points to, so the instance has one root (DSL reference §3.4: branches share
+    the same baggage); a single entry's own row is its instance's root."""
+    found = [step_successor(pipeline, node_id, event, inherited, depth) for node_id in pipeline.entries]
+    instance = event.get("event_id")
+    if len(found) < 2 or not instance:
+        return found
+    claims = {k: v for k, v in inherited.items() if k != CONTROL}
+    control = {"pipeline": pipeline.name, "step": "", "route_depth": depth - 1, "pipeline_instance_id": instance}
+    root = RootContext(
+        str(uuid.uuid5(ROOT_CONTEXT_NAMESPACE, f"{pipeline.name}\x00{instance}")),
+        pipeline.name,
+        {**claims, CONTROL: control},
+    )
+    return [replace(s, root=root, opens_root=i == 0) for i, s in enumerate(found)]
+
+
 def step_successor(
     pipeline: Pipeline, node_id: str, event: Mapping[str, Any], inherited: Mapping[str, Any], depth: int
 ) -> Successor:
@@ -128,14 +172,16 @@ def step_successor(
     found = inherited.get(CONTROL)
     previous: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     claims = {k: v for k, v in inherited.items() if k != CONTROL}
+    claim_failed, oversize = False, None
     if refusal is None and node.kind == "uses" and not node.baggage.empty:
         try:
             claims = accrete(claims, node.baggage, {"payload": event.get("payload") or {}, "context": inherited})
             size = len(json.dumps(claims, separators=(",", ":"), default=str).encode())
             if size > MAX_CONTEXT_BYTES:
                 refusal = f"step {node_id!r}: accumulated context is {size} bytes, over the 1 MiB cap"
+                claim_failed, oversize = True, size
         except BaggageError as exc:
-            refusal = f"step {node_id!r}: {exc}"
+            refusal, claim_failed = f"step {node_id!r}: {exc}", True
     # One pipeline instance per entry: continuing steps keep it, an entry starts a new one (named
     # by the event that started it, so the router stays pure and the id is stable on replay).
     same_run = previous.get("pipeline") == pipeline.name and node_id not in pipeline.entries
@@ -148,7 +194,19 @@ def step_successor(
     }
     context = {**claims, CONTROL: control}
     plugin, command = (SWITCH, "handle") if node.kind == "switch" else (node.plugin, node.command)
-    return Successor(plugin, command, event, event.get("dedupe_key"), depth, pipeline.name, node_id, context, refusal)
+    return Successor(
+        plugin,
+        command,
+        event,
+        event.get("dedupe_key"),
+        depth,
+        pipeline.name,
+        node_id,
+        context,
+        refusal,
+        claim_failed=claim_failed,
+        context_bytes=oversize,
+    )
 
 
 def _depth_refusal(depth: int, limit: int, what: str) -> str | None:

@@ -374,7 +374,8 @@ class _Builder:
             strict_mode=self.gates.strict,
             allow_symlinks=raw.get("allow_symlinks", False),
             plugin_env_passthrough=tuple(raw.get("plugin_env_passthrough") or ()),
-            hook_max_depth=raw.get("hook_max_depth", base.hook_max_depth),
+            # 0 is the original's "use the default", not "no hooks" (its P2-11).
+            hook_max_depth=raw.get("hook_max_depth") or base.hook_max_depth,
             lease_ttl=self._duration((*p, "lease_ttl"), raw.get("lease_ttl"), base.lease_ttl),
             backup=self._backup(raw.get("backup")),
             admission=self.gates,

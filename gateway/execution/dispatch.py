@@ -15,7 +15,7 @@ from django.utils import timezone
 from gateway import intake
 from gateway.config.frozen import thaw
 from gateway.execution.leases import Leases
-from gateway.execution.protocol import build_request, judge, shown
+from gateway.execution.protocol import build_request, judge, shown, stored_stderr
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
@@ -24,7 +24,8 @@ from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.database import unavailable_reason
 from ledger import wakeups
 from ledger.ids import new_id
-from ledger.models import AttemptOutcome, EventContext, Job, LostJob, PluginState
+from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, PluginState
+from ledger.models.jobs import Ending, backoff_seconds
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from ledger.writes import writing
@@ -34,7 +35,7 @@ from pipelines.router import (
     Position,
     carry_forward,
     entry_matches,
-    step_successor,
+    entry_successors,
     successors,
     synthetic_success,
 )
@@ -155,7 +156,7 @@ class Executor:
             response_text=verdict.response_text,
             # What the runner saw of the plugin's processes (an escape) and what judging its answer
             # set aside (a dropped event, an ignored field) go with its stderr in job_log.
-            stderr=shown(run.stderr) + "".join(f"\n[ductile] warning: {w}" for w in verdict.warnings),
+            stderr=stored_stderr(run.stderr, verdict.warnings),
             backoff_base=instance.config.retry.backoff_base,
         )
         outcome.events.append(preflight_event(job, "run", ""))
@@ -169,6 +170,7 @@ class Executor:
                 outcome.state_write = (instance.name, rule.fact_type if rule else None, verdict.state_updates)
         outcome.stopwatch = {
             "command": job.command,
+            "step_name": position.node,  # the pipeline step this invocation ran, None outside one
             "enter_wall_ns": run.enter_wall_ns,
             "exit_wall_ns": run.exit_wall_ns,
             "dur_ns": run.dur_ns,
@@ -308,9 +310,14 @@ class Executor:
         """Stamp the job's events, log them, and add every successor to the outcome."""
         if not events:
             return
+        stamped = self._stamp(job, events, position)
+        outcome.events += stamped
+        self._follow(job, stamped, runtime, position, outcome)
+
+    def _stamp(self, job: Job, events: list[dict[str, Any]], position: Position) -> list[dict[str, Any]]:
         timestamp = iso(timezone.now())
         input_payload = (job.event or {}).get("payload") or {}
-        stamped = [
+        return [
             stamp_event(
                 carry_forward(input_payload, e) if position.pipeline else e,
                 source=job.plugin,
@@ -319,6 +326,10 @@ class Executor:
             )
             for e in events
         ]
+
+    def _follow(
+        self, job: Job, stamped: list[dict[str, Any]], runtime: Runtime, position: Position, outcome: AttemptOutcome
+    ) -> None:
         found = successors(
             source_plugin=job.plugin,
             position=position,
@@ -327,46 +338,41 @@ class Executor:
             pipelines=runtime.pipelines,
         )
         if not found:
-            log.debug("no route matched %d event(s)", len(events), extra={"plugin": job.plugin, "job_id": job.id})
-        outcome.events += stamped
+            log.debug("no route matched %d event(s)", len(stamped), extra={"plugin": job.plugin, "job_id": job.id})
         outcome.children += [
             intake.successor(runtime, s, parent=job, upstream_pipeline=position.pipeline) for s in found
         ]
 
-    def _hooks(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
-        """Lifecycle hooks (DSL reference §8-§9): when a root job of a plugin that opted in with
-        `notify_on_complete` ends for good, matching `on-hook` pipelines start as fresh roots."""
-        instance = runtime.registry.instances.get(job.plugin)
-        if instance is None or not instance.config.notify_on_complete or not runtime.pipelines.has_hooks():
-            return
-        hook_depth = int((job.event or {}).get("hook_depth") or 0)
-        if job.parent_job_id and job.submitter is not Submitter.HOOK:
-            return  # only roots (and hook-started roots) signal
-        final = outcome.final_status(job.attempt, job.max_attempts)
+    def _announce(self, job: Job, outcome: AttemptOutcome, runtime: Runtime, final: str | None) -> None:
+        """The events of how this attempt ends that are not lifecycle hooks: `job.retry_scheduled`
+        (with the time the retry is due, fixed here so the event and the row agree) or
+        `job.retry_exhausted`, and `poll.started`/`poll.completed` around a scheduled poll. Each is
+        logged and starts whatever listens for it (`on:` pipelines, `routes:`), as an emitted
+        event does, but never moves the job's own pipeline on: a retry is not a step's result."""
+        polled = job.command == "poll" and job.submitter is Submitter.SCHEDULER
+        if final not in (None, JobStatus.DEAD) and not polled:
+            return  # the common case: nothing to announce
+        position = Position(depth=job.route_depth)
+        announced: list[dict[str, Any]] = []
         if final is None:
-            return
-        signals = lifecycle_signals(job, outcome, final)
-        for signal in signals:
-            outcome.events.append(signal)
-            for pipeline in runtime.pipelines.hooks(signal["type"]):
-                if hook_depth >= runtime.config.service.hook_max_depth:
-                    log.warning(
-                        "hook %s not started: hook depth %d reached service.hook_max_depth",
-                        pipeline.name,
-                        hook_depth,
-                        extra={"plugin": job.plugin, "job_id": job.id},
-                    )
-                    continue
-                if not entry_matches(pipeline, job.plugin, signal, {}):
-                    continue
-                for node in pipeline.entries:
-                    found = step_successor(pipeline, node, signal, {}, 1)
-                    spec = intake.successor(runtime, found, parent=None, submitter=Submitter.HOOK)
-                    event = {**spec.event, "hook_depth": hook_depth + 1} if spec.event else None
-                    outcome.children.append(replace(spec, parent_job_id=job.id, event=event))
+            delay = backoff_seconds(job.attempt, outcome.backoff_base)
+            outcome.retry_at = timezone.now() + timedelta(seconds=delay)
+            announced.append(retry_scheduled_event(job, outcome, delay))
+        elif final == JobStatus.DEAD:
+            announced.append(retry_exhausted_event(job, outcome))
+        if polled:
+            # poll.started opens the attempt's story in event_log, before its preflight decision.
+            started = self._stamp(job, [poll_event(job, outcome, "poll.started")], position)
+            outcome.events[:0] = started
+            self._follow(job, started, runtime, position, outcome)
+            announced.append(poll_event(job, outcome, "poll.completed"))
+        self._route(job, announced, runtime, position, outcome)
 
     def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> Job | None:
-        self._hooks(job, outcome, runtime)
+        final = outcome.final_status(job.attempt, job.max_attempts)
+        self._announce(job, outcome, runtime, final)
+        if final is not None:
+            announce_end(runtime, job, outcome, final)
         instance = runtime.registry.instances.get(job.plugin)
         if job.submitter is Submitter.SCHEDULER and instance is not None:
             outcome.breaker_threshold = instance.config.circuit_breaker.threshold
@@ -502,8 +508,67 @@ def preflight_event(job: Job, decision: str, reason: str) -> dict[str, Any]:
     return {"type": "job.preflight", "source": "core", "payload": payload}
 
 
-def lifecycle_signals(job: Job, outcome: AttemptOutcome, final: str) -> list[dict[str, Any]]:
-    """`job.completed` for every end, plus `job.failed` or `job.timed_out` (payload fields of §9.1)."""
+def announce_end(runtime: Runtime, job: Job, outcome: AttemptOutcome, final: str, *, recovery: bool = False) -> None:
+    """Lifecycle hooks (DSL reference §8-§9): when a root job of a plugin that opted in with
+    `notify_on_complete` ends for good, its signals are logged and matching `on-hook` pipelines
+    start as fresh roots. `job.dead` is logged for every job that ends dead, opted in or not
+    (003 §9). `recovery`: the job was lost with its worker and ended by lease recovery (the
+    ledger's `recover_lost` calls this through `recovery_ending`)."""
+    instance = runtime.registry.instances.get(job.plugin)
+    # Only roots (and hook-started roots) signal hooks.
+    signals_hooks = (
+        instance is not None
+        and instance.config.notify_on_complete
+        and runtime.pipelines.has_hooks()
+        and (not job.parent_job_id or job.submitter is Submitter.HOOK)
+    )
+    if final != JobStatus.DEAD and not signals_hooks:
+        return  # nothing to log or start: the common case costs nothing more
+    signals = lifecycle_signals(job, outcome, final, recovery=recovery)
+    if not signals_hooks:
+        outcome.events += [s for s in signals if s["type"] == "job.dead"]
+        return
+    outcome.events += signals
+    hook_depth = int((job.event or {}).get("hook_depth") or 0)
+    outcome.children += hook_children(runtime, job, signals, hook_depth)
+
+
+def recovery_ending(runtime: Runtime) -> Ending:
+    """What announces a lost job that lease recovery ends dead: its hooks, with `recovery: true`."""
+
+    def ending(job: Job, outcome: AttemptOutcome) -> None:
+        announce_end(runtime, job, outcome, JobStatus.DEAD, recovery=True)
+
+    return ending
+
+
+def hook_children(runtime: Runtime, job: Job, signals: list[dict[str, Any]], hook_depth: int) -> list[JobSpec]:
+    """The entry jobs of every `on-hook` pipeline one of `signals` starts, as fresh roots whose
+    parent is `job`, one hook generation deeper (stopped at `service.hook_max_depth`)."""
+    children = []
+    for signal in signals:
+        for pipeline in runtime.pipelines.hooks(signal["type"]):
+            if hook_depth >= runtime.config.service.hook_max_depth:
+                log.warning(
+                    "hook %s not started: hook depth %d reached service.hook_max_depth",
+                    pipeline.name,
+                    hook_depth,
+                    extra={"plugin": job.plugin, "job_id": job.id},
+                )
+                continue
+            if not entry_matches(pipeline, job.plugin, signal, {}):
+                continue
+            for found in entry_successors(pipeline, signal, {}, 1):
+                spec = intake.successor(runtime, found, parent=None, submitter=Submitter.HOOK)
+                event = {**spec.event, "hook_depth": hook_depth + 1} if spec.event else None
+                children.append(replace(spec, parent_job_id=job.id, event=event))
+    return children
+
+
+def lifecycle_signals(job: Job, outcome: AttemptOutcome, final: str, *, recovery: bool = False) -> list[dict[str, Any]]:
+    """`job.completed` for every end, plus `job.failed` or `job.timed_out`, plus `job.dead` for a
+    job that ends dead (payload fields of 003 §9.1). `recovery`: the job was lost with its worker
+    and ended by lease recovery, not by an answer of its plugin."""
     started = job.started_at or job.created_at
     payload: dict[str, Any] = {
         "job_id": job.id,
@@ -516,7 +581,77 @@ def lifecycle_signals(job: Job, outcome: AttemptOutcome, final: str) -> list[dic
     if final != JobStatus.SUCCEEDED:
         message = f"Job {final.replace('_', ' ')} [{job.plugin}]: {outcome.error or 'no error message'}"
         payload.update(message=message, text=message, error=outcome.error)
+    if final == JobStatus.DEAD:
+        payload.update(reason=ATTEMPTS_EXHAUSTED, max_attempts=job.max_attempts)
+    if recovery:
+        payload["recovery"] = True
     names = ["job.completed"]
     if final != JobStatus.SUCCEEDED:
         names.append("job.timed_out" if outcome.status == JobStatus.TIMED_OUT else "job.failed")
+    if final == JobStatus.DEAD:
+        names.append("job.dead")
     return [{"type": name, "source": job.plugin, "event_id": new_id(), "payload": dict(payload)} for name in names]
+
+
+# The original's words for why a retryable failure was not retried again.
+ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+
+
+def _retry_reason(outcome: AttemptOutcome) -> str:
+    return "timeout" if outcome.status == JobStatus.TIMED_OUT else "plugin_error"
+
+
+def retry_scheduled_event(job: Job, outcome: AttemptOutcome, delay: float) -> dict[str, Any]:
+    """A failed attempt that will be tried again: which, when, and why it failed."""
+    assert outcome.retry_at is not None
+    payload = {
+        "job_id": job.id,
+        "plugin": job.plugin,
+        "command": job.command,
+        "status": outcome.status,
+        "attempt": job.attempt,
+        "next_attempt": job.attempt + 1,
+        "max_attempts": job.max_attempts,
+        "backoff_ms": int(delay * 1000),
+        "next_retry_at": iso(outcome.retry_at),
+        "reason": _retry_reason(outcome),
+        "error": outcome.error,
+    }
+    return {"type": "job.retry_scheduled", "payload": payload}
+
+
+def retry_exhausted_event(job: Job, outcome: AttemptOutcome) -> dict[str, Any]:
+    """A retryable failure on the last attempt: the job ends `dead` (000 §3.3)."""
+    payload = {
+        "job_id": job.id,
+        "plugin": job.plugin,
+        "command": job.command,
+        "status": outcome.status,
+        "attempts": job.attempt,
+        "max_attempts": job.max_attempts,
+        "final_error": outcome.error,
+        "reason": ATTEMPTS_EXHAUSTED,
+        "retry_decision_reason": _retry_reason(outcome),
+    }
+    return {"type": "job.retry_exhausted", "payload": payload}
+
+
+def poll_event(job: Job, outcome: AttemptOutcome, kind: str) -> dict[str, Any]:
+    """`poll.started` / `poll.completed` of one attempt of a scheduled poll (the original's fields;
+    the schedule is named by the scheduler's dedupe key `<plugin>:<command>:<schedule id>`)."""
+    prefix = f"{job.plugin}:{job.command}:"
+    key = job.dedupe_key or ""
+    payload: dict[str, Any] = {
+        "job_id": job.id,
+        "plugin": job.plugin,
+        "command": job.command,
+        "schedule_id": key[len(prefix) :].split(":")[0] if key.startswith(prefix) else "",
+        "submitted_by": job.submitted_by,
+        "attempt": job.attempt,
+        "started_at": iso(job.started_at) if job.started_at else None,
+    }
+    if kind == "poll.completed":
+        started = job.started_at or job.created_at
+        payload.update(status=outcome.status, outcome=outcome.status, error=outcome.error)
+        payload["duration_ms"] = int((timezone.now() - started).total_seconds() * 1000) if started else None
+    return {"type": kind, "payload": payload}

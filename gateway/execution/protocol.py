@@ -111,6 +111,19 @@ def shown(raw: bytes) -> str:
     return raw.decode("utf-8", errors="backslashreplace").replace("\x00", "\\x00")
 
 
+def stored_stderr(raw: bytes, warnings: list[str]) -> str:
+    """What `job_log.stderr` keeps: the plugin's stderr, `shown`, then the gateway's notes (an
+    escape, a dropped event, why it was cut), all within the 64 KiB cap of spec §11.4: the notes
+    are kept whole and the plugin's text gives way to them."""
+    notes = "".join(f"\n[ductile] warning: {w}" for w in warnings)
+    text = shown(raw) + notes
+    # The first test spares the encoding of the usual few lines: UTF-8 is at most 4 bytes a character.
+    if len(text) * 4 <= STDERR_CAP or len(text.encode()) <= STDERR_CAP:
+        return text
+    room = max(STDERR_CAP - len(notes.encode()), 0)
+    return (shown(raw).encode()[:room] + notes.encode())[:STDERR_CAP].decode(errors="ignore")
+
+
 def excerpt(raw: bytes, *, cut_short: bool = False) -> str | None:
     """What is kept of stdout that is not a usable response: its head, `shown`, and its real size
     (`cut_short`: the plugin was stopped at the cap and wrote more than `raw`)."""

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from gateway.config.errors import ConfigError
 from gateway.daemon.pause import Pause
-from gateway.execution.dispatch import Executor
+from gateway.execution.dispatch import Executor, recovery_ending
 from gateway.execution.leases import Leases
 from gateway.execution.lifecycle import schedule_inits
 from gateway.execution.runner import kill_live_groups
@@ -433,7 +433,13 @@ class WorkerDaemon:
         if dead:
             WorkerInstance.objects.mark_lost(dead, now)
             log.warning("workers %s on this host are gone; recovering their jobs", ", ".join(dead))
-        recovered = Job.objects.recover_lost(now=now, dead_workers=dead)
+        runtime = self.holder.get()
+        recovered = Job.objects.recover_lost(
+            now=now,
+            dead_workers=dead,
+            ending=recovery_ending(runtime),
+            default_dedupe_ttl=runtime.config.service.dedupe_ttl,
+        )
         for job in recovered:
             log.warning(
                 "recovered lost job: now %s (attempt %d/%d)",

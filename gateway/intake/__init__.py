@@ -20,6 +20,7 @@ from gateway.config.model import RetryPolicy
 from gateway.plugins.registry import PluginInstance
 from gateway.runtime import Runtime
 from ledger.models import EnqueueResult, Job, JobSpec
+from ledger.states import JobStatus
 from ledger.storable import Unstorable, check_storable, storable_text
 from ledger.submitters import Submitter
 from ledger.writes import shared
@@ -35,9 +36,11 @@ class Refused(Exception):
     """The job cannot be taken. `not_found`: the target does not exist or cannot run (the API's
     404); otherwise what was sent is wrong (its 400)."""
 
-    def __init__(self, message: str, *, not_found: bool = False):
+    def __init__(self, message: str, *, not_found: bool = False, too_large: tuple[int, int] | None = None):
         super().__init__(message)
         self.not_found = not_found
+        # (bytes, limit) when what was sent would make a pipeline's context too large (the API's 413).
+        self.too_large = too_large
 
 
 # -- the target ------------------------------------------------------------------------------
@@ -169,6 +172,12 @@ def successor(
     if parent is not None:
         payload = stamp_upstream(payload, parent.plugin, upstream_pipeline)
     event = {**found.event, "payload": dict(payload)}
+    context_id = parent.event_context_id if parent else None
+    root = None
+    if found.root is not None:
+        if found.opens_root:
+            root = (found.root.id, context_id, found.root.pipeline, found.root.accumulated)
+        context_id = found.root.id
     return JobSpec(
         plugin=found.plugin,
         command=found.command,
@@ -179,10 +188,12 @@ def successor(
         max_attempts=_attempts(runtime, found.plugin),
         parent_job_id=parent.id if parent else None,
         source_event_id=event.get("event_id"),
-        event_context_id=parent.event_context_id if parent else None,
+        event_context_id=context_id,
         route_depth=found.depth,
         step=(found.pipeline, found.node, found.context or {}) if found.pipeline and found.node else None,
         refusal=found.refusal,
+        refusal_status=JobStatus.FAILED if found.claim_failed else JobStatus.DEAD,
+        root_context=root,
     )
 
 

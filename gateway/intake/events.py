@@ -19,7 +19,7 @@ from ledger.ids import new_id
 from ledger.models import EventRecord, JobSpec
 from ledger.submitters import Submitter
 from pipelines.dsl import Pipeline
-from pipelines.router import Position, Successor, step_successor, successors
+from pipelines.router import MAX_CONTEXT_BYTES, Position, Successor, entry_successors, successors
 from pipelines.routing import stamp_event
 from pipelines.simulate import ASSUMPTION, dry_run
 
@@ -71,17 +71,21 @@ def pipeline_starts(
     """One named pipeline's entry steps, whatever its trigger."""
     pipeline = runtime.pipelines.pipelines[name]
     event = root_event(pipeline.trigger, intake.checked(payload, "payload"), source, dedupe_key)
-    return [step_successor(pipeline, node, event, {}, 1) for node in pipeline.entries]
+    return entry_successors(pipeline, event, {}, 1)
 
 
 def as_roots(runtime: Runtime, starts: list[Successor], submitter: Submitter) -> list[JobSpec]:
     """The root jobs of a trigger. One its payload cannot start (an entry step's baggage claim
     whose source is missing, or a context over the cap) refuses the whole trigger, enqueueing
     nothing (spec 000, baggage rules: "Missing source paths fail the job or trigger"): the caller
-    is there to be told, where a step further down is recorded `dead` with the reason."""
+    is there to be told, where a step further down is recorded `failed` with the reason."""
     stopped = [f"pipeline {s.pipeline!r} {s.refusal}" for s in starts if s.refusal]
     if stopped:
-        raise intake.Refused("; ".join(stopped) + "; nothing was enqueued")
+        largest = max((s.context_bytes for s in starts if s.context_bytes is not None), default=None)
+        raise intake.Refused(
+            "; ".join(stopped) + "; nothing was enqueued",
+            too_large=None if largest is None else (largest, MAX_CONTEXT_BYTES),
+        )
     return [intake.successor(runtime, s, parent=None, submitter=submitter) for s in starts]
 
 

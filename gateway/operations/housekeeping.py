@@ -27,7 +27,16 @@ from gateway.config.model import BackupCadence, GatewayConfig, load_gateway_conf
 from gateway.logs import logger
 from gateway.operations.backups.archive import plan_for, write_backup
 from gateway.runtime import RUNTIME
-from ledger.models import ConfigSnapshot, EventRecord, Job, JobLog, JobStopwatch, JobTransition, RelayAcceptance
+from ledger.models import (
+    ConfigSnapshot,
+    EventRecord,
+    Job,
+    JobAttempt,
+    JobLog,
+    JobStopwatch,
+    JobTransition,
+    RelayAcceptance,
+)
 from ledger.models.retention import PrunableQuerySet
 
 log = logger("housekeeping")
@@ -65,6 +74,7 @@ def prune(*, job_queue_retention: float, job_log_retention: float, batch: int = 
     deleted = {
         "job_queue": drain(Job.objects.expired(queue_cutoff), batch),
         "job_log": drain(JobLog.objects.expired(log_cutoff), batch),
+        "job_attempts": drain(JobAttempt.objects.expired(log_cutoff), batch),
         "job_transitions": drain(JobTransition.objects.expired(log_cutoff), batch),
         "job_stopwatch": drain(JobStopwatch.objects.expired(log_cutoff), batch),
         "event_log": drain(EventRecord.objects.expired(log_cutoff), batch),

@@ -32,6 +32,7 @@ from ledger.models import (
     CircuitBreakerTransition,
     EventContext,
     Job,
+    JobAttempt,
     JobLog,
     JobStopwatch,
     JobTransition,
@@ -238,9 +239,22 @@ def job_detail(job: Job) -> dict[str, Any]:
                 for t in JobTransition.objects.filter(job_id=job.id).order_by("id")
             ],
             "attempts": [log_entry(row) for row in JobLog.objects.filter(job_id=job.id).order_by("completed_at")],
+            # job_attempts: each attempt's end as the fact row has it (000 "Fact Rows").
+            "job_attempts": [
+                {
+                    "attempt": a.attempt,
+                    "status": a.status,
+                    "worker": a.worker,
+                    "started_at": ts(a.started_at),
+                    "completed_at": ts(a.completed_at),
+                    "error": a.error,
+                }
+                for a in JobAttempt.objects.filter(job_id=job.id).order_by("attempt")
+            ],
             "stopwatch": [
                 {
                     "attempt": s.attempt,
+                    "step_name": s.step_name,
                     "dur_ns": s.dur_ns,
                     "runtime_pre_ns": s.runtime_pre_ns,
                     "runtime_post_ns": s.runtime_post_ns,

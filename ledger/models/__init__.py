@@ -1,11 +1,21 @@
 from __future__ import annotations
 
+from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import BreakerState, CircuitBreaker, CircuitBreakerTransition, Gate
 from ledger.models.config_snapshots import ConfigSnapshot
 from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
 from ledger.models.facts import PluginFact, PluginState, StorageSequence
-from ledger.models.jobs import AttemptOutcome, EnqueueResult, Job, JobLog, JobSpec, JobTransition, LostJob
+from ledger.models.jobs import (
+    AttemptOutcome,
+    EnqueueResult,
+    InvalidJob,
+    Job,
+    JobLog,
+    JobSpec,
+    JobTransition,
+    LostJob,
+)
 from ledger.models.relay import RelayAcceptance
 from ledger.models.schedules import ScheduleEntry, ScheduleStatus
 from ledger.models.telemetry import JobStopwatch
@@ -21,7 +31,9 @@ __all__ = [
     "EventContext",
     "EventRecord",
     "Gate",
+    "InvalidJob",
     "Job",
+    "JobAttempt",
     "JobLog",
     "JobSpec",
     "JobStopwatch",

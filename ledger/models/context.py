@@ -49,9 +49,11 @@ class EventContext(models.Model):
         step: str | None,
         accumulated: Mapping[str, Any],
         now: datetime,
+        context_id: str | None = None,
     ) -> str:
-        """Append one hop's context row (rows are never rewritten) and return its id."""
-        context_id = new_id()
+        """Append one hop's context row (rows are never rewritten) and return its id (`context_id`,
+        or a new one)."""
+        context_id = context_id or new_id()
         sql.insert(
             cls,
             {

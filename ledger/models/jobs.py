@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from ledger import sql
 from ledger.ids import new_id
+from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.models.context import EventContext
 from ledger.models.events import EventRecord
@@ -40,6 +41,10 @@ RETRYABLE_BY_HAND = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.
 
 # `job_queue.submitted_by` holds 64 characters: a long console user name is cut to fit.
 SUBMITTED_BY_LENGTH = 64
+
+
+class InvalidJob(ValueError):
+    """A JobSpec the queue cannot take (no target, no submitter, no attempt to make)."""
 
 
 class LostJob(Exception):
@@ -65,8 +70,13 @@ class JobSpec:
     # A pipeline hop: (pipeline, step, baggage) gets its own event_context row, child of
     # `event_context_id`.
     step: tuple[str, str, Mapping[str, Any]] | None = None
-    # Why this job cannot start (depth exhausted, a baggage claim failed): it is recorded `dead`.
+    # Why this job cannot start (depth exhausted, a baggage claim failed): it is recorded in
+    # `refusal_status` (`dead`, or `failed` for a step whose own claim failed).
     refusal: str | None = None
+    refusal_status: str = JobStatus.DEAD
+    # A pipeline instance's shared root row to write first: (id, parent id, pipeline, baggage).
+    # `event_context_id` then names it, as the parent of this hop's own row (`step`).
+    root_context: tuple[str, str | None, str, Mapping[str, Any]] | None = None
     # Said in the enqueue transition, e.g. "replay of <job id>".
     note: str | None = None
     # The producer applied its own duplicate policy (the scheduler's if_running and poll guard):
@@ -74,6 +84,22 @@ class JobSpec:
     dedupe_checked: bool = False
     # Who acted for the submitter (the console's `admin:alice`): the audit trail only.
     actor: str | None = None
+
+    def __post_init__(self) -> None:
+        # The ledger's own floor, whoever the producer: a row without a target or a submitter, or
+        # one that may never run, is refused here with what was wrong (the intake checks the rest).
+        for name in ("plugin", "command"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidJob(f"job {name} must be a non-empty string, got {value!r}")
+        if not isinstance(self.submitter, Submitter):
+            choices = ", ".join(s.value for s in Submitter)
+            raise InvalidJob(f"job submitted_by must be one of {choices}, got {self.submitter!r}")
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise InvalidJob(f"job max_attempts must be an integer of at least 1, got {self.max_attempts!r}")
+        if self.dedupe_key is not None and not self.dedupe_key.strip():
+            # Whitespace is no key (the original trims it): "   " must not dedupe every job that sends it.
+            object.__setattr__(self, "dedupe_key", None)
 
     @property
     def submitted_by(self) -> str:
@@ -108,6 +134,8 @@ class QueueLook:
 class EnqueueResult:
     job_id: str
     deduplicated: bool = False
+    # The job's status as the enqueue left it: `queued`, or the matched job's when deduplicated.
+    status: str = JobStatus.QUEUED
 
 
 @dataclass
@@ -128,6 +156,9 @@ class AttemptOutcome:
     events: list[dict[str, Any]] = field(default_factory=list)
     # Set for scheduler-originated jobs: the circuit breaker's failure threshold for this target.
     breaker_threshold: int | None = None
+    # When a retried attempt's successor is due, decided before recording so that the
+    # `job.retry_scheduled` event announces the very time the row gets; None: computed here.
+    retry_at: datetime | None = None
 
     def final_status(self, attempt: int, max_attempts: int) -> str | None:
         """The status this outcome leaves its job in for good, or None when the job will be
@@ -138,6 +169,10 @@ class AttemptOutcome:
         if not self.retryable:
             return self.status
         return JobStatus.DEAD if attempt >= max_attempts else None
+
+
+# What announces a lost job's end (`JobQuerySet.recover_lost`): adds events and jobs to its outcome.
+Ending = Callable[["Job", AttemptOutcome], None]
 
 
 def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
@@ -223,6 +258,17 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         """The one way work enters the queue (idiom 1). Dedupe is per target (plugin + command)."""
         now = now or timezone.now()
         with writing(savepoint=False):
+            if spec.root_context is not None:
+                # First, whatever this hop becomes: the instance's other branches point to it.
+                root_id, parent_id, pipeline, accumulated = spec.root_context
+                EventContext.record(
+                    context_id=root_id,
+                    parent_id=parent_id,
+                    pipeline=pipeline,
+                    step="",
+                    accumulated=accumulated,
+                    now=now,
+                )
             if spec.dedupe_key and not spec.dedupe_checked:
                 existing = self._duplicate_of(spec, default_dedupe_ttl, now)
                 if existing is not None:
@@ -230,9 +276,9 @@ class JobQuerySet(PrunableQuerySet["Job"]):
                         "deduplicated %s.%s: an earlier job holds the key",
                         spec.plugin,
                         spec.command,
-                        extra={"plugin": spec.plugin, "dedupe_key": spec.dedupe_key, "existing_job_id": existing},
+                        extra={"plugin": spec.plugin, "dedupe_key": spec.dedupe_key, "existing_job_id": existing[0]},
                     )
-                    return EnqueueResult(existing, deduplicated=True)
+                    return EnqueueResult(existing[0], deduplicated=True, status=existing[1])
             if not spec.refusal:
                 notify_enqueued()  # first: other processes' workers wake while this commits
             context_id = spec.event_context_id
@@ -248,8 +294,8 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             sql.insert(Job, _job_row(job))
             JobTransition.record(job, None, JobStatus.QUEUED, _enqueue_reason(spec), now=now)
             if spec.refusal:
-                job.move(JobStatus.DEAD, spec.refusal, now=now, completed_at=now, last_error=spec.refusal)
-        return EnqueueResult(job.id)
+                job.move(spec.refusal_status, spec.refusal, now=now, completed_at=now, last_error=spec.refusal)
+        return EnqueueResult(job.id, status=job.status)
 
     def enqueue_many(self, specs: Sequence[JobSpec], *, now: datetime) -> list[str]:
         """Jobs whose admission their producer has already decided (the scheduler firing many
@@ -257,7 +303,12 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         wake-up, instead of a savepoint and two statements per job (docs/performance.md,
         "Scheduler"). No dedupe check, pipeline hop or refusal here: those need `enqueue`."""
         for spec in specs:
-            if spec.step is not None or spec.refusal or (spec.dedupe_key and not spec.dedupe_checked):
+            if (
+                spec.step is not None
+                or spec.refusal
+                or spec.root_context
+                or (spec.dedupe_key and not spec.dedupe_checked)
+            ):
                 raise ValueError(f"enqueue_many takes decided jobs only; {spec.plugin}.{spec.command} needs enqueue")
         jobs = [_new_job(spec, spec.event_context_id, now) for spec in specs]
         if not jobs:
@@ -274,15 +325,16 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             notify_enqueued()
         return [job.id for job in jobs]
 
-    def _duplicate_of(self, spec: JobSpec, default_ttl: float, now: datetime) -> str | None:
+    def _duplicate_of(self, spec: JobSpec, default_ttl: float, now: datetime) -> tuple[str, str] | None:
+        """The id and status of the job that holds `spec`'s key, read by the same statement."""
         same = self.for_target(spec.plugin, spec.command).filter(dedupe_key=spec.dedupe_key)
         if spec.dedupe_ttl is not None:
-            in_flight = same.filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING)).values_list("id", flat=True)
+            in_flight = same.filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING)).values_list("id", "status")
             if (found := in_flight.first()) is not None:
                 return found
         ttl = spec.dedupe_ttl if spec.dedupe_ttl is not None else default_ttl
         recent = same.filter(status=JobStatus.SUCCEEDED, completed_at__gte=now - timedelta(seconds=ttl))
-        return recent.order_by("-completed_at").values_list("id", flat=True).first()
+        return recent.order_by("-completed_at").values_list("id", "status").first()
 
     # -- workers -------------------------------------------------------------------------------
 
@@ -366,8 +418,18 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         """Running jobs whose owner is gone: lease expired, or owner known dead (its PID is gone)."""
         return self.running().filter(Q(lease_until__lt=now) | Q(claimed_by__in=list(dead_workers)))
 
-    def recover_lost(self, *, now: datetime | None = None, dead_workers: Collection[str] = ()) -> list[Job]:
-        """At-least-once: give every lost job its next attempt, or end it `dead` (spec §11.2)."""
+    def recover_lost(
+        self,
+        *,
+        now: datetime | None = None,
+        dead_workers: Collection[str] = (),
+        ending: Ending | None = None,
+        default_dedupe_ttl: float = 0.0,
+    ) -> list[Job]:
+        """At-least-once: give every lost job its next attempt, or end it `dead` (spec §11.2).
+        `ending` adds to the outcome of a job that ends dead the events and jobs that announce it
+        (its lifecycle hooks: gateway.execution.dispatch.announce_end), recorded in the same
+        transaction as its end."""
         now = now or timezone.now()
         recovered: list[Job] = []
         # Why the probe: this pass runs every few seconds in every daemon, idle ones too, and the
@@ -382,7 +444,13 @@ class JobQuerySet(PrunableQuerySet["Job"]):
             )
             try:
                 with writing():
-                    job.abandon(reason, now=now, dead_owner=job.claimed_by in dead_workers)
+                    job.abandon(
+                        reason,
+                        now=now,
+                        dead_owner=job.claimed_by in dead_workers,
+                        ending=ending,
+                        default_dedupe_ttl=default_dedupe_ttl,
+                    )
             except LostJob:
                 continue  # its owner finished it after all, or another process recovered it first
             recovered.append(job)
@@ -551,7 +619,7 @@ class Job(models.Model):
                 last_error=outcome.error,
                 lease_until=None,
             )
-            JobLog.record(self, outcome, now=now)
+            JobLog.record(self, outcome, now=now, worker=worker)
             if outcome.stopwatch is not None:
                 row = {"job_id": self.id, "plugin": self.plugin, "attempt": self.attempt, "step_name": None}
                 sql.insert(JobStopwatch, {**row, "created_at": now, **outcome.stopwatch})
@@ -572,7 +640,7 @@ class Job(models.Model):
             if final == JobStatus.DEAD:
                 self.move(JobStatus.DEAD, f"max attempts ({self.max_attempts}) exhausted", now=now)
             elif final is None:
-                self._retry(outcome.backoff_base, now=now, rng=rng)
+                self._retry(outcome.backoff_base, now=now, rng=rng, at=outcome.retry_at)
             if self.command in ("init", "health") and final is not None:
                 # In the completion's transaction: a plugin's health is never behind its answer.
                 error = None if final == JobStatus.SUCCEEDED else outcome.error
@@ -638,21 +706,38 @@ class Job(models.Model):
             self.move(JobStatus.DEAD, reason, now=now, completed_at=now, last_error=reason)
             notify_finished()
 
-    def _retry(self, backoff_base: float, *, now: datetime, rng: random.Random | None) -> None:
-        delay = backoff_seconds(self.attempt, backoff_base, rng)
+    def _retry(
+        self, backoff_base: float, *, now: datetime, rng: random.Random | None, at: datetime | None = None
+    ) -> None:
+        if at is None:
+            at = now + timedelta(seconds=backoff_seconds(self.attempt, backoff_base, rng))
         self.move(
             JobStatus.QUEUED,
-            f"retry {self.attempt + 1}/{self.max_attempts} in {delay:.1f}s",
+            f"retry {self.attempt + 1}/{self.max_attempts} in {(at - now).total_seconds():.1f}s",
             now=now,
             attempt=self.attempt + 1,
-            next_retry_at=now + timedelta(seconds=delay),
+            next_retry_at=at,
             completed_at=None,
             claimed_by=None,
         )
 
-    def abandon(self, reason: str, *, now: datetime, dead_owner: bool) -> None:
+    def abandon(
+        self,
+        reason: str,
+        *,
+        now: datetime,
+        dead_owner: bool,
+        ending: Ending | None = None,
+        default_dedupe_ttl: float = 0.0,
+    ) -> None:
         """A lost job (its worker died): this attempt failed, the next one is queued at once."""
         owner = self.claimed_by
+        outcome = AttemptOutcome(status=JobStatus.FAILED, error=reason)
+        exhausted = self.attempt >= self.max_attempts
+        if exhausted and ending is not None:
+            ending(self, outcome)
+        for child in outcome.children:
+            Job.objects.enqueue(child, default_dedupe_ttl=default_dedupe_ttl, now=now)
         # Why the lease guard: the owner may have heartbeated since we read the row; then it lives.
         where = {} if dead_owner else {"lease_until__lt": now}
         self.move(
@@ -665,8 +750,10 @@ class Job(models.Model):
             last_error=reason,
             lease_until=None,
         )
-        JobLog.record(self, AttemptOutcome(status=JobStatus.FAILED, error=reason), now=now)
-        if self.attempt >= self.max_attempts:
+        JobLog.record(self, outcome, now=now, worker=owner)
+        if outcome.events:
+            EventRecord.record(outcome.events, job_id=self.id, now=now)
+        if exhausted:
             self.move(JobStatus.DEAD, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
             notify_finished()
         else:
@@ -774,7 +861,17 @@ class JobLog(models.Model):
         return f"{self.plugin}.{self.command} {self.job_id} #{self.attempt} {self.status}"
 
     @classmethod
-    def record(cls, job: Job, outcome: AttemptOutcome, *, now: datetime) -> None:
+    def record(cls, job: Job, outcome: AttemptOutcome, *, now: datetime, worker: str | None = None) -> None:
+        """The attempt's log row and its `job_attempts` fact, in the caller's transaction."""
+        JobAttempt.record(
+            job_id=job.id,
+            attempt=job.attempt,
+            status=outcome.status,
+            worker=worker,
+            started_at=job.started_at,
+            error=outcome.error,
+            now=now,
+        )
         sql.insert(
             cls,
             {

@@ -62,6 +62,46 @@ def test_dedupe_refuses_key_that_succeeded_within_window_and_returns_existing_id
     assert Job.objects.count() == 1
 
 
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"plugin": ""}, "job plugin must be a non-empty string, got ''"),
+        ({"plugin": "  "}, "job plugin must be a non-empty string"),
+        ({"command": ""}, "job command must be a non-empty string"),
+        ({"submitter": ""}, "job submitted_by must be one of api, "),
+        ({"max_attempts": 0}, "job max_attempts must be an integer of at least 1, got 0"),
+        ({"max_attempts": -2}, "got -2"),
+    ],
+)
+def test_the_queue_refuses_a_job_without_target_submitter_or_attempts(spec, words):
+    """Item 8: before, a job with an empty plugin or max_attempts 0 was stored (and never ran,
+    or ran once against nothing)."""
+    from ledger.models import InvalidJob
+
+    fields = {"plugin": "echo", "command": "poll", "submitter": Submitter.CLI, **spec}
+    with pytest.raises(InvalidJob, match=words):
+        Job.objects.enqueue(JobSpec(**fields), default_dedupe_ttl=TTL)
+    assert not Job.objects.exists()
+
+
+def test_a_whitespace_dedupe_key_is_no_key():
+    """Item 12: "   " was a real key, so every job sent with it after the first was dropped."""
+    first = enqueue(dedupe_key="   ")
+    finish(claim())
+    second = enqueue(dedupe_key=" \t")
+    assert not second.deduplicated and second.job_id != first.job_id
+    assert Job.objects.get(pk=first.job_id).dedupe_key is None
+
+
+def test_a_deduplicated_enqueue_answers_the_matched_jobs_status():
+    """New-7: the answer said `queued` for a job that had succeeded."""
+    first = enqueue(dedupe_key="k")
+    assert first.status == JobStatus.QUEUED
+    finish(claim())
+    again = enqueue(dedupe_key="k")
+    assert (again.job_id, again.deduplicated, again.status) == (first.job_id, True, JobStatus.SUCCEEDED)
+
+
 def test_dedupe_is_per_target():
     enqueue(dedupe_key="k1")
     finish(claim())
@@ -188,6 +228,37 @@ def test_exhausted_attempts_end_dead():
     assert job.status == JobStatus.DEAD and job.attempt == 2
     path = list(JobTransition.objects.filter(job_id=job.id).values_list("to_status", flat=True))
     assert path == ["queued", "running", "timed_out", "queued", "running", "failed", "dead"]
+
+
+def test_every_attempt_leaves_one_job_attempts_row_with_its_end():
+    """Item 4: 000 names `job_attempts` among the fact tables; there was none. A timed-out
+    attempt, a failed one lost with its worker, and a succeeded one: three rows, each written
+    with its outcome, and shown by `job inspect --json`."""
+    from gateway.reports import job_detail
+    from ledger.models import JobAttempt
+
+    enqueue(max_attempts=3)
+    job = finish(claim(worker="w1"), JobStatus.TIMED_OUT, worker="w1", error="slow")
+    Job.objects.filter(pk=job.pk).update(next_retry_at=None)
+    claim(worker="w2")
+    Job.objects.recover_lost(dead_workers=["w2"])
+    job = finish(claim(worker="w3"), worker="w3")
+    rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt", "status", "worker", "error"))
+    assert rows == [
+        (1, "timed_out", "w1", "slow"),
+        (2, "failed", "w2", "worker w2 is gone (process exited)"),
+        (3, "succeeded", "w3", None),
+    ]
+    assert all(a.started_at is not None and a.completed_at >= a.started_at for a in JobAttempt.objects.all())
+    shown = job_detail(job)["job_attempts"]
+    assert [(a["attempt"], a["status"], a["worker"]) for a in shown] == [r[:3] for r in rows]
+    # A lost race records nothing: the attempt's row goes with its rolled-back outcome.
+    enqueue()
+    other = claim(worker="w1")
+    Job.objects.filter(pk=other.pk).update(claimed_by="w9")
+    with pytest.raises(LostJob):
+        other.record_outcome(AttemptOutcome("succeeded"), worker="w1", default_dedupe_ttl=TTL)
+    assert not JobAttempt.objects.filter(job_id=other.id).exists()
 
 
 def test_completion_enqueues_children_in_the_same_transaction():

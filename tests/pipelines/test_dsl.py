@@ -123,7 +123,7 @@ def test_a_pipeline_that_is_not_a_mapping_is_refused():
 
 
 def test_every_valid_hook_signal_compiles():
-    for signal in ("job.completed", "job.failed", "job.timed_out"):
+    for signal in ("job.completed", "job.failed", "job.timed_out", "job.dead"):
         pipelines = build({"name": "h", "on-hook": signal, "steps": [{"uses": "probe"}]})
         assert pipelines.hooks(signal)[0].is_hook and pipelines.has_hooks()
 

@@ -30,7 +30,7 @@ from gateway.console.story import read_story, where
 from gateway.operations import Actor, replay
 from gateway.reports import parse_response
 from gateway.runtime import RUNTIME
-from ledger.models import EventContext, Job, JobLog, JobStopwatch, JobTransition
+from ledger.models import EventContext, Job, JobAttempt, JobLog, JobStopwatch, JobTransition
 
 # Search results per kind (id prefix, dedupe key, error text).
 ERROR_SEARCH_LIMIT = 1000
@@ -228,6 +228,20 @@ class JobLogAdmin(JobIdSearch):
             json_tree(Safe.current().json(parse_response(row.result))),
             job_url(row.job_id),
         )
+
+
+@admin.register(JobAttempt)
+class JobAttemptAdmin(JobIdSearch):
+    """Every attempt of every job and how it ended (`job_attempts`, a fact table: read-only)."""
+
+    list_display = ("completed_at", "job", "attempt", "state", "worker", "error_text")
+    ordering = ("-id",)
+    sortable_by = ()
+    fields = ("job", "attempt", "state", "worker", "started_at", "completed_at", "error_text")
+    readonly_fields = fields
+    job = job_column()
+    state = badge_column("status")
+    error_text = text_column("error", "error")
 
 
 def ns_column(field: str, description: str) -> Any:

@@ -32,6 +32,13 @@ class ErrorSerializer(serializers.Serializer):
     )
 
 
+class ContextTooLargeSerializer(ErrorSerializer):
+    """413 of a pipeline trigger whose entry's baggage claims would pass the context cap."""
+
+    bytes_actual = serializers.IntegerField(help_text="The size the accumulated context would have, in bytes.")
+    bytes_limit = serializers.IntegerField(help_text="The cap on a pipeline's accumulated context (1 MiB).")
+
+
 ERROR_MEANINGS = {
     400: "Bad request: invalid JSON body, payload or query parameter; `error` names it.",
     401: "Bearer token missing (where one is needed), malformed or unknown.",
@@ -227,7 +234,7 @@ class TriggerAcceptedSerializer(serializers.Serializer):
     """202 of `POST /plugin/{plugin}/{command}` (views.PluginTrigger)."""
 
     job_id = serializers.CharField()
-    status = serializers.CharField(help_text="`queued`")
+    status = serializers.CharField(help_text="`queued`, or the earlier job's status when deduplicated")
     plugin = serializers.CharField()
     command = serializers.CharField()
     deduplicated = serializers.BooleanField(

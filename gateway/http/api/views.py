@@ -327,7 +327,7 @@ class PluginTrigger(Endpoint):
         payload = body_payload(request)
         spec = intake.job(runtime, Submitter.API, plugin, command, payload, dedupe_key=request.data.get("dedupe_key"))
         result = intake.submit(runtime, [spec])[0]
-        body: dict[str, Any] = {"job_id": result.job_id, "status": "queued", "plugin": plugin, "command": command}
+        body: dict[str, Any] = {"job_id": result.job_id, "status": result.status, "plugin": plugin, "command": command}
         if result.deduplicated:
             body["deduplicated"] = True
         return Response(body, status=status.HTTP_202_ACCEPTED)
@@ -363,6 +363,11 @@ class PipelineTrigger(Endpoint):
                 "the database could not be read until the timeout, with the started jobs to follow.",
             ),
             **errors(400, 401, 403, 404, 415, 429, 503),
+            413: OpenApiResponse(
+                shapes.ContextTooLargeSerializer,
+                description="An entry step's baggage claims would make the pipeline's context larger than its "
+                "cap; nothing was enqueued.",
+            ),
         },
     )
     def post(self, request: Request, name: str) -> Response:

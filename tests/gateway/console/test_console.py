@@ -54,6 +54,7 @@ TABLES = [
     "jobtransition",
     "joblog",
     "jobstopwatch",
+    "jobattempt",
     "eventcontext",
     "eventrecord",
     "pluginfact",

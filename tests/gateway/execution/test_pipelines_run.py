@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ledger.models import Job, JobLog, JobSpec
+from ledger.models import Job, JobLog, JobSpec, JobTransition
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from tests.support import jobs_by_step, load_runtime, run_until_idle
@@ -69,6 +69,30 @@ def test_three_step_chain_with_baggage_and_with(config_dir):
     assert by_step["third"].route_depth == 3
 
 
+def test_a_pipeline_steps_timing_names_its_step(config_dir):
+    """New-11: job_stopwatch.step_name was NULL for every row, so timings could not be grouped by step."""
+    from gateway.reports import job_detail
+    from ledger.models import JobStopwatch
+
+    holder = load(
+        config_dir,
+        [
+            {
+                "name": "timed",
+                "on": "t.start",
+                "steps": [{"id": "fetch", "uses": "probe"}, {"id": "say", "uses": "echo"}],
+            }
+        ],
+    )
+    publish(holder, "t.start", {})
+    run_until_idle(holder)
+    by_step = steps("timed")
+    for step in ("fetch", "say"):
+        (row,) = JobStopwatch.objects.filter(job_id=by_step[step].id)
+        assert row.step_name == step
+        assert [s["step_name"] for s in job_detail(by_step[step])["stopwatch"]] == [step]  # `job inspect --json`
+
+
 def test_with_keeps_the_type_of_a_pure_reference(config_dir):
     holder = load(
         config_dir,
@@ -120,7 +144,11 @@ def test_missing_baggage_source_stops_the_chain_with_a_reason(config_dir):
     publish(holder, "c.start", {})
     run_until_idle(holder)
     job = steps("claims")["b"]
-    assert job.status == JobStatus.DEAD and "payload.absent is missing" in job.last_error
+    # Item 81: 003 "Missing source paths fail the job": `failed` (never run), no longer `dead`.
+    assert job.status == JobStatus.FAILED and "payload.absent is missing" in job.last_error
+    assert job.started_at is None and JobLog.objects.filter(job_id=job.id).count() == 0
+    path = list(JobTransition.objects.filter(job_id=job.id).values_list("from_status", "to_status"))
+    assert path == [(None, "queued"), ("queued", "failed")]
 
 
 def test_inherited_baggage_cannot_be_rewritten(config_dir):
@@ -140,7 +168,7 @@ def test_inherited_baggage_cannot_be_rewritten(config_dir):
     publish(holder, "i.start", {"v": "original"})
     run_until_idle(holder)
     job = steps("immutable")["b"]
-    assert job.status == JobStatus.DEAD and "cannot be rewritten" in job.last_error
+    assert job.status == JobStatus.FAILED and "cannot be rewritten" in job.last_error
 
 
 def test_split_runs_every_branch_and_they_share_baggage(config_dir):
@@ -168,6 +196,32 @@ def test_split_runs_every_branch_and_they_share_baggage(config_dir):
     assert {"root", "left", "right1", "right2"} <= set(by_step)
     assert request_of(by_step["left"])["context"]["shared"] == {"id": 42}
     assert request_of(by_step["right2"])["context"]["shared"] == {"id": 42}
+
+
+def test_a_split_at_the_entry_hangs_its_branches_from_one_root_context(config_dir):
+    """Item 88: each branch of an entry split wrote its own parentless event_context row; the
+    instance now has one root row (step "") that both branches' rows point to."""
+    from ledger.models import EventContext
+
+    holder = load(
+        config_dir,
+        [
+            {
+                "name": "forked",
+                "on": "fk.start",
+                "steps": [{"split": [{"id": "l", "uses": "probe"}, {"id": "r", "uses": "echo"}]}],
+            }
+        ],
+    )
+    publish(holder, "fk.start", {"k": 1})
+    run_until_idle(holder)
+    (root,) = EventContext.objects.filter(pipeline_name="forked", step_id="")
+    assert root.parent_id is None
+    assert root.accumulated_json["ductile"]["pipeline_instance_id"]
+    branches = {c.step_id: c for c in EventContext.objects.filter(pipeline_name="forked").exclude(pk=root.pk)}
+    assert set(branches) == {"l", "r"} and {c.parent_id for c in branches.values()} == {root.id}
+    by_step = steps("forked")
+    assert {by_step["l"].status, by_step["r"].status} == {JobStatus.SUCCEEDED}
 
 
 def test_call_runs_the_named_pipeline_with_the_current_baggage(config_dir):
@@ -355,6 +409,17 @@ def test_a_hook_cannot_trigger_itself_forever(config_dir):
     Job.objects.enqueue(JobSpec("probe", "poll", Submitter.CLI), default_dedupe_ttl=60)
     run_until_idle(holder)
     assert Job.objects.filter(plugin="probe").count() == 3  # the root plus two generations of hooks
+
+
+def test_hook_max_depth_0_means_the_default_depth_not_no_hooks(config_dir):
+    """Item 95: `hook_max_depth: 0` started no hook at all; the original reserves 0 for its default, 4."""
+    config_dir.service["hook_max_depth"] = 0
+    config_dir.plugins["probe"]["notify_on_complete"] = True
+    holder = load(config_dir, [{"name": "again", "on-hook": "job.completed", "steps": [{"id": "a", "uses": "probe"}]}])
+    assert holder.get().config.service.hook_max_depth == 4
+    Job.objects.enqueue(JobSpec("probe", "poll", Submitter.CLI), default_dedupe_ttl=60)
+    run_until_idle(holder)
+    assert Job.objects.filter(plugin="probe").count() == 5  # the root plus four generations of hooks
 
 
 def test_every_job_records_a_preflight_event_and_emitted_events_are_logged(config_dir):

@@ -172,6 +172,27 @@ def test_plugin_trigger_enqueues_one_job_as_the_api(api):
     assert [j["job_id"] for j in api.get(f"/job/{job.id}/tree").json()] == [job.id]
 
 
+def test_a_deduplicated_trigger_answers_the_earlier_jobs_real_status(api):
+    """New-7: a deduplicated POST answered `"status": "queued"` for a job that had succeeded."""
+    as_(api, "admin")
+    first = api.post("/plugin/echo/poll", {"dedupe_key": "once"}, format="json").json()
+    runtime = RUNTIME.get()
+    job = Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60)
+    assert job is not None and job.id == first["job_id"]
+    job.record_outcome(AttemptOutcome("succeeded"), worker="w", default_dedupe_ttl=3600)
+    again = api.post("/plugin/echo/poll", {"dedupe_key": "once"}, format="json")
+    assert again.status_code == 202
+    assert again.json() == {
+        "job_id": first["job_id"],
+        "status": "succeeded",
+        "plugin": "echo",
+        "command": "poll",
+        "deduplicated": True,
+    }
+    blank = api.post("/plugin/echo/poll", {"dedupe_key": "   "}, format="json").json()  # item 12: no key
+    assert "deduplicated" not in blank and Job.objects.get(pk=blank["job_id"]).dedupe_key is None
+
+
 @pytest.mark.parametrize(
     ("path", "body", "code", "words"),
     [
@@ -263,6 +284,18 @@ def test_a_trigger_whose_payload_lacks_an_entry_claims_source_is_refused_and_enq
     assert accepted.status_code == 202
     job = Job.objects.get(id=accepted.json()["job_id"])
     assert EventContext.objects.get(id=job.event_context_id).accumulated_json["web"] == {"url": "https://example.org"}
+
+
+def test_a_trigger_whose_claims_would_pass_the_context_cap_is_a_413_with_the_sizes(api):
+    """Item 89: a context over the 1 MiB cap was a 400 with words only; the original answers 413
+    with `bytes_actual` and `bytes_limit`, and writes nothing."""
+    as_(api, "admin")
+    refused = api.post("/pipeline/bag", {"payload": {"url": "u" * (1024 * 1024)}}, format="json")
+    assert refused.status_code == 413, refused.content
+    body = refused.json()
+    assert body["bytes_limit"] == 1024 * 1024 and body["bytes_actual"] > body["bytes_limit"]
+    assert "over the 1 MiB cap; nothing was enqueued" in body["error"]
+    assert not Job.objects.exists() and not EventContext.objects.exists()
 
 
 def test_async_pipeline_trigger_and_the_async_override(api):

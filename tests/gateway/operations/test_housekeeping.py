@@ -19,6 +19,7 @@ from ledger.models import (
     AttemptOutcome,
     EventRecord,
     Job,
+    JobAttempt,
     JobLog,
     JobSpec,
     JobStopwatch,
@@ -96,6 +97,7 @@ class TestRetention:
         assert deleted == {
             "job_queue": 3,
             "job_log": 1,
+            "job_attempts": 1,
             "job_transitions": 3,
             "job_stopwatch": 1,
             "event_log": 1,
@@ -107,6 +109,7 @@ class TestRetention:
         # job_log, stopwatch and events live for job_log_retention: the 2-day-old attempts stay.
         assert set(JobLog.objects.values_list("job_id", flat=True)) == {*old_done, recent}
         assert set(JobStopwatch.objects.values_list("job_id", flat=True)) == {*old_done, recent}
+        assert set(JobAttempt.objects.values_list("job_id", flat=True)) == {*old_done, recent}
         assert set(EventRecord.objects.values_list("job_id", flat=True)) == {*old_done, recent}
         kept = set(JobTransition.objects.values_list("job_id", flat=True))
         assert ancient not in kept and {*old_done, recent, waiting.job_id, running.job_id} <= kept
