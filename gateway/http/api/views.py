@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -42,7 +40,7 @@ from gateway.reports import (
     ts,
 )
 from gateway.reports.skills import command_scopes, skills
-from gateway.runtime import RUNTIME, STARTED_ENV, Runtime
+from gateway.runtime import RUNTIME, Runtime, uptime_seconds
 from gateway.version import entry_point, gateway_version
 from ledger.models import Job, JobLog, WorkerInstance
 from ledger.states import JobStatus
@@ -141,23 +139,6 @@ class Root(Endpoint):
                 },
             }
         )
-
-
-def _gateway_started() -> float:
-    """When the gateway started: `system start`'s moment, which it tells its children, else this
-    process's. A reload, or a worker gunicorn starts again, is no restart of the gateway: the
-    uptime a monitor watches must not fall back to 0 at each (issue 33)."""
-    try:
-        return float(os.environ[STARTED_ENV])
-    except (KeyError, ValueError):
-        return time.time()
-
-
-_STARTED = _gateway_started()
-
-
-def uptime_seconds() -> int:
-    return max(int(time.time() - _STARTED), 0)
 
 
 class Health(Endpoint):
