@@ -28,7 +28,7 @@ TEMPLATE = "landing/index.html"
 GUIDE = "/guide/"
 # The admin's theme script is the only one on the page; its logout button posts to the console.
 CSP = (
-    "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+    "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
     "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 # Health changes by the second: a browser asks again rather than show an old page.
