@@ -193,5 +193,12 @@ def test_the_runnable_samples_run(page: Path, tmp_path: Path) -> None:
     env["DUCTILE_CONFIG_DIR"] = str(config)
     script = "set -euo pipefail\ntrap 'echo \"sample failed: $BASH_COMMAND\" >&2' ERR\n"
     script += "\n".join(RUNNABLE.findall(page.read_text()))
+    before = clone_status()
     ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert ran.returncode == 0, f"{page.name}: exit {ran.returncode}\n{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
+    assert clone_status() == before, f"{page.name}: a sample wrote into the clone (samples write under ~)"
+
+
+def clone_status() -> str:
+    """What git sees changed or added in the clone, ignored files aside."""
+    return subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=REPO).stdout
