@@ -1,15 +1,15 @@
-"""The demo fails on purpose (issue 36: "the demo never fails"), driven in-process on
-fixtures/demo itself with real plugin processes: scripts/demo_setup.py's first wave, the
+"""The demo fails on purpose (issue 36: "the demo never fails"), driven in-process on a
+copy of fixtures/demo with real plugin processes: scripts/demo_setup.py's first wave, the
 scheduler's ticks and the workers' loop. Within the demo's first minutes the ledger holds a flaky
 plugin's retry that succeeds, a job dead after its attempts (whose end starts the on-hook
 pipeline), a scheduled poll whose breaker opens and half-opens (the `scheduler.*` events), and the
 pipeline's `if:` switch taken one way for ada and the other for guest. Then a person sees them
 in Chromium: the dashboard's failures and breakers, the dead job's stderr and its Retry, the
-breaker's history; screenshots saved to be looked at.
+breaker's history, the flaky job's retry; screenshots saved to be looked at.
 
 Retries wait their real backoff (about a second: the demo's backoff_base). The breaker's 30 s
-cooldown is not waited for: the scheduler's clock jumps to each next due run, as its sleep would
-end, and only the broken poll is run meanwhile."""
+cooldown is not waited for: the scheduler's clock jumps to the broken poll's next due run, as its
+sleep would end (so the scheduler's times run ahead of the workers')."""
 
 from __future__ import annotations
 
@@ -217,6 +217,12 @@ def test_the_demo_shows_retries_a_dead_job_a_breaker_a_switch_and_a_hook(demo, s
     breakers = browser.find("#breakers-table").text
     assert "status_feed" in breakers and "open" in breakers
     browser.screenshot("demo-dashboard", full=True)
+
+    # The flaky plugin's job: its first attempt failed, the retry was scheduled and succeeded.
+    browser.open(f"/admin/ledger/job/{flaky.id}/change/")
+    assert "job.retry_scheduled" in browser.find("#events").text
+    assert "inventory API answered 503" in browser.text
+    browser.screenshot("demo-flaky-job", full=True)
 
     browser.open("/admin/ledger/job/?status=dead")
     assert "nightly_export" in browser.text
