@@ -2,8 +2,7 @@
 Python on the PATH, `./scripts/demo`. It must serve the API, the admin's styles and the banner's
 own curl example, run the job, and drain on SIGTERM (issue: "A newcomer's first ten minutes").
 
-The clone is of HEAD with this checkout's uncommitted changes to tracked files laid over it, so a
-change is tested before it is committed; a new file must be `git add`ed to be seen, as in CI.
+The clone is tests.support.checkout's: HEAD with this checkout's uncommitted changes laid over it.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,26 +22,12 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, free_port, wait_for
+from tests.support.checkout import fresh_clone
 
 pytestmark = pytest.mark.slow
 
 # What a newcomer's shell has: none of this project's or of the test run's settings.
 _DROPPED = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
-
-
-def fresh_clone(target: Path) -> Path:
-    subprocess.run(["git", "clone", "--quiet", str(REPO), str(target)], check=True)
-    changed = subprocess.run(
-        ["git", "-C", str(REPO), "diff", "--name-only", "HEAD"], check=True, capture_output=True, text=True
-    ).stdout.split()
-    for name in changed:
-        source, copy = REPO / name, target / name
-        if source.exists():
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, copy)
-        else:
-            copy.unlink(missing_ok=True)
-    return target
 
 
 def newcomer_env(port: int) -> dict[str, str]:
