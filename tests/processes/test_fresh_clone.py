@@ -128,6 +128,22 @@ def test_scripts_demo_runs_from_a_fresh_clone(tmp_path):
         job = wait_for(finished, timeout=60, what="the banner's job to finish")
         assert job["status"] == "succeeded", job
         assert re.search(r"Audit console: \S+/admin/ +as (\S+) / (\S+)", out.text), out.text
+
+        # Another shell, as the banner says (DUCTILE_CONFIG_DIR, not the demo's DUCTILE_DEMO_LISTEN):
+        # the CLI calls the gateway this demo runs, not the .env's 127.0.0.1:8080 (issue 36, item 3).
+        other_shell = {k: v for k, v in newcomer_env(port).items() if k != "DUCTILE_DEMO_LISTEN"}
+        other_shell["DUCTILE_CONFIG_DIR"] = str(clone / "fixtures/demo")
+        selfcheck = subprocess.run(
+            [str(clone / ".venv/bin/ductile"), "api", "/system/selfcheck", "-v"],
+            cwd=clone,
+            env=other_shell,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert f"GET {base}/system/selfcheck" in selfcheck.stderr, selfcheck.stderr
+        assert selfcheck.returncode == 0, selfcheck.stdout + selfcheck.stderr
+        assert f"held by this API's own gateway (pid {proc.pid})" in selfcheck.stdout, selfcheck.stdout
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -144,9 +144,11 @@ class Command(DuctileCommand):
         """The original's `plugin list --api-url`: what a running gateway loaded, from its open
         GET /plugins (a key is sent when one is given or in the environment)."""
         token = options["api_key"] or env_token(os.environ)
-        base = options["api_url"] or base_url(self.runtime())
-        if token is None and options["api_url"] is None:
-            token = config_token(self.runtime())
+        if options["api_url"] is None:
+            served = self.gateway_runtime()
+            base, token = base_url(served), token or config_token(served)
+        else:
+            base = options["api_url"]
         try:
             data = read_object(build_call("/plugins", base=base, token=token), timeout=10.0)
         except ApiUnanswered as exc:
@@ -274,7 +276,7 @@ class Command(DuctileCommand):
         if options["dedupe_key"]:
             document["dedupe_key"] = options["dedupe_key"]
         name, command = options["name"], options["command"]
-        base = options["api_url"] or base_url(self.runtime())
+        base = options["api_url"] or base_url(self.gateway_runtime())
         call = build_call(f"/plugin/{name}/{command}", base=base, token=token, method="POST", body=json.dumps(document))
         if options["dry_run"]:
             self.emit({"dry_run": True, "request": call.shown()}, lambda: json.dumps(call.shown(), indent=2))

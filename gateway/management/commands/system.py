@@ -157,8 +157,8 @@ class Command(DuctileCommand):
         source: LocalSource | ApiSource
         if options["api_url"] or options["api_key"]:
             token = options["api_key"] or env_token(os.environ)
-            base = options["api_url"] or base_url(self.runtime())
-            source = ApiSource(base, token or config_token(self.runtime()))
+            served = self.gateway_runtime()
+            source = ApiSource(options["api_url"] or base_url(served), token or config_token(served))
         else:
             source = LocalSource(self.open_ledger())
         console = Console()
