@@ -218,6 +218,19 @@ def test_plugin_run_dry_run_checks_and_shows_the_job_and_enqueues_nothing(cfg):
     assert ductile(cfg, "plugin", "run", "echo", "--command", "nope", "--dry-run").returncode == 2
 
 
+def test_plugin_run_of_a_plugin_that_does_not_exist_says_so_and_lists_those_that_do(cfg):
+    """Issue 36: `plugin run nosuch` said "not configured", as if adding it to the config would do."""
+    proc = ductile(cfg, "plugin", "run", "nosuch")
+    assert proc.returncode == 2
+    assert "plugin 'nosuch' does not exist: the configured plugins are echo, probe, py-greet, stress" in proc.stderr
+    # A plugin the roots hold but the config does not name: that one is only not configured.
+    proc = ductile(cfg, "plugin", "run", "fetch")
+    assert proc.returncode == 2
+    assert "plugin 'fetch' cannot run: it is not configured (found in plugin_roots; add it under plugins:)" in (
+        proc.stderr
+    )
+
+
 def test_job_inspect_shows_transitions_attempts_and_children(cfg):
     cfg.routes = [{"from": "echo", "event_type": "echo.poll", "to": "probe"}]
     cfg.write()
