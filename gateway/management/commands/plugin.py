@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandParser
-from django.utils import timezone
 
 from gateway import intake
 from gateway.cli.api_call import ApiUnanswered, base_url, build_call, config_token, env_token, read_object
@@ -331,7 +330,8 @@ class Command(DuctileCommand):
 
     def _run_here(self, job_ids: list[str], runtime: Runtime) -> list[Job]:
         """Run our jobs through the normal claim path; if a daemon took one first, wait for it."""
-        # Its own id each run: the rows of stopped runs stay, and a later run may get a recycled pid.
+        # A row while it runs (a crash mid-job is then recovered at once, as a dead worker's),
+        # gone after: a CLI call is not a daemon to list. Its own id each run: a pid is recycled.
         worker = WorkerInstance.objects.register(
             f"{socket.gethostname()}:{os.getpid()}:cli:{new_id()[:8]}",
             hostname=socket.gethostname(),
@@ -342,7 +342,7 @@ class Command(DuctileCommand):
         try:
             return [self._run_one(job_id, worker.id, runtime) for job_id in job_ids]
         finally:
-            worker.stop(timezone.now())
+            worker.leave()
 
     def _run_one(self, job_id: str, worker_id: str, runtime: Runtime) -> Job:
         while True:

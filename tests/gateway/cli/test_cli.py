@@ -199,6 +199,17 @@ def test_plugin_run_payload_file_and_dedupe(cfg, tmp_path):
     assert code == 0 and again["deduplicated"] is True and again["job_id"] == first["job_id"]
 
 
+def test_a_cli_run_leaves_no_worker_row(cfg):
+    """Issue 36: each `plugin run` left a `HOST:PID:cli:…` row among the workers, stopped."""
+    code, run = ductile_json(cfg, "plugin", "run", "echo")
+    assert code == 0 and run["status"] == "succeeded"
+    with sqlite3.connect(cfg.db_path) as db:
+        assert db.execute("SELECT id, state FROM worker_instances").fetchall() == []
+        # It did run as a claimant of its own, named in the job's transitions.
+        claimed = db.execute("SELECT reason FROM job_transitions WHERE to_status = 'running'").fetchall()
+    assert [reason.split(":")[-2] for (reason,) in claimed] == ["cli"]
+
+
 def test_plugin_run_no_wait_leaves_the_job_queued(cfg):
     code, body = ductile_json(cfg, "plugin", "run", "echo", "--no-wait")
     assert code == 0 and body["status"] == "queued"
