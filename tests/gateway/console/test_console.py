@@ -5,6 +5,7 @@ secret on any page (the same redaction as `/config/view`, plus the config's secr
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import timedelta
 
@@ -168,6 +169,21 @@ def test_the_index_opens_with_figures_that_link_to_their_filtered_lists(holder, 
     problems = text(auditor.get("/admin/ledger/job/?status=problem&created=24h"))
     assert dead[:8] in problems and queued[:8] not in problems
     assert "stress.poll" in text(auditor.get("/admin/ledger/circuitbreaker/?state=tripped"))
+
+
+def test_the_index_names_its_tables_in_plain_words_and_says_what_the_housekeeping_queue_is(holder, auditor):
+    """Issue 36: "Job stopwatchs", and django-q2's tables listed as "Django Q" with nothing to say
+    they hold the gateway's own upkeep, not the jobs an auditor came for."""
+    page = text(auditor.get(reverse("admin:index")))
+    assert ">Job stopwatches</a>" in page and "stopwatchs" not in page.lower()
+    section = re.search(r'<div class="app-django_q module.*?</caption>', page, re.S)
+    assert section, page
+    caption = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", section.group())).strip())
+    assert caption == (
+        "Housekeeping queue The gateway's own upkeep, not your jobs: the hourly retention prune and "
+        "scheduled backups (service.backup), run on demand by system start's housekeeping cluster "
+        "(django-q2). Plugin and pipeline jobs are under Execution ledger, Jobs."
+    )
 
 
 def test_the_workers_list_opens_on_the_live_daemons(holder, auditor):
