@@ -352,6 +352,33 @@ def test_an_unknown_log_level_override_is_said_and_the_config_level_applies(cfg)
     assert {line["level"] for line in lines if line.get("plugin") in ("echo", "stress")} == {"WARNING"}
 
 
+def test_one_text_line_per_job_with_where_it_routed_under_the_format_override(cfg):
+    """Issue 36: the demo's terminal printed two JSON lines per job (the outcome, then a line per
+    routed child). DUCTILE_LOG_FORMAT=text overrides `service.log_format` (json here) for one
+    process tree, and a job's one line names where it routed."""
+    import shlex
+
+    cfg.routes = [{"from": "echo", "event_type": "echo.poll", "to": "probe"}]
+    cfg.write()
+    ledger(cfg, "enqueue", [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}])
+    run = ductile(cfg, "runworkers", "--once", DUCTILE_LOG_FORMAT="text")
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [dict(pair.split("=", 1) for pair in shlex.split(line)) for line in run.stdout.splitlines()]
+    [echo] = [line for line in lines if line.get("plugin") == "echo"]
+    assert echo["msg"] == "job succeeded: poll; routed echo.poll to probe.handle"
+    [probe] = [line for line in lines if line.get("plugin") == "probe"]
+    assert probe["msg"] == "job succeeded: handle"
+    jobs = [line["job_id"] for line in lines if "job_id" in line]
+    assert sorted(jobs) == sorted(set(jobs)) and len(jobs) == 2  # one line per job
+
+    unknown = ductile(cfg, "runworkers", "--once", DUCTILE_LOG_FORMAT="yaml")
+    said = [json.loads(line) for line in unknown.stdout.splitlines()]
+    assert [line["message"] for line in said if "DUCTILE_LOG_FORMAT" in line["message"]] == [
+        "DUCTILE_LOG_FORMAT='yaml' is not a log format (json, text); it is ignored and "
+        "service.log_format 'json' applies"
+    ]
+
+
 def test_service_log_format_text_writes_key_value_lines_for_a_person(cfg):
     """`service.log_format: text`: the same fields as `key=value` pairs, the time first, a value
     with a space quoted (as Go's slog text handler writes them); JSON stays the default."""
