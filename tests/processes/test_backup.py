@@ -128,7 +128,9 @@ def test_the_manifest_records_origin_contents_exclusions_and_boundary_warnings(r
     assert done.returncode == 0, done.stderr
     # The INCLUDED/EXCLUDED list comes first, then the result.
     out = done.stdout
-    assert out.index("INCLUDED (scope config):") < out.index("EXCLUDED:") < out.index("backup written:")
+    # The scope says what it holds: `config` has the database too (issue 36: its name alone hid it).
+    included = "INCLUDED (scope config: the database snapshot and the config directory):"
+    assert out.index(included) < out.index("EXCLUDED:") < out.index("backup written:")
     assert f"  + config/api.yaml  <- {rich.path / 'api.yaml'}" in out
     manifest = manifest_of(archive)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)

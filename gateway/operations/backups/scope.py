@@ -25,6 +25,14 @@ from .manifest import new_backup_uid
 
 SCOPES = ("db", "config", "plugins", "all")
 DEFAULT_SCOPE = "config"
+# What each scope holds, in the words `--help` and every INCLUDED list say it: `config` holds the
+# database too (the spec's ladder, and its default), which its name alone does not tell.
+SCOPE_HOLDS = {
+    "db": "the database snapshot only",
+    "config": "the database snapshot and the config directory",
+    "plugins": "the database snapshot, the config directory and every plugin root",
+    "all": "the database snapshot, the config directory, every plugin root and the environment files",
+}
 # Rebuilt on the target host, never worth carrying (spec §10's list).
 JUNK_NAMES = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", ".DS_Store"})
 JUNK_SUFFIXES = (".pyc", ".pyo")
