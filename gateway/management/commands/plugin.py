@@ -246,6 +246,8 @@ class Command(DuctileCommand):
                 lines.append("available: discovered, not configured (add them to plugins.yaml to use them)")
             for c in data["cannot_run"]:
                 lines.append(f"cannot run here {c['name']}: {c['reason']}")
+            if any(r["health"] == "unknown" and "health" in r["commands"] for r in data["plugins"]):
+                lines.append(UNKNOWN_HEALTH)
             return "\n".join(lines)
 
         self.emit(data, text)
@@ -391,6 +393,12 @@ class Command(DuctileCommand):
             return "\n".join(lines)
 
         self.emit(data, text)
+
+
+# Health is a plugin's last answer to its `health` command; a gateway asks at no fixed time, so
+# a plugin of a fresh config, or one without `init`, has none until someone does (one without a
+# `health` command never has one, and `--check` cannot help it).
+UNKNOWN_HEALTH = "unknown health: no answer to its health command recorded yet; `plugin list --check` asks now"
 
 
 def manifest_view(manifest: Manifest) -> dict[str, Any]:

@@ -175,6 +175,18 @@ def test_plugin_list_json_shows_loaded_skipped_and_unconfigured(cfg):
     assert echo["commands"] == ["poll", "handle", "health"] and echo["state"] == "enabled"
 
 
+def test_plugin_list_says_why_health_is_unknown_and_check_asks(cfg):
+    """Issue 36: every plugin showed HEALTH unknown with nothing saying why or what to do."""
+    listed = ductile(cfg, "plugin", "list").stdout
+    assert "echo                     enabled   0.3.0       2 unknown" in listed
+    assert listed.rstrip().endswith(
+        "unknown health: no answer to its health command recorded yet; `plugin list --check` asks now"
+    )
+    checked = ductile(cfg, "plugin", "list", "--check").stdout
+    assert "echo                     enabled   0.3.0       2 healthy" in checked
+    assert "unknown health" not in checked
+
+
 def test_plugin_run_prints_result_and_exit_code_follows_the_job(cfg):
     code, body = ductile_json(cfg, "plugin", "run", "echo", "--payload", '{"message": "agent"}')
     assert code == 0 and body["status"] == "succeeded" and body["result"]["result"] == "Echoed: agent"
