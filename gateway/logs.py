@@ -113,6 +113,9 @@ _LEVELS = {
 }
 
 
+# The same for `service.log_format` (json or text): `./scripts/demo` sets text for its terminal.
+FORMAT_ENV = "DUCTILE_LOG_FORMAT"
+
 # The DUCTILE_LOG_LEVEL value last said to name no level: said once, not at every load of the config.
 _unknown_said: str | None = None
 
@@ -120,8 +123,9 @@ _unknown_said: str | None = None
 def apply_service_logging(level: str, line_format: str = "json") -> None:
     """The gateway's log lines from `service.log_level` (spec 000 §11.4; debug, info, warn or
     error, in either case), unless DUCTILE_LOG_LEVEL names a level, and `service.log_format`
-    (json or text) for the handlers that write our lines. A DUCTILE_LOG_LEVEL that names no level
-    is said so in a line of its own rather than replaced unseen. Applied whenever a config is
+    (json or text) for the handlers that write our lines, unless DUCTILE_LOG_FORMAT names one. A
+    DUCTILE_LOG_LEVEL that names no level is said so in a line of its own rather than replaced
+    unseen (an unknown DUCTILE_LOG_FORMAT too). Applied whenever a config is
     loaded or reloaded, and once Django has configured logging (gateway.apps), which sets its own."""
     global _unknown_said
     override = os.environ.get(LEVEL_ENV) or None
@@ -140,6 +144,17 @@ def apply_service_logging(level: str, line_format: str = "json") -> None:
             ", ".join(_LEVELS),
             level,
         )
+    chosen = os.environ.get(FORMAT_ENV) or None
+    if chosen is not None and chosen.lower() not in _FORMATTERS and chosen != _unknown_said and gateway.hasHandlers():
+        _unknown_said = chosen
+        logger("config").error(
+            "%s=%r is not a log format (json, text); it is ignored and service.log_format %r applies",
+            FORMAT_ENV,
+            chosen,
+            line_format,
+        )
+    if chosen is not None and chosen.lower() in _FORMATTERS:
+        line_format = chosen.lower()
     formatter = _FORMATTERS.get(line_format, JsonFormatter)
     for handler in gateway.handlers:
         if type(handler.formatter) in _FORMATTERS.values() and type(handler.formatter) is not formatter:

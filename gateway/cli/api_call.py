@@ -1,13 +1,14 @@
 """`api PATH`: one call to the gateway's HTTP API from the command line (spec 000 Operator
 Handbook, "API (direct gateway calls)"), with urllib.
 
-Where: `--api-url`, else the config's `api.listen` (a wildcard host is reached on loopback).
-Who: `--api-key`, else $DUCTILE_API_KEY or $DUCTILE_TOKEN, else the first `*`-scoped token of the
-loaded config. What: `-f key=value` fields make the body `{"payload": {key: value}}` on the
-trigger paths (`/plugin/…`, `/pipeline/…`, as the Handbook's examples send them), the query
-string on a GET (`api /jobs -f status=failed`), and a flat JSON object on other methods; `-b`
-sends a body as given. The method is POST on a trigger path with fields and whenever `-b` gives a
-body, GET otherwise, unless `-X` says.
+Where: `--api-url`, else the `api.listen` (a wildcard host is reached on loopback) of the gateway
+running on this config's state directory, else the config's. Who: `--api-key`, else
+$DUCTILE_API_KEY or $DUCTILE_TOKEN, else the first `*`-scoped token of that gateway or config
+(gateway.daemon.control.served_runtime). What: `-f key=value` fields make the body
+`{"payload": {key: value}}` on the trigger paths (`/plugin/…`, `/pipeline/…`, as the Handbook's
+examples send them), the query string on a GET (`api /jobs -f status=failed`), and a flat JSON
+object on other methods; `-b` sends a body as given. The method is POST on a trigger path with
+fields and whenever `-b` gives a body, GET otherwise, unless `-X` says.
 """
 
 from __future__ import annotations

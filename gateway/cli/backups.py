@@ -10,6 +10,7 @@ from gateway.cli.base import EXIT_FAILED, DuctileCommand, Exit
 from gateway.operations.backups.archive import BackupError, plan_for, preview_manifest, write_backup
 from gateway.operations.backups.manifest import Manifest, ManifestError
 from gateway.operations.backups.restore import RestoreError, restore_backup
+from gateway.operations.backups.scope import SCOPE_HOLDS
 
 
 def run_backup(command: DuctileCommand, destination: str, scope: str, dry_run: bool) -> None:
@@ -44,7 +45,7 @@ def run_backup(command: DuctileCommand, destination: str, scope: str, dry_run: b
 
 
 def plan_text(manifest: Manifest) -> str:
-    lines = [f"INCLUDED (scope {manifest.scope}):"]
+    lines = [f"INCLUDED (scope {manifest.scope}: {SCOPE_HOLDS.get(manifest.scope, 'as listed')}):"]
     db = manifest.database
     lines.append(f"  + {db['archive_path']}  <- {db['source']}  ({db['method']})")
     roots = {m["archive_path"]: m["source_path"] for m in manifest.plugin_roots}

@@ -161,6 +161,13 @@ class DuctileCommand(BaseCommand):
     def runtime(self) -> Runtime:
         return RUNTIME.get()
 
+    def gateway_runtime(self) -> Runtime:
+        """For a call to the gateway's API (its address, its `*` token): the runtime the running
+        gateway serves, else the config as read here (gateway.daemon.control.served_runtime)."""
+        from gateway.daemon.control import served_runtime  # only the commands that call the API
+
+        return served_runtime(self.runtime())
+
     def open_ledger(self, *, check_integrity: bool = False) -> Runtime:
         """The runtime, with the database's schema current. `check_integrity`: refuse a corrupted
         SQLite file first (the daemons and `system start`, before they run anything on it)."""

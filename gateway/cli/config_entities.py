@@ -69,7 +69,9 @@ def add_entity_parsers(actions: Any, command: Command) -> None:
     add.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
     command.add_json(add)
 
-    backup = actions.add_parser("backup", help="an archive of the config and database (system backup --scope config)")
+    backup = actions.add_parser(
+        "backup", help="an archive of the config directory and the database snapshot (system backup --scope config)"
+    )
     backup.add_argument("--to", dest="to", metavar="FILE", help=f"default: CONFIG_DIR/{BACKUPS}/config-STAMP.tar.gz")
     backup.add_argument("--dry-run", action="store_true", help="list what would be included and excluded")
     command.add_json(backup)

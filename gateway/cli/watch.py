@@ -167,11 +167,55 @@ def cells(*values: RenderableType) -> list[RenderableType]:
     return [Text(value) if isinstance(value, str) else value for value in values]
 
 
+# The columns of names and words, which share what the figures leave, in these proportions, and
+# are shortened with an ellipsis in a narrow terminal; the others (ids, counts, durations, ages,
+# states) are shown whole.
+WORDS = {
+    "plugin.command": 2,
+    "worker": 1,
+    "error": 4,
+    "type": 2,
+    "source": 1,
+    "plugin": 1,
+    "pipeline": 1,
+    "trigger": 1,
+    "schedule": 1,
+}
+
+
 def grid(*columns: str) -> Table:
+    """A section's table: its headers and short values are never cut ("attem…", "0c9bd…" at 120
+    columns before); the words columns take the rest of the width."""
     table = Table(box=None, expand=True, pad_edge=False, show_edge=False, header_style="bold dim")
     for name in columns:
-        table.add_column(name, overflow="ellipsis", no_wrap=True)
+        table.add_column(
+            name,
+            overflow="ellipsis",
+            no_wrap=True,
+            ratio=WORDS.get(name),
+            width=len(name) if name in WORDS else None,
+            min_width=len(name),
+        )
     return table
+
+
+PANEL_FRAME = 4  # a panel's borders and padding, left and right
+FIGURE_GAP = "   "
+
+
+def packed(figures: list[Text], width: int) -> Text:
+    """The figures on as many lines as `width` needs, a line breaking between two figures, never
+    inside one ("0" at the end of a line and "retry waiting" on the next, at 80 columns before)."""
+    lines: list[Text] = [Text()]
+    for figure in figures:
+        line = lines[-1]
+        if line and line.cell_len + len(FIGURE_GAP) + figure.cell_len > width:
+            lines.append(Text())
+            line = lines[-1]
+        if line:
+            line.append(FIGURE_GAP)
+        line.append_text(figure)
+    return Text("\n").join(lines)
 
 
 def render(snapshot: dict[str, Any], *, now: datetime, where: str, width: int, note: str = "") -> RenderableType:
@@ -179,24 +223,32 @@ def render(snapshot: dict[str, Any], *, now: datetime, where: str, width: int, n
     what passed since it was read), so ages do not depend on this machine's clock."""
     snapshot = plain(snapshot)
     gateway = snapshot["gateway"]
-    header = Text.assemble(
-        ("Ductile ", "bold"),
-        (f"{gateway['name']} ", "bold cyan"),
-        (f"v{gateway['version']}", "dim"),
-        f"  {where}  ",
-        (f"{gateway['database']}", "dim"),
-        "  ",
-        (f"as of {snapshot['generated_at']}", "dim"),
+    # Two lines, each cut with an ellipsis rather than wrapped into the next at any width.
+    header = Group(
+        Text.assemble(
+            ("Ductile ", "bold"),
+            (f"{gateway['name']} ", "bold cyan"),
+            (f"v{gateway['version']}", "dim"),
+            f"  {where}",
+            no_wrap=True,
+            overflow="ellipsis",
+        ),
+        Text.assemble(
+            (f"{gateway['database']}", "dim"),
+            "  ",
+            (f"as of {snapshot['generated_at']}", "dim"),
+            no_wrap=True,
+            overflow="ellipsis",
+        ),
     )
     queue = snapshot["queue"]
     workers = snapshot["workers"]
-    counts = Text.assemble(
-        *[part for status, n in queue.items() for part in ((f"{n:,}", "bold"), " ", status_text(status), "   ")],
-        (f"{snapshot['retry_waiting']:,}", "bold"),
-        " retry waiting   ",
-        (f"{len(workers)}", "bold"),
-        f" live workers ({sum(w['threads'] for w in workers)} threads)",
+    figures = [Text.assemble((f"{n:,}", "bold"), " ", status_text(status)) for status, n in queue.items()]
+    figures.append(Text.assemble((f"{snapshot['retry_waiting']:,}", "bold"), " retry waiting"))
+    figures.append(
+        Text.assemble((f"{len(workers)}", "bold"), f" live workers ({sum(w['threads'] for w in workers)} threads)")
     )
+    counts = packed(figures, width - PANEL_FRAME)
     t = snapshot["throughput"]
     rate = "-" if t["failure_rate"] is None else f"{100 * t['failure_rate']:.1f}%"
     throughput = Group(

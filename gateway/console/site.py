@@ -64,6 +64,17 @@ def summary() -> list[Figure]:
     ]
 
 
+# What a section of the index is, where its app's own name does not say: shown under its title.
+APP_DESCRIPTIONS = {
+    "django_q": (
+        "Housekeeping queue",
+        "The gateway's own upkeep, not your jobs: the hourly retention prune and scheduled backups "
+        "(service.backup), run on demand by system start's housekeeping cluster (django-q2). "
+        "Plugin and pipeline jobs are under Execution ledger, Jobs.",
+    ),
+}
+
+
 class ConsoleSite(admin.AdminSite):
     site_header = "Ductile"
     site_title = "Ductile"
@@ -77,6 +88,13 @@ class ConsoleSite(admin.AdminSite):
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         figures = summary() if request.user.has_perm("ledger.view_job") else []
         return super().index(request, {"figures": figures, **(extra_context or {})})
+
+    def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[Any]:
+        apps = super().get_app_list(request, app_label)
+        for app in apps:
+            if app["app_label"] in APP_DESCRIPTIONS:
+                app["name"], app["description"] = APP_DESCRIPTIONS[app["app_label"]]
+        return apps
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
         return [path("config/", self.admin_view(self.config_view), name="config"), *super().get_urls()]

@@ -11,7 +11,7 @@ from typing import Any
 from gateway.config.redaction import REDACTED
 from gateway.console.render import capped
 from gateway.console.safety import Safe
-from gateway.reports import added_paths, claims_only, parse_response, tree_root
+from gateway.reports import added_paths, claims_only, depth_first, parse_response, tree_root
 from ledger.models import EventContext, EventRecord, Job, JobLog, JobStopwatch, JobTransition, PluginFact
 from pipelines.router import CONTROL
 
@@ -133,18 +133,10 @@ def _tree(job: Job) -> tuple[list[Hop], bool]:
     truncated = len(jobs) > TREE_CAP
     jobs = jobs[:TREE_CAP]
     contexts = EventContext.objects.in_bulk([j.event_context_id for j in jobs if j.event_context_id])
-    children: dict[str | None, list[Job]] = {}
-    for j in jobs:
-        children.setdefault(j.parent_job_id if j is not root else None, []).append(j)
-    hops: list[Hop] = []
-
-    def visit(node: Job, depth: int) -> None:
-        context = contexts.get(node.event_context_id or "")
-        hops.append(Hop(job=node, depth=depth, where=where(context), this=node.id == job.id))
-        for child in children.get(node.id, []):
-            visit(child, depth + 1)
-
-    visit(root, 0)
+    hops = [
+        Hop(job=node, depth=depth, where=where(contexts.get(node.event_context_id or "")), this=node.id == job.id)
+        for node, depth in depth_first(jobs, lambda j: j.id, lambda j: j.parent_job_id)
+    ]
     return hops, truncated
 
 

@@ -1,14 +1,18 @@
 """Reaching the running gateway from another process. `system reload` and `POST /system/reload`
 signal the `system start` supervisor found through its PID file (spec 000 §11.3: "Send SIGHUP to
-the running process (found via PID file)"); it passes the signal to every process it runs."""
+the running process (found via PID file)"); it passes the signal to every process it runs. The CLI
+calls that go over HTTP address the runtime that gateway serves (`served_runtime`)."""
 
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 
+from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig
-from gateway.daemon.supervisor import pid_file_for, running_pid
+from gateway.daemon.supervisor import pid_file_for, running_pid, snapshot_file_for
+from gateway.runtime import Runtime, read_snapshot
 
 
 class NotRunning(Exception):
@@ -35,3 +39,22 @@ def reload_gateway(config: GatewayConfig) -> int:
     pid = gateway_pid(config)
     os.kill(pid, signal.SIGHUP)
     return pid
+
+
+def served_runtime(runtime: Runtime) -> Runtime:
+    """The runtime the gateway running on `runtime`'s state directory serves (the snapshot its
+    processes run on), else `runtime` itself. What a CLI call to the gateway's API must address:
+    the config files read in another shell can resolve to another listen address or token (a
+    variable set only in the gateway's shell, as `DUCTILE_DEMO_LISTEN=127.0.0.1:9000 ./scripts/demo`
+    does over the demo's .env). A snapshot this user does not own is not read (unpickling runs
+    code; the state directory belongs to the gateway's user), nor one that cannot be (another
+    version's): the config read here answers then."""
+    try:
+        if running_pid(pid_file_for(runtime.config)) is None:
+            return runtime
+        snapshot = snapshot_file_for(runtime.config)
+        if snapshot.stat().st_uid != os.geteuid():
+            return runtime
+        return read_snapshot(snapshot)
+    except (OSError, ValueError, ConfigError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return runtime

@@ -465,9 +465,11 @@ class Scheduler:
                 fired.append(Fired(due.row.address, ids))
             ScheduleEntry.objects.record_fired(last_jobs, now=now)
             announce(runtime, skips, source=SOURCE, now=now)
+        # At debug: the job's own line (dispatch) follows at info; two lines per scheduled job
+        # were the bulk of a terminal's log (issue 36). tests/bench/bench_scheduler.py reads it.
         for result in fired:
             if result.job_ids:
-                log.info("schedule %s: enqueued %s", result.address, ", ".join(result.job_ids))
+                log.debug("schedule %s: enqueued %s", result.address, ", ".join(result.job_ids))
         return fired
 
     def _job(self, schedule: Schedule, dedupe_key: str) -> JobSpec:

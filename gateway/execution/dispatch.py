@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -399,20 +399,13 @@ class Executor:
             return None
         level = "info" if job.status == JobStatus.SUCCEEDED else "warning"
         getattr(log, level)(
-            "job %s: %s%s",
+            "job %s: %s%s%s",
             job.status,
             job.command,
             f" ({outcome.error})" if outcome.error else "",
+            routed(outcome.children),
             extra={"plugin": job.plugin, "job_id": job.id},
         )
-        for child in outcome.children:
-            log.info(
-                "routed %s to %s.%s",
-                child.event and child.event.get("type"),
-                child.plugin,
-                child.command,
-                extra={"plugin": job.plugin, "job_id": job.id},
-            )
         return following
 
     def _commit(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> Job | None:
@@ -509,6 +502,20 @@ class Executor:
                 "outcome recorded after %d attempts over %.0fs", attempts, time.monotonic() - began, extra=extra
             )
             return True
+
+
+# Targets a job's log line names (a split can fan out to thousands): the rest are counted.
+ROUTED_SHOWN = 3
+
+
+def routed(children: Sequence[JobSpec]) -> str:
+    """What a job's one log line adds about the jobs it led to: "; routed echo.poll to
+    echo_loud.handle" (one line per job: the demo's terminal printed a line per child too)."""
+    if not children:
+        return ""
+    targets = [f"{c.event and c.event.get('type')} to {c.plugin}.{c.command}" for c in children[:ROUTED_SHOWN]]
+    more = f" and {len(children) - ROUTED_SHOWN} more" if len(children) > ROUTED_SHOWN else ""
+    return f"; routed {', '.join(targets)}{more}"
 
 
 def preflight_event(job: Job, decision: str, reason: str) -> dict[str, Any]:

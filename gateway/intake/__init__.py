@@ -53,11 +53,26 @@ def refusal(runtime: Runtime, plugin: str, command: str) -> str | None:
     if instance is None:
         if plugin in registry.disabled:
             return f"plugin {plugin!r} cannot run: it is disabled (enabled: false)"
-        reason = registry.skipped.get(plugin)
-        return f"plugin {plugin!r} cannot run: {reason or 'it is not configured'}"
+        if plugin in registry.skipped:
+            return f"plugin {plugin!r} cannot run: {registry.skipped[plugin]}"
+        if plugin in registry.discovery.manifests:
+            return f"plugin {plugin!r} cannot run: it is not configured (found in plugin_roots; add it under plugins:)"
+        return f"plugin {plugin!r} does not exist: {_runnable(registry.instances)}"
     if instance.command(command) is None:
         return f"plugin {plugin!r} has no command {command!r} (it has: {', '.join(instance.manifest.commands)})"
     return None
+
+
+# Names listed in a refusal for a plugin that does not exist: enough to spot a typo.
+SHOWN_PLUGINS = 20
+
+
+def _runnable(instances: Mapping[str, PluginInstance]) -> str:
+    names = sorted(instances)
+    if not names:
+        return "no plugin is configured"
+    more = f" and {len(names) - SHOWN_PLUGINS} more" if len(names) > SHOWN_PLUGINS else ""
+    return f"the configured plugins are {', '.join(names[:SHOWN_PLUGINS])}{more}"
 
 
 def resolve(runtime: Runtime, plugin: str, command: str) -> PluginInstance:

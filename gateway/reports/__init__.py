@@ -8,10 +8,10 @@ under secret-like keys where the job is at hand: every surface built on these re
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import Count, Q, TextField
@@ -355,6 +355,30 @@ def job_tree(job: Job) -> list[dict[str, Any]]:
             }
         )
     return hops
+
+
+Node = TypeVar("Node")
+
+
+def depth_first(
+    nodes: Sequence[Node], id_of: Callable[[Node], str], parent_of: Callable[[Node], str | None]
+) -> list[tuple[Node, int]]:
+    """A tree's nodes in drawing order, each with its depth: every node's children right under it,
+    siblings in their given order. `nodes` as `Job.objects.tree` and `job_tree` list them, level by
+    level, would put a replay's children after its last sibling's; a node whose parent is not
+    among them (the root: a hook-started root keeps its parent for tracing) starts at depth 0."""
+    ids = {id_of(node) for node in nodes}
+    children: dict[str | None, list[Node]] = {}
+    for node in nodes:
+        parent = parent_of(node)
+        children.setdefault(parent if parent in ids else None, []).append(node)
+    ordered: list[tuple[Node, int]] = []
+    stack = [(node, 0) for node in reversed(children.get(None, []))]
+    while stack:  # not recursive: a chain can be deeper than Python's recursion limit
+        node, depth = stack.pop()
+        ordered.append((node, depth))
+        stack += [(child, depth + 1) for child in reversed(children.get(id_of(node), []))]
+    return ordered
 
 
 def claims_only(baggage: Any) -> dict[str, Any]:

@@ -43,6 +43,7 @@ class JobStopwatch(models.Model):
 
     class Meta:
         db_table = "job_stopwatch"
+        verbose_name_plural = "job stopwatches"  # Django's default adds an "s": "job stopwatchs"
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["job_id"], name="job_stopwatch_job_idx"),  # read by job inspect

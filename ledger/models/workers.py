@@ -78,6 +78,13 @@ class WorkerInstance(models.Model):
         with writing():
             WorkerInstance.objects.filter(pk=self.pk).update(heartbeat_at=now)
 
+    def leave(self) -> None:
+        """The row of a one-off claimant (a CLI `plugin run`), removed when it ends: it is there
+        only so that, should its process die mid-job, recovery sees its claims as a dead
+        worker's at once. Kept as `stopped`, every CLI call left a row among the daemons."""
+        with writing():
+            WorkerInstance.objects.filter(pk=self.pk).delete()
+
     def stop(self, now: datetime) -> None:
         self.state, self.stopped_at = WorkerState.STOPPED, now
         with writing():

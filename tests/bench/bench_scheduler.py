@@ -128,6 +128,9 @@ class SchedConfig(BenchConfig):
 
     def env(self) -> dict[str, str]:
         env = super().env()
+        # The "enqueued" line this script times each commit by is written at debug (nothing else
+        # the scheduler writes is).
+        env["DUCTILE_LOG_LEVEL"] = "debug"
         if self.database_url:
             env["DATABASE_URL"] = self.database_url
         return env

@@ -128,7 +128,9 @@ def test_the_manifest_records_origin_contents_exclusions_and_boundary_warnings(r
     assert done.returncode == 0, done.stderr
     # The INCLUDED/EXCLUDED list comes first, then the result.
     out = done.stdout
-    assert out.index("INCLUDED (scope config):") < out.index("EXCLUDED:") < out.index("backup written:")
+    # The scope says what it holds: `config` has the database too (issue 36: its name alone hid it).
+    included = "INCLUDED (scope config: the database snapshot and the config directory):"
+    assert out.index(included) < out.index("EXCLUDED:") < out.index("backup written:")
     assert f"  + config/api.yaml  <- {rich.path / 'api.yaml'}" in out
     manifest = manifest_of(archive)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
@@ -453,3 +455,35 @@ def test_restore_with_database_url_loads_an_empty_database_and_refuses_a_used_on
         with psycopg.connect(process_db.database_url, autocommit=True) as conn:
             for url in targets:
                 conn.execute(f"DROP DATABASE IF EXISTS {url.rpartition('/')[2]} WITH (FORCE)")
+
+
+def test_only_a_token_written_as_is_is_warned_of_not_a_var_reference(config_dir, tmp_path):
+    """Issue 36: every config with an inline token was warned "a literal token (not ${VAR}) is in
+    the archive", the demo's `token: ${DUCTILE_DEMO_TOKEN}` too."""
+    config_dir.extra["api"] = {
+        "enabled": False,
+        "auth": {
+            "tokens": [
+                {"name": "by-name", "token": "${BACKUP_TEST_TOKEN}", "scopes": ["*"]},
+                {"name": "as-is", "token": "a-literal-secret-1234", "scopes": ["jobs:ro"]},
+            ]
+        },
+    }
+    config_dir.write()
+    done = ductile(
+        config_dir,
+        "system",
+        "backup",
+        "--to",
+        str(tmp_path / "b.tar.gz"),
+        "--dry-run",
+        "--json",
+        BACKUP_TEST_TOKEN="from-the-environment",
+    )
+    assert done.returncode == 0, done.stderr
+    tokens = [w for w in json.loads(done.stdout)["warnings"] if "token" in w and "api.auth" in w]
+    line = (config_dir.path / "config.yaml").read_text().splitlines().index("    - name: as-is") + 2
+    assert tokens == [
+        f"api.auth.tokens[1].token ({config_dir.path / 'config.yaml'}:{line}) is a literal token, not a ${{VAR}} "
+        "reference: the archive holds it in plain text"
+    ]

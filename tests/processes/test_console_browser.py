@@ -40,7 +40,11 @@ def test_an_auditor_logs_in_to_a_styled_console(config_dir, browser):
         assert browser.find("#site-name a").text == "Ductile"
         assert "WELCOME, ADA" in browser.find("#user-tools").text.upper()
         assert browser.find("a[href='/admin/ledger/job/']").text  # the ledger, readable by an auditor
-        browser.screenshot("console-index-auditor")
+        # django-q2's tables say what they are, in sentence case under their section's title.
+        described = browser.find(".app-django_q .ductile-app-description")
+        assert described.text.startswith("The gateway's own upkeep, not your jobs")
+        assert browser.style(".app-django_q .ductile-app-description", "textTransform") == "none"
+        browser.screenshot("console-index-auditor", full=True)
 
 
 def run(cfg, *argv):

@@ -2,8 +2,7 @@
 Python on the PATH, `./scripts/demo`. It must serve the API, the admin's styles and the banner's
 own curl example, run the job, and drain on SIGTERM (issue: "A newcomer's first ten minutes").
 
-The clone is of HEAD with this checkout's uncommitted changes to tracked files laid over it, so a
-change is tested before it is committed; a new file must be `git add`ed to be seen, as in CI.
+The clone is tests.support.checkout's: HEAD with this checkout's uncommitted changes laid over it.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,31 +17,18 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tests.support import REPO, free_port, wait_for
+from tests.support.checkout import fresh_clone
 
 pytestmark = pytest.mark.slow
 
 # What a newcomer's shell has: none of this project's or of the test run's settings.
 _DROPPED = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
-
-
-def fresh_clone(target: Path) -> Path:
-    subprocess.run(["git", "clone", "--quiet", str(REPO), str(target)], check=True)
-    changed = subprocess.run(
-        ["git", "-C", str(REPO), "diff", "--name-only", "HEAD"], check=True, capture_output=True, text=True
-    ).stdout.split()
-    for name in changed:
-        source, copy = REPO / name, target / name
-        if source.exists():
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, copy)
-        else:
-            copy.unlink(missing_ok=True)
-    return target
 
 
 def newcomer_env(port: int) -> dict[str, str]:
@@ -163,12 +148,33 @@ def test_scripts_demo_runs_from_a_fresh_clone(tmp_path):
         )
         print(f"fresh clone to a dead job: {time.monotonic() - started:.1f}s")
         assert dead[0]["status"] == "dead"
+        # Another shell, as the banner says (DUCTILE_CONFIG_DIR, not the demo's DUCTILE_DEMO_LISTEN):
+        # the CLI calls the gateway this demo runs, not the .env's 127.0.0.1:8080 (issue 36, item 3).
+        other_shell = {k: v for k, v in newcomer_env(port).items() if k != "DUCTILE_DEMO_LISTEN"}
+        other_shell["DUCTILE_CONFIG_DIR"] = str(clone / "fixtures/demo")
+        selfcheck = subprocess.run(
+            [str(clone / ".venv/bin/ductile"), "api", "/system/selfcheck", "-v"],
+            cwd=clone,
+            env=other_shell,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert f"GET {base}/system/selfcheck" in selfcheck.stderr, selfcheck.stderr
+        assert selfcheck.returncode == 0, selfcheck.stdout + selfcheck.stderr
+        assert f"held by this API's own gateway (pid {proc.pid})" in selfcheck.stdout, selfcheck.stdout
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         exit_code = proc.wait(timeout=120)
     assert exit_code == 0, out.text[-3000:]
     assert '"system stopped"' in out.text
+    # The terminal's log is for a person (issue 36: two JSON lines per job): text, and no job in
+    # more than one line.
+    logged = [line for line in out.lines if line.startswith(("time=", "{"))]
+    assert logged and all(line.startswith("time=") for line in logged), "\n".join(logged[:5])
+    lines_of = Counter(job for line in logged for job in set(re.findall(r"[0-9a-f]{8}-[0-9a-f-]{27}", line)))
+    assert lines_of[job_id] == 1 and max(lines_of.values()) == 1, [line for line in logged if "job_id=" in line]
     shown = subprocess.run(
         [str(clone / ".venv/bin/ductile"), "system", "status", "--json"],
         cwd=clone,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import REPO, ConfigDir, cli_env, ductile, ledger, wait_for
+from tests.support import REPO, ConfigDir, cli_env, ductile, ledger, run_sql, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -25,10 +26,10 @@ PROMPT = "ready$"  # capture-pane drops the space after it
 class Terminal:
     """A tmux pane running a bare bash, on a tmux server of its own."""
 
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], columns: int = 160):
         self.socket = f"ductile-test-{uuid.uuid4().hex[:8]}"
         self.env = {**env, "TERM": "xterm-256color"}
-        self.tmux("new-session", "-d", "-x", "160", "-y", "50", "bash --norc --noprofile")
+        self.tmux("new-session", "-d", "-x", str(columns), "-y", "50", "bash --norc --noprofile")
         self.type(f"PS1='{PROMPT} '; clear")
 
     def tmux(self, *args: str) -> str:
@@ -79,7 +80,9 @@ class Terminal:
 
 
 @pytest.fixture
-def terminal(process_db) -> Iterator[tuple[Terminal, ConfigDir]]:
+def terminal(process_db, request) -> Iterator[tuple[Terminal, ConfigDir]]:
+    """A shell at a prompt in a terminal 160 columns wide (or `request.param`'s), on a ledger
+    where echo ran once."""
     if shutil.which("tmux") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI must run the terminal tests: install tmux")
@@ -88,7 +91,7 @@ def terminal(process_db) -> Iterator[tuple[Terminal, ConfigDir]]:
     cfg.write()
     ran = ductile(cfg, "plugin", "run", "echo")
     assert ran.returncode == 0, ran.stderr
-    term = Terminal(cli_env(cfg))
+    term = Terminal(cli_env(cfg), getattr(request, "param", 160))
     try:
         term.at_prompt()
         yield term, cfg
@@ -157,5 +160,31 @@ def test_a_plugins_words_show_redacted_and_escaped_never_acting_on_the_terminal(
     screen = term.wait_for_text("Latest failures", "[REDACTED] \\x1b]0;pwned\\x07")
     assert token not in screen
     assert "Queue and throughput" in screen and term.title() == title != "pwned"
+    term.key("q")
+    assert_shell_is_back(term)
+
+
+@pytest.mark.parametrize("terminal", [80, 120], indirect=True)
+def test_the_header_lines_and_every_heading_fit_the_terminal(terminal):
+    """Issue 36: at 80 columns the header wrapped into the next line and the queue's figures
+    broke inside one ("0" ending a line, "retry waiting" starting the next); at 120 the Running
+    section, in a column of its own, cut its headings ("attem…") and the job ids."""
+    term, cfg = terminal
+    [queued] = ledger(cfg, "enqueue", [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}])
+    run_sql(
+        cfg,
+        "UPDATE job_queue SET status = 'running', claimed_by = 'vm:424242:0c0036ab9f1e', "
+        f"started_at = CURRENT_TIMESTAMP, lease_until = CURRENT_TIMESTAMP WHERE id = '{queued}'",
+    )
+    term.type(watch_command(cfg))
+    screen = term.wait_for_text("Running (1)", "q quit").splitlines()
+    assert screen[0].startswith("Ductile ") and screen[1].startswith(("sqlite:", "postgres")), screen[:3]
+    assert screen[2].startswith("╭─ Queue and throughput"), screen[:3]  # two header lines, no more
+    figures = [line.strip("│ ") for line in screen[3:6]]
+    assert any(re.search(r"\d+ retry waiting", line) for line in figures), figures
+    assert not any(line.endswith(tuple("0123456789")) for line in figures), figures
+    heading = next(i for i, line in enumerate(screen) if "Running (1)" in line) + 1
+    assert screen[heading].split("│")[1].split() == ["job", "plugin.command", "attempt", "elapsed", "worker"]
+    assert queued[:8] in screen[heading + 1].split("│")[1].split()
     term.key("q")
     assert_shell_is_back(term)

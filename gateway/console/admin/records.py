@@ -5,8 +5,9 @@ action."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
@@ -32,6 +33,10 @@ from ledger.models import (
     WorkerInstance,
 )
 from ledger.models.workers import WorkerState
+
+if TYPE_CHECKING:
+    from django.contrib.admin.filters import _ListFilterChoices
+    from django.contrib.admin.views.main import ChangeList
 
 
 @admin.register(EventContext)
@@ -131,11 +136,26 @@ class ConfigSnapshotAdmin(LedgerAdmin):
 
 
 class LiveFilter(admin.SimpleListFilter):
+    """The workers list opens on the live daemons: the rows of stopped ones stay for the record
+    (what claimed a job names its worker), one click away."""
+
     title = "liveness"
     parameter_name = "live"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "live (heartbeat within a lease)"), ("no", "gone or silent")]
+        return [("yes", "live (heartbeat within a lease)"), ("no", "gone or silent"), ("all", "all")]
+
+    def value(self) -> str:
+        return super().value() or "yes"
+
+    def choices(self, changelist: ChangeList) -> Iterator[_ListFilterChoices]:
+        # No "All" link of Django's own: without the parameter the list is the live one.
+        for value, label in self.lookup_choices:
+            yield {
+                "selected": self.value() == value,
+                "query_string": changelist.get_query_string({self.parameter_name: value}),
+                "display": label,
+            }
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         live = WorkerInstance.objects.heartbeating(timezone.now(), lease_ttl()).values("pk")

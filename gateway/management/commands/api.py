@@ -37,9 +37,11 @@ class Command(DuctileCommand):
         )
         parser.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'")
         parser.add_argument("-b", "--body", help="the request body as is (JSON); @FILE reads it from FILE")
-        parser.add_argument("--api-url", help="default: http://<api.listen> from the config")
+        parser.add_argument("--api-url", help="default: http://<api.listen> of the running gateway, else of the config")
         parser.add_argument(
-            "--api-key", help="bearer token (default: $DUCTILE_API_KEY, $DUCTILE_TOKEN, else the config's `*` token)"
+            "--api-key",
+            help="bearer token (default: $DUCTILE_API_KEY, $DUCTILE_TOKEN, else the running gateway's or the config's "
+            "`*` token)",
         )
         parser.add_argument("--timeout", type=float, default=330.0, help="seconds to wait for the answer")
         parser.add_argument("--dry-run", action="store_true", help="show the request (token hidden); send nothing")
@@ -56,7 +58,7 @@ class Command(DuctileCommand):
         token = options["api_key"] or env_token(os.environ)
         base = options["api_url"]
         if base is None or token is None:
-            runtime = self.runtime()  # only when the config must say: an invalid one exits 78
+            runtime = self.gateway_runtime()  # only when the config must say: an invalid one exits 78
             base = base or base_url(runtime)
             token = token or config_token(runtime)
         try:

@@ -13,7 +13,7 @@ from gateway import intake
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.management.commands.pipeline import run_tree
 from gateway.operations import CLI, replay
-from gateway.reports import MAX_LOGS, claims_only, find_logs, job_detail, parse_rfc3339
+from gateway.reports import MAX_LOGS, claims_only, depth_first, find_logs, job_detail, parse_rfc3339
 from gateway.terminal import one_line
 from ledger.models import EventContext, Job, LostJob
 from ledger.states import ActionRefused, JobStatus
@@ -54,17 +54,14 @@ def with_original_keys(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def tree_lines(tree: list[dict[str, Any]], verbose: bool) -> list[str]:
-    """One line per hop, indented under its parent; baggage where a hop changed it (every hop with
+    """One line per hop, right under its parent; baggage where a hop changed it (every hop with
     `-v`, which also shows the core's `ductile.*` control fields, the event that reached the hop and
     the baggage paths it merged in)."""
-    level: dict[str, int] = {}
-    baggage_of: dict[str, Any] = {}
+    baggage_of = {hop["job_id"]: hop["baggage"] for hop in tree}
     lines = []
-    for hop in tree:
+    for hop, level in depth_first(tree, lambda h: h["job_id"], lambda h: h["parent_job_id"]):
         parent = hop["parent_job_id"]
-        level[hop["job_id"]] = level[parent] + 1 if parent in level else 0
-        baggage_of[hop["job_id"]] = hop["baggage"]
-        pad = "  " * (level[hop["job_id"]] + 1)
+        pad = "  " * (level + 1)
         where = f"  {hop['pipeline']}:{hop['step']}" if hop["pipeline"] else ""
         mark = "  <- this job" if hop["this_job"] else ""
         lines.append(f"{pad}{hop['status']:9} {hop['plugin']}.{hop['command']}{where}  {hop['job_id']}{mark}")

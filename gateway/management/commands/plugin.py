@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandParser
-from django.utils import timezone
 
 from gateway import intake
 from gateway.cli.api_call import ApiUnanswered, base_url, build_call, config_token, env_token, read_object
@@ -144,9 +143,11 @@ class Command(DuctileCommand):
         """The original's `plugin list --api-url`: what a running gateway loaded, from its open
         GET /plugins (a key is sent when one is given or in the environment)."""
         token = options["api_key"] or env_token(os.environ)
-        base = options["api_url"] or base_url(self.runtime())
-        if token is None and options["api_url"] is None:
-            token = config_token(self.runtime())
+        if options["api_url"] is None:
+            served = self.gateway_runtime()
+            base, token = base_url(served), token or config_token(served)
+        else:
+            base = options["api_url"]
         try:
             data = read_object(build_call("/plugins", base=base, token=token), timeout=10.0)
         except ApiUnanswered as exc:
@@ -245,6 +246,8 @@ class Command(DuctileCommand):
                 lines.append("available: discovered, not configured (add them to plugins.yaml to use them)")
             for c in data["cannot_run"]:
                 lines.append(f"cannot run here {c['name']}: {c['reason']}")
+            if any(r["health"] == "unknown" and "health" in r["commands"] for r in data["plugins"]):
+                lines.append(UNKNOWN_HEALTH)
             return "\n".join(lines)
 
         self.emit(data, text)
@@ -274,7 +277,7 @@ class Command(DuctileCommand):
         if options["dedupe_key"]:
             document["dedupe_key"] = options["dedupe_key"]
         name, command = options["name"], options["command"]
-        base = options["api_url"] or base_url(self.runtime())
+        base = options["api_url"] or base_url(self.gateway_runtime())
         call = build_call(f"/plugin/{name}/{command}", base=base, token=token, method="POST", body=json.dumps(document))
         if options["dry_run"]:
             self.emit({"dry_run": True, "request": call.shown()}, lambda: json.dumps(call.shown(), indent=2))
@@ -329,7 +332,8 @@ class Command(DuctileCommand):
 
     def _run_here(self, job_ids: list[str], runtime: Runtime) -> list[Job]:
         """Run our jobs through the normal claim path; if a daemon took one first, wait for it."""
-        # Its own id each run: the rows of stopped runs stay, and a later run may get a recycled pid.
+        # A row while it runs (a crash mid-job is then recovered at once, as a dead worker's),
+        # gone after: a CLI call is not a daemon to list. Its own id each run: a pid is recycled.
         worker = WorkerInstance.objects.register(
             f"{socket.gethostname()}:{os.getpid()}:cli:{new_id()[:8]}",
             hostname=socket.gethostname(),
@@ -340,7 +344,7 @@ class Command(DuctileCommand):
         try:
             return [self._run_one(job_id, worker.id, runtime) for job_id in job_ids]
         finally:
-            worker.stop(timezone.now())
+            worker.leave()
 
     def _run_one(self, job_id: str, worker_id: str, runtime: Runtime) -> Job:
         while True:
@@ -389,6 +393,12 @@ class Command(DuctileCommand):
             return "\n".join(lines)
 
         self.emit(data, text)
+
+
+# Health is a plugin's last answer to its `health` command; a gateway asks at no fixed time, so
+# a plugin of a fresh config, or one without `init`, has none until someone does (one without a
+# `health` command never has one, and `--check` cannot help it).
+UNKNOWN_HEALTH = "unknown health: no answer to its health command recorded yet; `plugin list --check` asks now"
 
 
 def manifest_view(manifest: Manifest) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
 from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, pid_file_for, plan, running_pid
 from gateway.http.api.refusals import read_tally, tally_path
 from gateway.operations import CLI
-from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPES
+from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPE_HOLDS, SCOPES
 from gateway.operations.doctor import ERROR, diagnose
 from gateway.operations.housekeeping import CLUSTER_LINGER, refresh_schedules, work_for_cluster
 from gateway.operations.selfcheck import Check, discovery_check
@@ -77,7 +77,14 @@ class Command(DuctileCommand):
         self.add_json(reset)
         backup = actions.add_parser("backup", help="a point-in-time tar.gz of the database, config and more")
         backup.add_argument("--to", required=True, metavar="FILE", help="the archive to write (never overwritten)")
-        backup.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE, help="what to take (default config)")
+        backup.add_argument(
+            "--scope",
+            choices=SCOPES,
+            default=DEFAULT_SCOPE,
+            help="what to take, each scope adding to the one before: "
+            + "; ".join(f"{scope}: {SCOPE_HOLDS[scope]}" for scope in SCOPES)
+            + f" (default {DEFAULT_SCOPE})",
+        )
         backup.add_argument("--dry-run", action="store_true", help="list what would be included and excluded")
         self.add_json(backup)
         restore = actions.add_parser("restore", help="an archive back as an instance in a new directory")
@@ -157,8 +164,8 @@ class Command(DuctileCommand):
         source: LocalSource | ApiSource
         if options["api_url"] or options["api_key"]:
             token = options["api_key"] or env_token(os.environ)
-            base = options["api_url"] or base_url(self.runtime())
-            source = ApiSource(base, token or config_token(self.runtime()))
+            served = self.gateway_runtime()
+            source = ApiSource(options["api_url"] or base_url(served), token or config_token(served))
         else:
             source = LocalSource(self.open_ledger())
         console = Console()

@@ -14,13 +14,25 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from gateway.config.loader import Origin
 from gateway.config.model import GatewayConfig
 
 from .manifest import new_backup_uid
 
 SCOPES = ("db", "config", "plugins", "all")
 DEFAULT_SCOPE = "config"
+# What each scope holds, in the words `--help` and every INCLUDED list say it: `config` holds the
+# database too (the spec's ladder, and its default), which its name alone does not tell.
+SCOPE_HOLDS = {
+    "db": "the database snapshot only",
+    "config": "the database snapshot and the config directory",
+    "plugins": "the database snapshot, the config directory and every plugin root",
+    "all": "the database snapshot, the config directory, every plugin root and the environment files",
+}
 # Rebuilt on the target host, never worth carrying (spec §10's list).
 JUNK_NAMES = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", ".DS_Store"})
 JUNK_SUFFIXES = (".pyc", ".pyo")
@@ -146,12 +158,42 @@ def _credential_warnings(plan: Plan) -> None:
                 f"{item.member} holds API credentials (token hashes, secret references or scope grants): "
                 "protect the archive as you protect the config"
             )
-    if plan.config.api.tokens:
-        origin = plan.config.merged.origin_of(("api", "auth", "tokens")) if plan.config.merged else None
-        where = f" ({origin.file})" if origin else ""
+    for key, origin in _literal_tokens(plan.config):
         plan.warnings.append(
-            f"api.auth.tokens{where} is archived as written: a literal token (not ${{VAR}}) is in the archive"
+            f"{key} ({origin.file}:{origin.line}) is a literal token, not a ${{VAR}} reference: "
+            "the archive holds it in plain text"
         )
+
+
+def _literal_tokens(config: GatewayConfig) -> list[tuple[str, Origin]]:
+    """Each `api.auth.tokens[i].token` written in an archived YAML file as the secret itself, read
+    as written: the loaded config holds every token after `${VAR}` interpolation, so it cannot
+    tell `${DUCTILE_DEMO_TOKEN}` (only a name in the archive) from the token. A file that cannot
+    be read again counts as literal: the warning is the safe side."""
+    merged = config.merged
+    if merged is None:
+        return []
+    found = []
+    written: dict[Path, Any] = {}
+    index = 0
+    while (origin := merged.origins.get(("api", "auth", "tokens", index, "token"))) is not None:
+        key, index = f"api.auth.tokens[{index}].token", index + 1
+        if origin.path is None or not _under(origin.file, config.config_dir):
+            continue  # outside the config directory: not archived (a warning of its own says so)
+        if origin.file not in written:
+            try:
+                written[origin.file] = yaml.safe_load(origin.file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                written[origin.file] = None
+        value: Any = written[origin.file]
+        try:
+            for part in origin.path:
+                value = value[part]
+        except (KeyError, IndexError, TypeError):
+            value = None
+        if not (isinstance(value, str) and "${" in value):
+            found.append((key, origin))
+    return found
 
 
 class _Walker:

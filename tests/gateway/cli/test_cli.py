@@ -175,6 +175,18 @@ def test_plugin_list_json_shows_loaded_skipped_and_unconfigured(cfg):
     assert echo["commands"] == ["poll", "handle", "health"] and echo["state"] == "enabled"
 
 
+def test_plugin_list_says_why_health_is_unknown_and_check_asks(cfg):
+    """Issue 36: every plugin showed HEALTH unknown with nothing saying why or what to do."""
+    listed = ductile(cfg, "plugin", "list").stdout
+    assert "echo                     enabled   0.3.0       2 unknown" in listed
+    assert listed.rstrip().endswith(
+        "unknown health: no answer to its health command recorded yet; `plugin list --check` asks now"
+    )
+    checked = ductile(cfg, "plugin", "list", "--check").stdout
+    assert "echo                     enabled   0.3.0       2 healthy" in checked
+    assert "unknown health" not in checked
+
+
 def test_plugin_run_prints_result_and_exit_code_follows_the_job(cfg):
     code, body = ductile_json(cfg, "plugin", "run", "echo", "--payload", '{"message": "agent"}')
     assert code == 0 and body["status"] == "succeeded" and body["result"]["result"] == "Echoed: agent"
@@ -199,6 +211,17 @@ def test_plugin_run_payload_file_and_dedupe(cfg, tmp_path):
     assert code == 0 and again["deduplicated"] is True and again["job_id"] == first["job_id"]
 
 
+def test_a_cli_run_leaves_no_worker_row(cfg):
+    """Issue 36: each `plugin run` left a `HOST:PID:cli:…` row among the workers, stopped."""
+    code, run = ductile_json(cfg, "plugin", "run", "echo")
+    assert code == 0 and run["status"] == "succeeded"
+    with sqlite3.connect(cfg.db_path) as db:
+        assert db.execute("SELECT id, state FROM worker_instances").fetchall() == []
+        # It did run as a claimant of its own, named in the job's transitions.
+        claimed = db.execute("SELECT reason FROM job_transitions WHERE to_status = 'running'").fetchall()
+    assert [reason.split(":")[-2] for (reason,) in claimed] == ["cli"]
+
+
 def test_plugin_run_no_wait_leaves_the_job_queued(cfg):
     code, body = ductile_json(cfg, "plugin", "run", "echo", "--no-wait")
     assert code == 0 and body["status"] == "queued"
@@ -216,6 +239,19 @@ def test_plugin_run_dry_run_checks_and_shows_the_job_and_enqueues_nothing(cfg):
     )
     assert ledger(cfg) == []
     assert ductile(cfg, "plugin", "run", "echo", "--command", "nope", "--dry-run").returncode == 2
+
+
+def test_plugin_run_of_a_plugin_that_does_not_exist_says_so_and_lists_those_that_do(cfg):
+    """Issue 36: `plugin run nosuch` said "not configured", as if adding it to the config would do."""
+    proc = ductile(cfg, "plugin", "run", "nosuch")
+    assert proc.returncode == 2
+    assert "plugin 'nosuch' does not exist: the configured plugins are echo, probe, py-greet, stress" in proc.stderr
+    # A plugin the roots hold but the config does not name: that one is only not configured.
+    proc = ductile(cfg, "plugin", "run", "fetch")
+    assert proc.returncode == 2
+    assert "plugin 'fetch' cannot run: it is not configured (found in plugin_roots; add it under plugins:)" in (
+        proc.stderr
+    )
 
 
 def test_job_inspect_shows_transitions_attempts_and_children(cfg):
@@ -326,6 +362,33 @@ def test_an_unknown_log_level_override_is_said_and_the_config_level_applies(cfg)
     said = [line for line in lines if "DUCTILE_LOG_LEVEL" in line["message"]]
     assert len(said) == 1 and "'verbose'" in said[0]["message"] and "'warn'" in said[0]["message"], lines
     assert {line["level"] for line in lines if line.get("plugin") in ("echo", "stress")} == {"WARNING"}
+
+
+def test_one_text_line_per_job_with_where_it_routed_under_the_format_override(cfg):
+    """Issue 36: the demo's terminal printed two JSON lines per job (the outcome, then a line per
+    routed child). DUCTILE_LOG_FORMAT=text overrides `service.log_format` (json here) for one
+    process tree, and a job's one line names where it routed."""
+    import shlex
+
+    cfg.routes = [{"from": "echo", "event_type": "echo.poll", "to": "probe"}]
+    cfg.write()
+    ledger(cfg, "enqueue", [{"plugin": "echo", "command": "poll", "submitted_by": "cli"}])
+    run = ductile(cfg, "runworkers", "--once", DUCTILE_LOG_FORMAT="text")
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [dict(pair.split("=", 1) for pair in shlex.split(line)) for line in run.stdout.splitlines()]
+    [echo] = [line for line in lines if line.get("plugin") == "echo"]
+    assert echo["msg"] == "job succeeded: poll; routed echo.poll to probe.handle"
+    [probe] = [line for line in lines if line.get("plugin") == "probe"]
+    assert probe["msg"] == "job succeeded: handle"
+    jobs = [line["job_id"] for line in lines if "job_id" in line]
+    assert echo["job_id"] in jobs and len(jobs) == len(set(jobs))  # one line per job (stress's `init` too)
+
+    unknown = ductile(cfg, "runworkers", "--once", DUCTILE_LOG_FORMAT="yaml")
+    said = [json.loads(line) for line in unknown.stdout.splitlines()]
+    assert [line["message"] for line in said if "DUCTILE_LOG_FORMAT" in line["message"]] == [
+        "DUCTILE_LOG_FORMAT='yaml' is not a log format (json, text); it is ignored and "
+        "service.log_format 'json' applies"
+    ]
 
 
 def test_service_log_format_text_writes_key_value_lines_for_a_person(cfg):

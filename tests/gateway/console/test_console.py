@@ -5,6 +5,7 @@ secret on any page (the same redaction as `/config/view`, plus the config's secr
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import timedelta
 
@@ -32,6 +33,7 @@ from ledger.models import (
     JobSpec,
     JobTransition,
     ScheduleEntry,
+    WorkerInstance,
 )
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.roles import grant_actions, grant_login_records, grant_views
@@ -167,6 +169,36 @@ def test_the_index_opens_with_figures_that_link_to_their_filtered_lists(holder, 
     problems = text(auditor.get("/admin/ledger/job/?status=problem&created=24h"))
     assert dead[:8] in problems and queued[:8] not in problems
     assert "stress.poll" in text(auditor.get("/admin/ledger/circuitbreaker/?state=tripped"))
+
+
+def test_the_index_names_its_tables_in_plain_words_and_says_what_the_housekeeping_queue_is(holder, auditor):
+    """Issue 36: "Job stopwatchs", and django-q2's tables listed as "Django Q" with nothing to say
+    they hold the gateway's own upkeep, not the jobs an auditor came for."""
+    page = text(auditor.get(reverse("admin:index")))
+    assert ">Job stopwatches</a>" in page and "stopwatchs" not in page.lower()
+    section = re.search(r'<div class="app-django_q module.*?</caption>', page, re.S)
+    assert section, page
+    caption = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", section.group())).strip())
+    assert caption == (
+        "Housekeeping queue The gateway's own upkeep, not your jobs: the hourly retention prune and "
+        "scheduled backups (service.backup), run on demand by system start's housekeeping cluster "
+        "(django-q2). Plugin and pipeline jobs are under Execution ledger, Jobs."
+    )
+
+
+def test_the_workers_list_opens_on_the_live_daemons(holder, auditor):
+    """Issue 36: the list showed every row ever registered, stopped ones (each CLI call's) too."""
+    live = WorkerInstance.objects.register("vm:101:workers", hostname="vm", pid=101, threads=2, plugins="")
+    gone = WorkerInstance.objects.register("vm:102:workers", hostname="vm", pid=102, threads=2, plugins="")
+    gone.stop(timezone.now())
+    url = reverse("admin:ledger_workerinstance_changelist")
+    page = text(auditor.get(url))
+    assert live.id in page and gone.id not in page
+    assert "?live=all" in page and "?live=no" in page  # the others, one click away
+    everything = text(auditor.get(url + "?live=all"))
+    assert live.id in everything and gone.id in everything
+    stopped = text(auditor.get(url + "?live=no"))
+    assert gone.id in stopped and live.id not in stopped
 
 
 def test_the_job_list_filters_and_searches(holder, auditor):

@@ -196,7 +196,7 @@ def test_a_deduplicated_trigger_answers_the_earlier_jobs_real_status(api):
 @pytest.mark.parametrize(
     ("path", "body", "code", "words"),
     [
-        ("/plugin/nope/poll", {}, 404, "plugin 'nope' cannot run: it is not configured"),
+        ("/plugin/nope/poll", {}, 404, "plugin 'nope' does not exist: the configured plugins are"),
         ("/plugin/echo/nope", {}, 404, "has no command 'nope' (it has: poll,"),
         ("/plugin/echo/poll", {"payload": [1]}, 400, "payload: must be a JSON object"),
         ("/plugin/echo/poll", "not json", 400, "JSON"),
