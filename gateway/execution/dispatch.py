@@ -15,7 +15,7 @@ from django.utils import timezone
 from gateway import intake
 from gateway.config.frozen import thaw
 from gateway.execution.leases import Leases
-from gateway.execution.protocol import build_request, judge, shown, stored_stderr
+from gateway.execution.protocol import build_request, judge, stored_stderr
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
@@ -152,12 +152,6 @@ class Executor:
         verdict = judge(run, timeout=timeout, max_subs=instance.manifest.max_subs)
         for warning in verdict.warnings:
             log.warning(warning, extra={"plugin": job.plugin, "job_id": job.id})
-        if run.stderr:
-            log.warning(
-                "plugin stderr: %s",
-                shown(run.stderr[:2000]).rstrip(),
-                extra={"plugin": job.plugin, "job_id": job.id},
-            )
         outcome = AttemptOutcome(
             status=verdict.status,
             error=verdict.error,
@@ -397,13 +391,16 @@ class Executor:
             # the one that counts (at-least-once), so this result is dropped, not double-written.
             log.warning("result discarded: %s", exc, extra={"plugin": job.plugin, "job_id": job.id})
             return None
-        level = "info" if job.status == JobStatus.SUCCEEDED else "warning"
+        # One line per attempt, for a person at the demo's terminal as for a log search: how it
+        # ended, why, where it led, and what the plugin wrote on stderr (000 §11.4: at WARN).
+        level = "info" if job.status == JobStatus.SUCCEEDED and not outcome.stderr else "warning"
         getattr(log, level)(
-            "job %s: %s%s%s",
-            job.status,
+            "%s: %s%s%s%s",
+            ended(job, outcome),
             job.command,
             f" ({outcome.error})" if outcome.error else "",
             routed(outcome.children),
+            f"; plugin stderr: {outcome.stderr[:2000].rstrip()}" if outcome.stderr else "",
             extra={"plugin": job.plugin, "job_id": job.id},
         )
         return following
@@ -506,6 +503,14 @@ class Executor:
 
 # Targets a job's log line names (a split can fan out to thousands): the rest are counted.
 ROUTED_SHOWN = 3
+
+
+def ended(job: Job, outcome: AttemptOutcome) -> str:
+    """"job succeeded", "job dead", or for a retry "attempt 1/3 failed, retry at 12:39:20Z" (a
+    retried job is queued again, and "job queued" read as if nothing had happened)."""
+    if job.status == JobStatus.QUEUED and outcome.retry_at is not None:
+        return f"attempt {job.attempt - 1}/{job.max_attempts} failed, retry at {outcome.retry_at:%H:%M:%S}Z"
+    return f"job {job.status}"
 
 
 def routed(children: Sequence[JobSpec]) -> str:

@@ -169,12 +169,13 @@ def test_scripts_demo_runs_from_a_fresh_clone(tmp_path):
         exit_code = proc.wait(timeout=120)
     assert exit_code == 0, out.text[-3000:]
     assert '"system stopped"' in out.text
-    # The terminal's log is for a person (issue 36: two JSON lines per job): text, and no job in
-    # more than one line.
+    # The terminal's log is for a person (issue 36: two JSON lines per job): text, one line per
+    # attempt (a job the demo fails on purpose has several), its stderr on that line.
     logged = [line for line in out.lines if line.startswith(("time=", "{"))]
     assert logged and all(line.startswith("time=") for line in logged), "\n".join(logged[:5])
     lines_of = Counter(job for line in logged for job in set(re.findall(r"[0-9a-f]{8}-[0-9a-f-]{27}", line)))
-    assert lines_of[job_id] == 1 and max(lines_of.values()) == 1, [line for line in logged if "job_id=" in line]
+    worst = max(lines_of, key=lines_of.get)
+    assert lines_of[job_id] == 1 and lines_of[worst] <= 3, [line for line in logged if worst in line]
     shown = subprocess.run(
         [str(clone / ".venv/bin/ductile"), "system", "status", "--json"],
         cwd=clone,

@@ -6,6 +6,8 @@ new-12), with real plugin processes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -141,9 +143,11 @@ def test_a_job_lost_with_its_worker_and_ended_by_recovery_fires_its_hooks_with_r
         assert told["job_id"] == lost and told["recovery"] is True and "expired" in told["error"]
 
 
-def refuse_succeeded_logs_of(plugin: str) -> None:
+@contextmanager
+def refusing_succeeded_logs_of(plugin: str) -> Iterator[None]:
     """A real fault in the database: a trigger that refuses to record `plugin`'s successful
-    attempts, so recording the outcome raises inside the executor."""
+    attempts, so recording the outcome raises inside the executor. Dropped after: a trigger is
+    schema, which the flush between tests leaves in place."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -161,6 +165,15 @@ def refuse_succeeded_logs_of(plugin: str) -> None:
                 "CREATE TRIGGER refuse_log BEFORE INSERT ON job_log "
                 f"WHEN NEW.status = 'succeeded' AND NEW.plugin = '{plugin}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
             )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("DROP TRIGGER refuse_log ON job_log")
+                cursor.execute("DROP FUNCTION refuse_log()")
+            else:
+                cursor.execute("DROP TRIGGER refuse_log")
 
 
 def test_an_attempt_ended_by_an_internal_error_announces_its_retry_and_its_dead_end(config_dir):
@@ -168,13 +181,14 @@ def test_an_attempt_ended_by_an_internal_error_announces_its_retry_and_its_dead_
     # no job.retry_exhausted and no job.dead, so a listener never heard of such a job's end.
     config_dir.extra["pipelines"] = [listener("on-exhausted", on="job.retry_exhausted")]
     holder = load_runtime(config_dir)
-    refuse_succeeded_logs_of("echo")
-    job_id = Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI, max_attempts=2), default_dedupe_ttl=60).job_id
-    run_until_idle(holder)
-    Job.objects.filter(pk=job_id).update(next_retry_at=timezone.now() - timedelta(seconds=1))
-    run_until_idle(holder)
+    with refusing_succeeded_logs_of("echo"):
+        spec = JobSpec("echo", "poll", Submitter.CLI, max_attempts=2)
+        job_id = Job.objects.enqueue(spec, default_dedupe_ttl=60).job_id
+        run_until_idle(holder)
+        Job.objects.filter(pk=job_id).update(next_retry_at=timezone.now() - timedelta(seconds=1))
+        run_until_idle(holder)
 
-    job = Job.objects.get(pk=job_id)
-    assert job.status == JobStatus.DEAD and (job.last_error or "").startswith("internal error: ")
-    assert [e.type for e in events_of(job_id)] == ["job.retry_scheduled", "job.retry_exhausted", "job.dead"]
-    assert heard("on-exhausted")["job_id"] == job_id
+        job = Job.objects.get(pk=job_id)
+        assert job.status == JobStatus.DEAD and (job.last_error or "").startswith("internal error: ")
+        assert [e.type for e in events_of(job_id)] == ["job.retry_scheduled", "job.retry_exhausted", "job.dead"]
+        assert heard("on-exhausted")["job_id"] == job_id
