@@ -506,7 +506,7 @@ ROUTED_SHOWN = 3
 
 
 def ended(job: Job, outcome: AttemptOutcome) -> str:
-    """"job succeeded", "job dead", or for a retry "attempt 1/3 failed, retry at 12:39:20Z" (a
+    """ "job succeeded", "job dead", or for a retry "attempt 1/3 failed, retry at 12:39:20Z" (a
     retried job is queued again, and "job queued" read as if nothing had happened)."""
     if job.status == JobStatus.QUEUED and outcome.retry_at is not None:
         return f"attempt {job.attempt - 1}/{job.max_attempts} failed, retry at {outcome.retry_at:%H:%M:%S}Z"
