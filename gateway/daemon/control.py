@@ -6,9 +6,32 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 from gateway.config.model import GatewayConfig
-from gateway.daemon.supervisor import pid_file_for, running_pid
+from ledger.models.workers import pid_alive
+
+# Here, not with the supervisor that writes it: `system status` reads it on every call, and the
+# supervisor's module loads the daemons it runs.
+PID_FILE = "ductile.pid"
+
+
+def pid_file_for(config: GatewayConfig) -> Path:
+    """Where `system start` records its PID: next to the state database, as the original does."""
+    return config.state_path.parent / PID_FILE
+
+
+def running_pid(pid_file: Path) -> int | None:
+    """The PID a live gateway recorded in `pid_file`; None when there is no file or its process is
+    gone (a stale file). ValueError when the file holds no PID."""
+    try:
+        text = pid_file.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"{pid_file} holds no PID ({text[:40]!r})")
+    pid = int(text)
+    return pid if pid_alive(pid) else None
 
 
 class NotRunning(Exception):
