@@ -25,16 +25,16 @@ bench_pipeline (3 runs), bench_scheduler (1 run, SQLite), bench_api (queued, wor
 and bench_cli (issue 36: a CLI call's CPU over the ORM's import, 15 rounds; 5 in --quick).
 
 --quick is the CI smoke: one throughput repetition of 1,000 jobs with django-q2, bench_latency, the
-`system start` tree idle for 10 s (runworkers alone is one of its processes), 30 pipeline trees,
-the API alone at 500 requests/s and while the workers drain at 300 requests/s, 10 s each, without
-the saturation phase, bench_profile on 300 jobs, and bench_cli's 5 rounds. It reports every target like the full run, and
-besides them it checks *floors* (FLOORS below): about 40 % below what the code achieves today
-(issue 16's regression was 40 %: 0.50 -> 0.30 of the ceiling), or for latencies an order of
-magnitude above today's tail at load 5 (the regression put the API's p99 at 11.8 s), so that only a
-gross regression crosses them, never the noise of a shared 2-core machine. Ratios are taken against
-the ceiling and django-q2 measured in the same run, so a busy machine slows both sides alike. Raise
-the floors to 0.6 x the new figures as the hot path improves. It exits 1 when a floor is crossed,
-and 0 otherwise, targets met or not: targets are reported, floors gate.
+`system start` tree idle for 10 s (runworkers alone is one of its processes), 30 pipeline trees, the
+API alone at 500 requests/s and while the workers drain at 300 requests/s, 10 s each, without the
+saturation phase, bench_profile on 300 jobs, and bench_cli's 5 rounds. It reports every target like
+the full run, and besides them it checks *floors* (FLOORS below): about 40 % below what the code
+achieves today (issue 16's regression was 40 %: 0.50 -> 0.30 of the ceiling), or for latencies an
+order of magnitude above today's tail at load 5 (the regression put the API's p99 at 11.8 s), so
+that only a gross regression crosses them, never the noise of a shared 2-core machine. Ratios are
+taken against the ceiling and django-q2 measured in the same run, so a busy machine slows both sides
+alike. Raise the floors to 0.6 x the new figures as the hot path improves. It exits 1 when a floor
+is crossed, and 0 otherwise, targets met or not: targets are reported, floors gate.
 Exit 2: a benchmark itself failed (its stderr is printed).
 """
 
