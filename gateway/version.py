@@ -10,7 +10,6 @@ import platform
 import subprocess
 import sys
 from functools import cache
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,6 +23,10 @@ PROTOCOL_VERSION = 2
 
 @cache
 def gateway_version() -> str:
+    # Here, not at import: importlib.metadata is ~25 ms, and this module is imported by every
+    # worker (the protocol's version) and CLI read that never asks for the gateway's.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("ductile-django")
     except PackageNotFoundError:
