@@ -3,9 +3,6 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-# The admin's "view site" link would lead a person to the API's JSON index.
-admin.site.site_url = None
-
 urlpatterns = [
     path("admin/", admin.site.urls),
     # The live views: pages for people (the admin session), before the API's routes.

@@ -18,6 +18,7 @@ import io
 import os
 import pickle
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -234,6 +235,24 @@ SNAPSHOT_ENV = "DUCTILE_RUNTIME_SNAPSHOT"
 SNAPSHOT_FILE = "ductile.runtime"
 # The moment `system start` started (a UNIX time), told to its children too: the API's uptime.
 STARTED_ENV = "DUCTILE_STARTED_AT"
+
+
+def _gateway_started() -> float:
+    """When the gateway started: `system start`'s moment, which it tells its children, else this
+    process's. A reload, or a worker gunicorn starts again, is no restart of the gateway: the
+    uptime a monitor watches must not fall back to 0 at each (issue 33), and the API's and the
+    webhook listener's /healthz report the same one."""
+    try:
+        return float(os.environ[STARTED_ENV])
+    except (KeyError, ValueError):
+        return time.time()
+
+
+_STARTED = _gateway_started()
+
+
+def uptime_seconds() -> int:
+    return max(int(time.time() - _STARTED), 0)
 
 
 class _SnapshotPickler(pickle.Pickler):

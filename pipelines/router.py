@@ -176,7 +176,7 @@ def step_successor(
     if refusal is None and node.kind == "uses" and not node.baggage.empty:
         try:
             claims = accrete(claims, node.baggage, {"payload": event.get("payload") or {}, "context": inherited})
-            size = len(json.dumps(claims, separators=(",", ":"), default=str).encode())
+            size = context_size(claims)
             if size > MAX_CONTEXT_BYTES:
                 refusal = f"step {node_id!r}: accumulated context is {size} bytes, over the 1 MiB cap"
                 claim_failed, oversize = True, size
@@ -207,6 +207,11 @@ def step_successor(
         claim_failed=claim_failed,
         context_bytes=oversize,
     )
+
+
+def context_size(context: Mapping[str, Any]) -> int:
+    """A context's size as the cap counts it: compact JSON, UTF-8 bytes."""
+    return len(json.dumps(context, separators=(",", ":"), default=str).encode())
 
 
 def _depth_refusal(depth: int, limit: int, what: str) -> str | None:

@@ -6,6 +6,7 @@ second `./scripts/demo` is serving in a few seconds."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,20 +23,35 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from gateway.operations.accounts import save_account
-    from ledger.roles import ROLES
-
     quiet = io.StringIO()
     call_command("migrate", interactive=False, verbosity=0)
     # The seal (.checksums) is keyed by absolute path, and moving a config directory breaks it
     # (spec: "Configuration Specification" §2.1), so the demo seals this checkout's copy.
     call_command("config", "lock", stdout=quiet)
+    accounts()
+    first_wave(quiet)
+
+
+def accounts() -> None:
+    """The console's accounts named in .env, (re)made with their passwords there."""
+    from gateway.operations.accounts import save_account
+    from ledger.roles import ROLES
+
     for role in ROLES:
         prefix = f"DUCTILE_DEMO_{role.upper()}"
         save_account(os.environ[prefix], role, os.environ[f"{prefix}_PASSWORD"], update=True)
-    # A first wave of work so the daemon visibly runs jobs at once.
-    for plugin in ("echo", "py-greet", "uptime"):
-        call_command("plugin", "run", plugin, "--no-wait", stdout=quiet)
+
+
+def first_wave(out: io.StringIO) -> None:
+    """Work for the daemon to run at once: a few plugins, the export that fails for good (a dead
+    job to Retry, whose end starts the on-hook pipeline), and the pipeline with a switch for a
+    named user (reported) and a guest (not). The scheduled polls start themselves."""
+    from django.core.management import call_command
+
+    for plugin in ("echo", "py-greet", "uptime", "nightly_export"):
+        call_command("plugin", "run", plugin, "--no-wait", stdout=out)
+    for user in ("ada", "guest"):
+        call_command("event", "publish", "demo.greet", "--payload", json.dumps({"user": user}), stdout=out)
 
 
 if __name__ == "__main__":

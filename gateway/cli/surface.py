@@ -49,7 +49,9 @@ def translate(args: list[str]) -> list[str]:
     if len(args) < 2:
         return args
     if args[1] == DJANGO:
-        return [args[0], *args[2:]]  # Django's own dispatcher, every command it knows
+        # Django's own dispatcher, every command it knows; it names itself by the program name,
+        # so its help says `ductile django help flush`, which works, not `ductile flush`.
+        return [f"{args[0]} {DJANGO}", *args[2:]]
     if (spelled := respelled(args)) != args:
         return spelled
     if args[1] in LEGACY:

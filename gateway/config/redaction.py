@@ -24,8 +24,12 @@ REDACTED = "[REDACTED]"
 SECRET_WORDS = ("secret", "key", "token", "password", "passwd", "credential", "auth", "private")
 # Fields that look secret-like, or sit in a secret's subtree, but name or describe the secret:
 # hidden from the config view with it, never scrubbed from text. Scrubbing a token's name, its
-# scopes (`jobs:ro`) or a `secret_ref` would cut every message that mentions them.
-NAMING_FIELDS = frozenset({"name", "scopes", "scopes_file", "scopes_hash", "secret_ref", "key_id", "dedupe_key"})
+# scopes (`jobs:ro`) or a `secret_ref` would cut every message that mentions them; scrubbing the
+# description and date `config token create` writes beside a key cut "the nightly backups
+# finished" to "the [REDACTED] finished".
+NAMING_FIELDS = frozenset(
+    {"name", "scopes", "scopes_file", "scopes_hash", "secret_ref", "key_id", "dedupe_key", "description", "created_at"}
+)
 
 KeyPath = tuple[str, ...]
 

@@ -69,8 +69,8 @@ class ConsoleSite(admin.AdminSite):
     site_title = "Ductile"
     index_title = "Audit console"
     index_template = "admin/ductile/index.html"
-    # The admin's "view site" link would lead a person to the API's JSON index.
-    site_url = None
+    # The admin's "View site": the landing page, where a browser at `/` lands (gateway/http/landing.py).
+    site_url = "/"
     # The lists are wide (a job has nine columns); the index and the breadcrumbs lead everywhere.
     enable_nav_sidebar = False
 

@@ -63,10 +63,13 @@ def start_time(pid: int) -> int | None:
 def record_children(path: Path, pids: Iterable[int]) -> None:
     """The supervisor's live children, for a later start to end should the supervisor die."""
     entries = [{"pid": pid, "start": start} for pid in pids if (start := start_time(pid)) is not None]
+    # The record names the directory it was written in: a copy elsewhere (a restored backup, a
+    # state directory copied for a test) describes another gateway's processes, never its own.
+    record = {"written_in": str(path.parent.resolve()), "children": entries}
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as out:
-        json.dump(entries, out)
+        json.dump(record, out)
     os.replace(temporary, path)
 
 
@@ -74,9 +77,15 @@ def end_dead_tree(path: Path, say: Callable[[str], None], grace: float = GRACE_S
     """End what is left of a dead supervisor's tree recorded in `path` (the caller has checked
     that the supervisor is gone); the number of process groups signalled. The record goes."""
     try:
-        entries = json.loads(path.read_text())
+        record = json.loads(path.read_text())
     except (OSError, ValueError):
         return 0
+    written_in = record.get("written_in") if isinstance(record, dict) else None
+    if written_in != str(path.parent.resolve()):
+        say(f"{path} was written by a gateway in {written_in or 'another directory'}: its processes are not ours")
+        path.unlink(missing_ok=True)
+        return 0
+    entries = record.get("children") or []
     alive = [e["pid"] for e in entries if isinstance(e, dict) and start_time(int(e["pid"])) == e.get("start")]
     for pid in alive:
         say(f"ending process group {pid}, left running by a gateway that was killed")

@@ -90,10 +90,19 @@ class Executor:
         if job.status != JobStatus.RUNNING or job.claimed_by != self.worker_id:
             return  # the outcome was recorded before the error, or another process recovered the job
         outcome = AttemptOutcome(JobStatus.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+        runtime = self.holder.get()
+        final = outcome.final_status(job.attempt, job.max_attempts)
         try:
-            job.record_outcome(
-                outcome, worker=self.worker_id, default_dedupe_ttl=self.holder.get().config.service.dedupe_ttl
-            )
+            # A retry or a dead end is announced here too (job.retry_scheduled, job.dead, hooks):
+            # an internal error must not make a job's end silent.
+            self._announce(job, outcome, runtime, final)
+            if final is not None:
+                announce_end(runtime, job, outcome, final)
+        except Exception:
+            log.exception("announcing the failed attempt failed too", extra={"plugin": job.plugin, "job_id": job.id})
+            outcome = AttemptOutcome(JobStatus.FAILED, error=outcome.error)
+        try:
+            job.record_outcome(outcome, worker=self.worker_id, default_dedupe_ttl=runtime.config.service.dedupe_ttl)
         except LostJob:
             pass  # recovered meanwhile: its next attempt is the one that counts
 

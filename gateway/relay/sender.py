@@ -53,8 +53,18 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
-def send(relay: Relay | None, sender_name: str, to: str, envelope: wire.Envelope) -> Acceptance:
-    """POST `envelope` to instance `to`, signed as `sender_name` (this gateway's service.name)."""
+@dataclass(frozen=True)
+class Delivery:
+    """A signed request ready to go: what `relay send --dry-run` shows and `send` POSTs."""
+
+    url: str
+    body: bytes
+    headers: dict[str, str]
+    timeout: float
+
+
+def prepare(relay: Relay | None, sender_name: str, to: str, envelope: wire.Envelope) -> Delivery:
+    """`envelope` signed for instance `to` as `sender_name`; RelayFailed when it may not go there."""
     instances = relay.instances if relay else {}
     instance = instances.get(to)
     if instance is None:
@@ -75,20 +85,26 @@ def send(relay: Relay | None, sender_name: str, to: str, envelope: wire.Envelope
     }
     if instance.key_id:
         headers[wire.KEY_ID] = instance.key_id
-    request = urllib.request.Request(instance.url, data=body, headers=headers, method="POST")
+    return Delivery(instance.url, body, headers, instance.timeout)
+
+
+def send(relay: Relay | None, sender_name: str, to: str, envelope: wire.Envelope) -> Acceptance:
+    """POST `envelope` to instance `to`, signed as `sender_name` (this gateway's service.name)."""
+    delivery = prepare(relay, sender_name, to, envelope)
+    request = urllib.request.Request(delivery.url, data=delivery.body, headers=delivery.headers, method="POST")
     try:
-        with _OPENER.open(request, timeout=instance.timeout) as response:
+        with _OPENER.open(request, timeout=delivery.timeout) as response:
             status, raw = response.status, response.read(_ANSWER_LIMIT)
     except urllib.error.HTTPError as exc:
         detail = _error_text(exc.read(_ANSWER_LIMIT))
         retryable = exc.code >= 500 or exc.code in (408, 429) or (exc.code == 403 and detail in wire.PASSING_REFUSALS)
-        message = f"{instance.url} answered {exc.code}: {detail}"
+        message = f"{delivery.url} answered {exc.code}: {detail}"
         raise RelayFailed(message, retryable=retryable, status=exc.code) from exc
     except (OSError, ValueError) as exc:  # refused, unreachable, timed out, a broken answer
         reason = getattr(exc, "reason", exc)
-        raise RelayFailed(f"{instance.url} could not be reached: {reason}", retryable=True) from exc
+        raise RelayFailed(f"{delivery.url} could not be reached: {reason}", retryable=True) from exc
     if status != 202:
-        raise RelayFailed(f"{instance.url} answered {status}, not 202 accepted", retryable=True, status=status)
+        raise RelayFailed(f"{delivery.url} answered {status}, not 202 accepted", retryable=True, status=status)
     try:
         answer = json.loads(raw)
         return Acceptance(

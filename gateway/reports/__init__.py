@@ -284,7 +284,8 @@ def queue_status(now: datetime | None = None, lease_ttl: float = 60.0) -> dict[s
     workers = WorkerInstance.objects.heartbeating(now, lease_ttl).order_by("started_at")
     return {
         "queue": {status: counts.get(status, 0) for status in JobStatus.values},
-        "queue_depth": counts.get(JobStatus.QUEUED, 0),
+        # Outstanding work, as /healthz and the original count it: queued and running.
+        "queue_depth": counts.get(JobStatus.QUEUED, 0) + counts.get(JobStatus.RUNNING, 0),
         "retry_waiting": Job.objects.queued().filter(Q(next_retry_at__gt=now)).count(),
         "workers": [
             {

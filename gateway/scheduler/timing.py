@@ -124,7 +124,10 @@ def first_due(
     interval after its last success, or now when it has none or that time has passed (what was
     missed meanwhile is not caught up); the others at their next run after now."""
     if entry.kind is Kind.EVERY:
-        return now if last_success_at is None else max(now, every_run(entry, last_success_at).due)
+        due = now if last_success_at is None else max(now, every_run(entry, last_success_at).due)
+        # "At once" waits for the allowed time: a `not_on: [saturday, sunday]` entry first seen on
+        # a Saturday runs on Monday, not now.
+        return next_allowed(entry, due) if constrained(entry) and not allowed(entry, due) else due
     run = next_run(entry, now, started_at=started_at)
     return run.due if run else None
 

@@ -178,7 +178,7 @@ def test_an_archive_names_itself_in_uid_txt_and_leaves_the_running_gateways_lock
     with sync_slot(state / "sync-slots", 1):  # as a synchronous pipeline trigger holds one
         pass
     assert (state / "sync-slots").stat().st_mode & 0o777 == 0o700
-    for name in ("ductile.runtime", "ductile.streams", "api-auth-failures.json"):
+    for name in ("ductile.runtime", "ductile.streams", "api-auth-failures.json", "ductile.children"):
         (state / name).write_text("runtime")
     first = tmp_path / "one.tar.gz"
     written = backup(rich, first)
@@ -198,13 +198,34 @@ def test_an_archive_names_itself_in_uid_txt_and_leaves_the_running_gateways_lock
     assert json.loads(restored.stdout)["backup_uid"] == uid
 
 
+def test_a_running_gateways_files_in_an_older_archive_are_not_restored(rich, tmp_path):
+    """Before: an archive carried `state/ductile.children`, and the gateway restored from it beside
+    the live one ended the live gateway's processes at its first start (issue 35 audit, N1)."""
+    archive = _backup_ok(rich, tmp_path / "new.tar.gz")
+    older = tmp_path / "older.tar.gz"
+    record = b'{"written_in": "/elsewhere", "children": []}'
+    with tarfile.open(archive, "r:gz") as source, tarfile.open(older, "w:gz") as out:
+        for member in source.getmembers():
+            out.addfile(member, source.extractfile(member) if member.isfile() else None)
+        for name in ("config/state/ductile.children", "config/state/ductile.pid"):
+            planted = tarfile.TarInfo(name)
+            planted.size = len(record)
+            out.addfile(planted, io.BytesIO(record))
+    restored = restore(older, tmp_path / "restored")
+    assert restored.returncode == 0, restored.stderr
+    assert not list((tmp_path / "restored").rglob("ductile.children"))
+    assert not list((tmp_path / "restored").rglob("ductile.pid"))
+
+
 def test_the_runtime_file_names_a_backup_leaves_out_are_their_owners_names():
+    from gateway.daemon.tree import CHILDREN_FILE
     from gateway.http import streamseats
     from gateway.http.api import refusals
     from gateway.operations.backups import scope
     from gateway.runtime import SNAPSHOT_FILE
 
-    assert set(scope.RUNTIME_FILES) == {SNAPSHOT_FILE, streamseats.FILE_NAME, refusals.TALLY_FILE}
+    owned = {SNAPSHOT_FILE, streamseats.FILE_NAME, refusals.TALLY_FILE, CHILDREN_FILE}
+    assert set(scope.RUNTIME_FILES) == owned
     views = (REPO / "gateway" / "http" / "api" / "views.py").read_text()
     assert f'state_path.parent / "{scope.SYNC_SLOTS}"' in views
 

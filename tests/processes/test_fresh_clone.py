@@ -144,6 +144,25 @@ def test_scripts_demo_runs_from_a_fresh_clone(tmp_path):
         job = wait_for(finished, timeout=60, what="the banner's job to finish")
         assert job["status"] == "succeeded", job
         assert re.search(r"Audit console: \S+/admin/ +as (\S+) / (\S+)", out.text), out.text
+
+        # The banner says what to look at (issue 36: the demo fails on purpose), and where: each
+        # address it prints is served (the console's, to a person not yet logged in, its login).
+        for named in ("inventory_sync", "nightly_export", "page-on-dead-job", "status_feed", "greet-and-report"):
+            assert named in out.text, out.text
+        for command in ("job logs --status error", "system breaker"):
+            assert command in out.text, out.text
+        addresses = set(re.findall(rf"{re.escape(base)}/\S+", out.text))
+        assert {f"{base}/dashboard/", f"{base}/admin/ledger/job/?status=dead"} <= addresses, addresses
+        for address in addresses - {f"{base}/plugin/echo/poll"}:
+            assert get(address)[0] in (200, 302), address
+        # Within seconds, the first failure to look at: the export that fails for good is dead.
+        dead = wait_for(
+            lambda: json.loads(get(f"{base}/jobs?status=dead&plugin=nightly_export", token)[1] or b"{}").get("jobs"),
+            timeout=60,
+            what="the demo's dead job",
+        )
+        print(f"fresh clone to a dead job: {time.monotonic() - started:.1f}s")
+        assert dead[0]["status"] == "dead"
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -65,6 +65,7 @@ def test_the_cluster_under_system_start_prunes_at_start_and_backs_up_when_due(pr
                 < set(tar.getnames())
                 <= {
                     "BACKUP_MANIFEST.txt",
+                    "uid.txt",
                     "db/ductile.sqlite",
                     "db/ledger.jsonl",
                 }

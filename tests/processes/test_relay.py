@@ -232,6 +232,17 @@ def test_a_pipeline_relays_to_another_gateway_whose_pipeline_runs_on_it(pair):
     assert code == 0 and first["status"] == "accepted" and first["job_id"], first
     code, again = ductile_json(home, *send)
     assert code == 0 and again["job_id"] == first["job_id"]
+    # --dry-run (000: every change can be previewed): checked and signed, shown, never sent.
+    code, dry = ductile_json(home, *send[:-4], "--dedupe-key", "backup.ready:dry", "--dry-run")
+    assert code == 0 and dry["dry_run"] is True and dry["url"].endswith("/ingest/peer/home-primary"), dry
+    assert dry["body"]["event"] == {
+        "type": "backup.ready",
+        "payload": {"archive_id": "by-hand"},
+        "dedupe_key": "backup.ready:dry",
+    }
+    assert not rows(lab, "SELECT id FROM job_queue WHERE dedupe_key = 'backup.ready:dry'")
+    code, refused = ductile_json(home, "relay", "send", "lab", "--event", "report.generated", "--dry-run")
+    assert code == 1 and "does not allow event 'report.generated'" in refused["error"]
     code, refused = ductile_json(home, "relay", "send", "lab", "--event", "report.generated")
     assert code == 1 and "does not allow event 'report.generated'" in refused["error"]
     code, refused = ductile_json(home, "relay", "send", "lab", "--event", "Backup Ready")

@@ -5,6 +5,7 @@ answer names what changes; /healthz names the command the gateway runs as (item 
 
 from __future__ import annotations
 
+import json
 import urllib.request
 
 import pytest
@@ -47,6 +48,12 @@ def test_a_reload_starts_moves_and_stops_the_webhook_listener(process_db: Config
         code, body = live.api.call("POST", "/system/reload")
         assert body["listeners"] == [f"the webhook listener moves from 127.0.0.1:{first} to 127.0.0.1:{second}"]
         wait_for(lambda: serves(second) and not serves(first), timeout=30, what="the listener on its new port")
+        # The listener started seconds ago reports the gateway's uptime, as the API does (re-audit
+        # N7: it reported its own process's, 22 s beside the API's 518 s).
+        with urllib.request.urlopen(f"http://127.0.0.1:{second}/healthz", timeout=2) as response:
+            listener_uptime = json.load(response)["uptime_seconds"]
+        api_uptime = live.api.call("GET", "/healthz", token=None)[1]["uptime_seconds"]
+        assert abs(listener_uptime - api_uptime) <= 1 and api_uptime >= 2, (listener_uptime, api_uptime)
 
         del process_db.extra["webhooks"]
         process_db.extra["include"] = ["tokens.yaml"]

@@ -46,12 +46,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response({"error": f"the request body is larger than the API accepts ({limit:,} bytes)"}, status=413)
     if isinstance(exc, ConfigError):
-        # This process could not load the config (a worker started after it was broken: gunicorn
-        # starts one again when one dies, or on a reload): nothing can be answered, not even who
-        # is asking. The problems name file, line and key; a reload of a fixed config mends it.
-        message = f"the gateway cannot serve: its config does not load: {exc}; fix it, then reload"
-        log.error(message)
-        return Response({"error": message}, status=503, headers={"Retry-After": str(RETRY_AFTER)})
+        return config_unavailable(exc)
     if isinstance(exc, DatabaseError) or storage_refusal(exc) is not None:
         request = context.get("request")
         return database_unavailable(exc, writing=getattr(request, "method", "GET") not in ("GET", "HEAD", "OPTIONS"))
@@ -62,6 +57,15 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
     response.data = {"error": _flatten(detail)}
     return response
+
+
+def config_unavailable(exc: ConfigError) -> Response:
+    """503 with why: this process could not load the config (a worker started after it was broken:
+    gunicorn starts one again when one dies, or on a reload), so nothing can be answered, not even
+    who is asking. The problems name file, line and key; a reload of a fixed config mends it."""
+    message = f"the gateway cannot serve: its config does not load: {exc}; fix it, then reload"
+    log.error(message)
+    return Response({"error": message}, status=503, headers={"Retry-After": str(RETRY_AFTER)})
 
 
 def database_unavailable(exc: BaseException, *, writing: bool) -> Response:

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
+from django.views.generic import RedirectView
 
 from gateway.http.api import openapi
 
@@ -11,5 +12,7 @@ urlpatterns = [
     path("openapi.json", openapi.OpenApiDocument.as_view(), name="openapi"),
     path("plugin/<str:name>/openapi.json", openapi.PluginOpenApiDocument.as_view(), name="plugin-openapi"),
     path("docs", openapi.SwaggerDocs.as_view(), name="docs"),
+    # `/docs/`, as a person types it (Django's APPEND_SLASH only ever adds one): the canonical path.
+    re_path(r"^docs/+$", RedirectView.as_view(pattern_name="docs", permanent=True, query_string=True)),
     path("docs/assets/<str:name>", openapi.swagger_asset, name="docs-asset"),
 ]

@@ -73,7 +73,10 @@ class RelayIngress(Endpoint):
                 "clock skew`: a later attempt, signed anew, may pass."
             ),
             404: _refusal("This gateway accepts no relayed events (no `remote_ingress`)."),
-            413: _refusal("The body is larger than `remote_ingress.max_body_size`."),
+            413: _refusal(
+                "The body is larger than `remote_ingress.max_body_size`, or the allowed baggage (or an entry step's "
+                "claims on it) would pass the 1 MiB context cap: then `bytes_actual` and `bytes_limit` say by how much."
+            ),
             422: _refusal("The peer may not send this event type (`peers[].accept`)."),
         },
     )

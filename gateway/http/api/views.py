@@ -3,30 +3,32 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from django.db import DatabaseError
 from django.db.models import Count
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ParseError, PermissionDenied, Throttled, ValidationError
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gateway import intake
+from gateway.config.errors import ConfigError
 from gateway.config.frozen import thaw
 from gateway.http.api import serializers as shapes
 from gateway.http.api.auth import RESULTS, sees_results, shaped
-from gateway.http.api.errors import Missing
+from gateway.http.api.errors import Missing, config_unavailable, database_unavailable
 from gateway.http.api.parsers import TRIGGER_PARSERS
 from gateway.http.api.serializers import errors
 from gateway.http.api.syncgate import Busy, caller_gone, sync_slot
+from gateway.http.landing import PAGE_HEADERS, LandingPage, landing_context
 from gateway.intake.events import SyncRefused, pipeline_entries, run_synchronously, sync_timeout
 from gateway.intake.trees import CallerGone
 from gateway.logs import logger
@@ -42,7 +44,7 @@ from gateway.reports import (
     ts,
 )
 from gateway.reports.skills import command_scopes, skills
-from gateway.runtime import RUNTIME, STARTED_ENV, Runtime
+from gateway.runtime import RUNTIME, Runtime, uptime_seconds
 from gateway.version import entry_point, gateway_version
 from ledger.models import Job, JobLog, WorkerInstance
 from ledger.states import JobStatus
@@ -115,49 +117,57 @@ EXACT_FILTERS = [
 # -- discovery (open) ------------------------------------------------------------------------
 
 
+ROOT_ANSWERS = "The discovery document (JSON), or for `text/html` the landing page."
+
+
 class Root(Endpoint):
+    """The discovery document for agents; for a browser (`Accept: text/html`), the landing page
+    (gateway/http/landing.py). JSON comes first: `*/*`, no Accept, `application/json` or
+    `?format=json` get the document, and so does a tie (`application/json, text/html`)."""
+
     needs = OPEN
+    renderer_classes = [JSONRenderer, LandingPage]
 
     @extend_schema(
         operation_id="root",
         tags=["discovery"],
         summary="Discovery index",
-        description="Where to find health, skills, plugins and the OpenAPI document. Open.",
-        responses={200: shapes.RootSerializer, **errors(401)},
+        description="Where to find health, skills, plugins and the OpenAPI document. Open. A browser asking for "
+        "`text/html` gets the landing page instead: links to the console, the dashboard and these documents.",
+        responses={
+            (200, "application/json"): OpenApiResponse(shapes.RootSerializer, description=ROOT_ANSWERS),
+            (200, "text/html"): OpenApiResponse(OpenApiTypes.STR, description=ROOT_ANSWERS),
+            # Errors are JSON whatever the Accept (finalize_response).
+            **{
+                (code, "application/json"): answer
+                for code, answer in errors(401, meaning={404: "`format` is neither `json` nor `html`."}).items()
+            },
+        },
     )
     def get(self, request: Request) -> Response:
-        return Response(
-            {
-                "name": "Ductile Gateway",
-                "description": "Lightweight, open-source integration engine for the agentic era.",
-                "version": gateway_version(),
-                "uptime_seconds": uptime_seconds(),
-                "discovery": {
-                    "health": "/healthz",
-                    "skills": "/skills",
-                    "plugins": "/plugins",
-                    "openapi": "/openapi.json",
-                    "ai_plugin": "/.well-known/ai-plugin.json",
-                },
-            }
-        )
+        document = {
+            "name": "Ductile Gateway",
+            "description": "Lightweight, open-source integration engine for the agentic era.",
+            "version": gateway_version(),
+            "uptime_seconds": uptime_seconds(),
+            "discovery": {
+                "health": "/healthz",
+                "skills": "/skills",
+                "plugins": "/plugins",
+                "openapi": "/openapi.json",
+                "ai_plugin": "/.well-known/ai-plugin.json",
+            },
+        }
+        if isinstance(request.accepted_renderer, LandingPage):
+            page = landing_context(request._request, document, *health_or_refusal())
+            return Response(page, headers=PAGE_HEADERS)
+        return Response(document)
 
-
-def _gateway_started() -> float:
-    """When the gateway started: `system start`'s moment, which it tells its children, else this
-    process's. A reload, or a worker gunicorn starts again, is no restart of the gateway: the
-    uptime a monitor watches must not fall back to 0 at each (issue 33)."""
-    try:
-        return float(os.environ[STARTED_ENV])
-    except (KeyError, ValueError):
-        return time.time()
-
-
-_STARTED = _gateway_started()
-
-
-def uptime_seconds() -> int:
-    return max(int(time.time() - _STARTED), 0)
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(response, "exception", False):
+            # An error is JSON whatever was asked for (gateway/http/api/errors.py), a browser's refused token too.
+            request.accepted_renderer, request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
 
 
 class Health(Endpoint):
@@ -172,17 +182,31 @@ class Health(Endpoint):
         responses={200: shapes.HealthSerializer, **errors(401)},
     )
     def get(self, request: Request) -> Response:
-        runtime = self.runtime
-        workers = WorkerInstance.objects.heartbeating(timezone.now(), runtime.config.service.lease_ttl).count()
-        return Response(
-            {
-                **health_status(runtime, uptime_seconds()),
-                "workers": workers,
-                "config_path": str(runtime.config.config_dir),
-                "binary_path": entry_point(),
-                "version": gateway_version(),
-            }
-        )
+        return Response(health(self.runtime))
+
+
+def health(runtime: Runtime) -> dict[str, Any]:
+    """`/healthz`'s answer, which the landing page shows too."""
+    workers = WorkerInstance.objects.heartbeating(timezone.now(), runtime.config.service.lease_ttl).count()
+    return {
+        **health_status(runtime, uptime_seconds()),
+        "workers": workers,
+        "config_path": str(runtime.config.config_dir),
+        "binary_path": entry_point(),
+        "version": gateway_version(),
+    }
+
+
+def health_or_refusal() -> tuple[dict[str, Any] | None, str | None]:
+    """`/healthz`'s answer, or the 503 it would give instead, in its words: the config does not
+    load, the database cannot be read."""
+    try:
+        return health(RUNTIME.get()), None
+    except ConfigError as exc:
+        refusal = config_unavailable(exc)
+    except DatabaseError as exc:
+        refusal = database_unavailable(exc, writing=False)
+    return None, str(refusal.data["error"])
 
 
 class Plugins(Endpoint):

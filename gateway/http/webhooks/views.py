@@ -4,8 +4,6 @@ bounded, before anything parses it. Every answer is JSON; a failed signature say
 
 from __future__ import annotations
 
-import time
-
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -16,10 +14,9 @@ from gateway.http.webhooks.signatures import signature_matches
 from gateway.intake import Refused
 from gateway.logs import logger
 from gateway.reports import health_status
-from gateway.runtime import RUNTIME
+from gateway.runtime import RUNTIME, uptime_seconds
 
 log = logger("webhooks")
-_STARTED = time.monotonic()
 
 
 # Exempt from CSRF: senders are other servers, authenticated by the signature alone.
@@ -88,7 +85,7 @@ def health(request: HttpRequest) -> HttpResponse:
     """§10.3: `/healthz` on the listener's port, unauthenticated."""
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed("GET, HEAD")
-    return JsonResponse(health_status(RUNTIME.get(), int(time.monotonic() - _STARTED)))
+    return JsonResponse(health_status(RUNTIME.get(), uptime_seconds()))
 
 
 def _method_not_allowed(allowed: str) -> JsonResponse:

@@ -4,13 +4,14 @@ CLI example). Exit 0 once the receiver accepted it (202), 1 when it did not, wit
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
 from gateway.cli.nouns import NOUNS
-from gateway.relay.sender import RelayFailed, send
+from gateway.relay.sender import RelayFailed, prepare, send
 from gateway.relay.wire import Envelope
 from pipelines.relay import EVENT_TYPE
 
@@ -29,6 +30,9 @@ class Command(DuctileCommand):
         send_.add_argument("--origin-plugin", default="", help="recorded as the event's origin")
         send_.add_argument("--origin-job-id", default="", help="recorded as the event's origin")
         send_.add_argument("--origin-event-id", default="", help="recorded; without --dedupe-key, it deduplicates")
+        send_.add_argument(
+            "--dry-run", action="store_true", help="check and sign the event, show what would be sent, send nothing"
+        )
         self.add_json(send_)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -48,6 +52,9 @@ class Command(DuctileCommand):
             },
             json_object(options["baggage"], "--baggage") or {},
         )
+        if options["dry_run"]:
+            self.dry_run(runtime.relay, name, options["instance"], envelope)
+            return
         try:
             accepted = send(runtime.relay, name, options["instance"], envelope)
         except RelayFailed as exc:
@@ -55,3 +62,17 @@ class Command(DuctileCommand):
         data = {"instance": options["instance"], **accepted.as_dict()}
         job = f", its job {accepted.job_id}" if accepted.job_id else ", no local pipeline matched it there"
         self.emit(data, f"accepted by {options['instance']} as event {accepted.receiver_event_id}{job}")
+
+    def dry_run(self, relay: Any, name: str, instance: str, envelope: Envelope) -> None:
+        try:
+            delivery = prepare(relay, name, instance, envelope)
+        except RelayFailed as exc:
+            raise Exit(EXIT_FAILED, f"would not be relayed: {exc}", {"retryable": exc.retryable}) from exc
+        data = {
+            "dry_run": True,
+            "instance": instance,
+            "url": delivery.url,
+            "headers": {k: v for k, v in delivery.headers.items() if k != "Content-Type"},
+            "body": json.loads(delivery.body),
+        }
+        self.emit(data, f"would POST {len(delivery.body)} bytes to {delivery.url}, signed as {name}; nothing sent")

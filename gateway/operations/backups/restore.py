@@ -37,7 +37,7 @@ from ledger.models import Job
 from .archive import read_manifest
 from .manifest import MANIFEST_NAME, UID_NAME, Manifest
 from .relocate import ConfigFile, Rewrite, apply_rewrites, plan_rewrites
-from .scope import scope_rank
+from .scope import PID_FILE, RUNTIME_FILES, scope_rank
 from .snapshot import EXPORT_MEMBER, EXPORTED_APPS, SQLITE_MEMBER
 
 TOP_LEVEL = ("config", "plugins", "env", "db")
@@ -201,6 +201,12 @@ def _extract(archive: Path, staging: Path) -> None:
             tar.extractall(staging, filter="data")
         except tarfile.FilterError as exc:
             raise RestoreError(f"{archive}: refused member: {exc}") from exc
+    # An archive written before they were left out may carry a running gateway's files: the record
+    # of its children would make the restored gateway's first start end the live one's processes.
+    for name in (*RUNTIME_FILES, PID_FILE):
+        for found in staging.rglob(name):
+            if found.is_file():
+                found.unlink()
 
 
 def _place_database(staging: Path, layout: Layout, member: str, database_url: str | None) -> None:

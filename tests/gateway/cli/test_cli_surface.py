@@ -111,6 +111,9 @@ def test_console_script_offers_the_noun_action_surface_and_django_under_its_own_
     assert console_script(config_dir, "nonsense").returncode == 2
     django_help = console_script(config_dir, "django", "help")
     assert django_help.returncode == 0 and "flush" in django_help.stdout and "qcluster" in django_help.stdout
+    assert "Type 'ductile django help <subcommand>'" in django_help.stdout  # what works (re-audit N6)
+    flush_help = console_script(config_dir, "django", "help", "flush")
+    assert flush_help.stdout.startswith("usage: ductile django flush"), flush_help.stdout
     # What the gateway's messages name, and its daemons: still there, unlisted.
     migrate = console_script(config_dir, "migrate")
     assert migrate.returncode == 0, migrate.stderr

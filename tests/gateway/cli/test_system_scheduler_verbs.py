@@ -16,7 +16,7 @@ from gateway.daemon.scheduler import Scheduler
 from gateway.runtime import RUNTIME
 from ledger.models import BreakerState, CircuitBreaker
 from ledger.models.breakers import record_scheduled_outcome
-from tests.support import ductile_json, load_runtime
+from tests.support import ductile_json, installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -46,8 +46,8 @@ def cfg(config_dir):
         {"id": "once", "at": "2027-03-15T14:00:00+11:00"},
         {"id": "boot", "after": "30s"},
     ]
-    load_runtime(config_dir)
-    return config_dir
+    with installed_runtime(config_dir):  # the runtime before this test comes back after it
+        yield config_dir
 
 
 def test_system_scheduler_json_gives_plain_values_not_python_reprs(cfg):

@@ -32,6 +32,7 @@ def test_a_broken_config_still_answers_the_checks_with_exit_78(config_dir: Confi
     config_dir.service["max_workers"] = 0
     config_dir.write()
     previous = (RUNTIME._current, RUNTIME.error, RUNTIME.config_dir)
+    RUNTIME._current = None  # a load that fails keeps what an earlier one loaded, as a reload does
     RUNTIME.load(config_dir.path)
     out = io.StringIO()
     try:

@@ -21,13 +21,15 @@ def test_the_secrets_are_the_values_not_the_names_and_scopes_beside_them():
         "tokens": [
             {"name": "relay-lab", "key": RELAY},
             {"name": "ci-reader", "key": "KEY-ci-123", "scopes_file": "ci.json", "scopes_hash": "blake3:abcdef"},
+            # What `config token create --description` writes beside the key (issue 35 audit, N3).
+            {"name": "ci3", "key": "KEY-ci3-456", "description": "nightly backups", "created_at": "2026-11-28T12:00Z"},
         ],
         "plugins": {"mailer": {"config": {"api_key": "sk-live-0a1b2c", "credentials": {"user": "svc-mailer"}}}},
         "instances": [{"name": "lab", "secret_ref": "relay-lab", "key_id": "k2024-01"}],
         "pipelines": [{"name": "p", "steps": [{"id": "s", "relay": {"to": "lab", "dedupe_key": "{payload.order}"}}]}],
     }
     # Under `credentials:` even the user may be the secret: the whole subtree goes.
-    assert secret_values(document) == {ADMIN, RELAY, "KEY-ci-123", "sk-live-0a1b2c", "svc-mailer"}
+    assert secret_values(document) == {ADMIN, RELAY, "KEY-ci-123", "KEY-ci3-456", "sk-live-0a1b2c", "svc-mailer"}
 
 
 def test_each_secret_goes_whole_the_longest_first_whatever_it_is_made_of():

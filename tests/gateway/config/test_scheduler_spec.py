@@ -444,8 +444,10 @@ def test_preferred_window_is_accepted_with_a_warning_that_it_is_not_enforced(tmp
 def test_the_demo_fixture_schedules_stay_valid() -> None:
     config = load_gateway_config(REPO / "fixtures" / "demo", {})
     assert [(e.plugin, e.id, e.every) for e in config.scheduled_entries()] == [
-        ("echo", "default", Interval("10s", seconds=10)),
-        ("py-greet", "default", Interval("15s", seconds=15)),
+        ("echo", "default", Interval("20s", seconds=20)),
+        ("py-greet", "default", Interval("30s", seconds=30)),
+        ("inventory_sync", "sync", Interval("20s", seconds=20)),
+        ("status_feed", "feed", Interval("20s", seconds=20)),
     ]
 
 

@@ -40,7 +40,8 @@ def test_a_recorded_pid_now_held_by_another_process_is_left_alone(tmp_path: Path
         record = tmp_path / "ductile.children"
         started = start_time(bystander.pid)
         assert started is not None
-        record.write_text(f'[{{"pid": {bystander.pid}, "start": {started - 1}}}]')
+        entries = f'[{{"pid": {bystander.pid}, "start": {started - 1}}}]'
+        record.write_text(f'{{"written_in": "{tmp_path.resolve()}", "children": {entries}}}')
         assert end_dead_tree(record, print, grace=0.5) == 0
         assert bystander.poll() is None
     finally:
@@ -58,3 +59,25 @@ def test_start_time_reads_past_a_command_name_with_spaces_and_parentheses(tmp_pa
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_record_copied_from_another_state_directory_ends_nothing(tmp_path: Path):
+    """Before: `system restore` of a backup beside a live gateway wrote its `ductile.children`
+    into the new state directory, and the restored gateway's first start ended the live
+    gateway's API, workers and webhook listener."""
+    live = spawn(POLITE)
+    try:
+        (tmp_path / "live").mkdir()
+        (tmp_path / "restored").mkdir()
+        record_children(tmp_path / "live" / "ductile.children", [live.pid])
+        copied = tmp_path / "restored" / "ductile.children"
+        copied.write_bytes((tmp_path / "live" / "ductile.children").read_bytes())
+        said: list[str] = []
+        assert end_dead_tree(copied, said.append, grace=0.5) == 0
+        assert live.poll() is None
+        live_dir = tmp_path.resolve() / "live"
+        assert said == [f"{copied} was written by a gateway in {live_dir}: its processes are not ours"]
+        assert not copied.exists()
+    finally:
+        live.kill()
+        live.wait()

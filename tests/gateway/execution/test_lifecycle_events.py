@@ -139,3 +139,42 @@ def test_a_job_lost_with_its_worker_and_ended_by_recovery_fires_its_hooks_with_r
     for pipeline in ("on-failed", "on-dead"):
         told = heard(pipeline)
         assert told["job_id"] == lost and told["recovery"] is True and "expired" in told["error"]
+
+
+def refuse_succeeded_logs_of(plugin: str) -> None:
+    """A real fault in the database: a trigger that refuses to record `plugin`'s successful
+    attempts, so recording the outcome raises inside the executor."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION refuse_log() RETURNS trigger AS $$ BEGIN "
+                f"IF NEW.status = 'succeeded' AND NEW.plugin = '{plugin}' THEN RAISE EXCEPTION 'refused'; END IF; "
+                "RETURN NEW; END $$ LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                "CREATE TRIGGER refuse_log BEFORE INSERT ON job_log FOR EACH ROW EXECUTE FUNCTION refuse_log()"
+            )
+        else:
+            cursor.execute(
+                "CREATE TRIGGER refuse_log BEFORE INSERT ON job_log "
+                f"WHEN NEW.status = 'succeeded' AND NEW.plugin = '{plugin}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+
+
+def test_an_attempt_ended_by_an_internal_error_announces_its_retry_and_its_dead_end(config_dir):
+    # Before: the internal-error path recorded the failed attempt with no job.retry_scheduled,
+    # no job.retry_exhausted and no job.dead, so a listener never heard of such a job's end.
+    config_dir.extra["pipelines"] = [listener("on-exhausted", on="job.retry_exhausted")]
+    holder = load_runtime(config_dir)
+    refuse_succeeded_logs_of("echo")
+    job_id = Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI, max_attempts=2), default_dedupe_ttl=60).job_id
+    run_until_idle(holder)
+    Job.objects.filter(pk=job_id).update(next_retry_at=timezone.now() - timedelta(seconds=1))
+    run_until_idle(holder)
+
+    job = Job.objects.get(pk=job_id)
+    assert job.status == JobStatus.DEAD and (job.last_error or "").startswith("internal error: ")
+    assert [e.type for e in events_of(job_id)] == ["job.retry_scheduled", "job.retry_exhausted", "job.dead"]
+    assert heard("on-exhausted")["job_id"] == job_id

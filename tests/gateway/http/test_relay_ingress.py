@@ -252,3 +252,18 @@ def test_a_timestamp_past_what_a_clock_reads_is_outside_the_skew_not_a_crash(con
         answer = deliver(APIClient(), BODY, signed(BODY, stamp=stamp))
         assert (answer.status_code, answer.json()) == (403, {"error": "relay timestamp outside allowed clock skew"})
         assert not Job.objects.exists()
+
+
+def test_baggage_that_would_pass_the_context_cap_is_a_413_with_the_sizes_as_the_apis(config_dir):
+    # Before: a 400 with words only, where POST /pipeline answers 413 {bytes_actual, bytes_limit}.
+    peer = {"name": "home-primary", "secret_ref": "peer", "baggage": {"allow": ["blob"]}}
+    configure(config_dir, {"max_body_size": "4MB", "peers": [peer]})
+    body = json.dumps(
+        {"event": {"type": "backup.ready", "payload": {}}, "baggage": {"blob": "x" * (1024 * 1024 + 10)}}
+    ).encode()
+    with installed_runtime(config_dir):
+        answer = deliver(APIClient(), body, signed(body))
+    assert answer.status_code == 413, answer.json()
+    said = answer.json()
+    assert said["bytes_limit"] == 1024 * 1024 and said["bytes_actual"] > said["bytes_limit"], said
+    assert not Job.objects.exists() and not RelayAcceptance.objects.exists()

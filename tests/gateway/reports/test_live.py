@@ -74,7 +74,7 @@ def test_the_snapshot_counts_what_the_ledger_holds(holder):
 
     # The failure was retryable with one attempt allowed: it rests dead.
     assert snap["queue"] == {"queued": 1, "running": 1, "succeeded": 2, "failed": 0, "timed_out": 0, "dead": 1}
-    assert snap["queue_depth"] == 1
+    assert snap["queue_depth"] == 2  # queued and running, as /healthz counts (issue 35 re-audit, N4)
     assert [job["job_id"] for job in snap["running"]] == [waiting]
     assert snap["running"][0]["claimed_by"] == "w9" and snap["running"][0]["elapsed_seconds"] >= 0
     # Three jobs ended in the current minute, one of them failed.

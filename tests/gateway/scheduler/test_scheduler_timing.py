@@ -104,6 +104,18 @@ def test_first_due_is_now_without_a_success_and_an_interval_after_the_last_one()
     assert first_due(entry(cron="0 11 * * *"), now, started_at=now, last_success_at=None) == utc(2026, 5, 1, 11)
 
 
+def test_a_first_run_at_once_waits_for_the_allowed_time() -> None:
+    # Before: a weekday entry first seen on Saturday 2026-11-28 was due at once, on the Saturday.
+    weekdays = entry(every="1h", not_on=["saturday", "sunday"], timezone="UTC")
+    saturday = utc(2026, 11, 28, 12, 33)
+    assert first_due(weekdays, saturday, started_at=saturday, last_success_at=None) == utc(2026, 11, 30)
+    assert first_due(weekdays, saturday, started_at=saturday, last_success_at=utc(2026, 11, 27, 9)) == utc(2026, 11, 30)
+    office = entry(every="5m", only_between="08:00-18:00", timezone="UTC")
+    evening = utc(2026, 11, 26, 20)
+    assert first_due(office, evening, started_at=evening, last_success_at=None) == utc(2026, 11, 27, 8)
+    assert first_due(office, utc(2026, 11, 26, 9), started_at=None, last_success_at=None) == utc(2026, 11, 26, 9)
+
+
 def test_overdue_means_a_whole_interval_late() -> None:
     five = entry(every="5m")
     assert not overdue(five, utc(2026, 5, 1, 10), utc(2026, 5, 1, 10, 4, 59))
