@@ -70,24 +70,29 @@ def start_check() -> None:
 # Set by restart_with_every_app: the process started again must not choose the worker's settings.
 EVERY_APP = "DUCTILE_EVERY_APP"
 DEFAULT_SETTINGS = "ductile_site.settings"
+# TZ as this process was started with, before Django's settings replace it (restart_with_every_app).
+_STARTING_TZ = os.environ.get("TZ")
 WORKER_SETTINGS = "ductile_site.settings_worker"
 
 
-def choose_worker_settings() -> None:
-    """`runworkers` starts on the worker's settings (ductile_site/settings_worker.py) unless the
-    operator chose a settings module of their own, or this is its start again on every app."""
+def choose_settings(ledger_apps: bool) -> None:
+    """`runworkers`, and the console script's commands that need only the ledger's apps
+    (`ledger_apps`: gateway.cli.surface.runs_on_ledger_apps), start on the worker's settings
+    (ductile_site/settings_worker.py) unless the operator chose a settings module of their own,
+    or this is their start again on every app."""
     chosen = os.environ.get("DJANGO_SETTINGS_MODULE", DEFAULT_SETTINGS)
-    if os.environ.get(EVERY_APP) != "1" and chosen == DEFAULT_SETTINGS:
+    if ledger_apps and os.environ.get(EVERY_APP) != "1" and chosen == DEFAULT_SETTINGS:
         os.environ["DJANGO_SETTINGS_MODULE"] = WORKER_SETTINGS
 
 
-def run_worker_command(argv: list[str]) -> None:
-    """`runworkers` as Django's `execute_from_command_line` runs a command, without the two parts of
-    `django.setup()` only a web process uses: the URL resolver's script prefix (importing
-    django.urls) and Django's default logging, whose handlers print to the console under DEBUG and
-    mail the admins a request's error (their import loads django.core.mail, the debug views and
-    the template engine's filters). About 15 ms of the worker's ~0.2 s start, which the
-    throughput benchmark counts (docs/performance.md, item 46). Every line the worker writes goes
+def run_gateway_command(argv: list[str]) -> None:
+    """A gateway command on the ledger's apps (`runworkers`, the CLI's reads: gateway.cli.surface.runs_on_ledger_apps)
+    as Django's `execute_from_command_line` runs it, without the two parts of `django.setup()`
+    only a web process uses: the URL resolver's script prefix (importing django.urls) and
+    Django's default logging, whose handlers print to the console under DEBUG and mail the admins
+    a request's error (their import loads django.core.mail, the debug views and the template
+    engine's filters). About 15 ms of the worker's ~0.2 s start, which the throughput benchmark
+    counts (docs/performance.md, item 46), and of every such CLI call. Every line the command writes goes
     through settings.LOGGING, applied here as Django applies it. `--settings` and `--pythonpath`
     are honoured before the settings are read, as Django's own start does."""
     from django.apps import apps
@@ -117,6 +122,13 @@ def restart_with_every_app() -> NoReturn:
     sys.stderr.flush()
     os.environ["DJANGO_SETTINGS_MODULE"] = DEFAULT_SETTINGS
     os.environ[EVERY_APP] = "1"
+    # Django's settings set TZ to TIME_ZONE in this process's environment: the start again reads
+    # the host's zone (schedules' default, gateway.config.schedules.host_timezone) from the TZ
+    # this process was given.
+    if _STARTING_TZ is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = _STARTING_TZ
     os.execv(sys.executable, sys.orig_argv)
 
 

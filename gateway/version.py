@@ -1,25 +1,32 @@
 """The gateway's version, as installed (or the source tree's when run from a checkout), and the
 git commit it was run from (spec 000 Operator Handbook: `ductile version` gives version, commit
-and build time, for matching errors against deploys)."""
+and build time, for matching errors against deploys). No Django set-up here: the console script
+answers `--version` from this module alone (gateway.cli.main)."""
 
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
-from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import NamedTuple
 
 SOURCE = Path(__file__).resolve().parent.parent  # the checkout, when the package runs from one
 # Set by `system start` for its children: the command it was started as (`entry_point()`).
 ENTRY_POINT_ENV = "DUCTILE_ENTRY_POINT"
 ENTRY_POINTS = ("ductile", "manage.py")
+# The plugin protocol this gateway speaks (spec 000 §6; gateway/execution/protocol.py).
+PROTOCOL_VERSION = 2
 
 
 @cache
 def gateway_version() -> str:
+    # Here, not at import: importlib.metadata is ~25 ms, and this module is imported by every
+    # worker (the protocol's version) and CLI read that never asks for the gateway's.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("ductile-django")
     except PackageNotFoundError:
@@ -41,8 +48,7 @@ def entry_point() -> str:
     return str(script) if script.is_file() else sys.executable
 
 
-@dataclass(frozen=True)
-class SourceCommit:
+class SourceCommit(NamedTuple):  # not a dataclass: `dataclasses` is ~10 ms of `ductile --version`
     commit: str
     committed_at: str  # ISO 8601, the commit's own date (not when it was built or installed)
     dirty: bool  # tracked files differ from the commit
@@ -70,3 +76,26 @@ def source_commit(directory: Path = SOURCE) -> SourceCommit | None:
     commit, committed_at = head.split(" ", 1)
     status = _git(directory, "status", "--porcelain", "--untracked-files=no")
     return SourceCommit(commit, committed_at, bool(status))
+
+
+def version_report() -> tuple[dict[str, object], str]:
+    """`ductile version`'s JSON and text."""
+    import django  # its package alone: `get_version` needs no settings
+
+    source = source_commit()
+    data: dict[str, object] = {
+        "version": gateway_version(),
+        "protocol": PROTOCOL_VERSION,
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        # From the checkout the code runs from; null for an installed package, which records no
+        # commit (nor a build time: no build step stamps one, so none is reported).
+        "commit": source.commit if source else None,
+        "commit_date": source.committed_at if source else None,
+        "dirty": source.dirty if source else None,
+    }
+    text = f"ductile {data['version']} (protocol {PROTOCOL_VERSION}, Django {data['django']}, Python {data['python']})"
+    if source:
+        text += f"\ncommit {source.commit[:12]}{' (with uncommitted changes)' if source.dirty else ''}, "
+        text += f"committed {source.committed_at}"
+    return data, text

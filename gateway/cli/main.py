@@ -39,18 +39,11 @@ def main(argv: Sequence[str] | None = None, *, whole_django: bool = False) -> in
     gc.disable()
     if SUPERVISOR_ENV in os.environ:  # a child of `system start`: it must not outlive it
         die_with_supervisor()
-    from gateway.bootstrap import choose_worker_settings, config_dir_from_argv, prepare_process, run_worker_command
-    from gateway.config.errors import ConfigError
-
-    argv = list(sys.argv if argv is None else argv)
-    worker = argv[1:2] == ["runworkers"]
-    if worker:
-        choose_worker_settings()
-    prepare_process(config_dir_from_argv(argv[1:]))
-    from django.core.management import execute_from_command_line
-
+    # The help and the version are answered before anything of Django or the config is imported:
+    # an agent's first calls, and they cost ~0.25 s each when they loaded it all.
     from gateway.cli import surface
 
+    argv = list(sys.argv if argv is None else argv)
     args = strip_config_dir(argv)
     if whole_django:
         args = surface.respelled(args)
@@ -63,6 +56,21 @@ def main(argv: Sequence[str] | None = None, *, whole_django: bool = False) -> in
         except surface.UnknownCommand as exc:
             sys.stderr.write(f"error: {exc}\n")
             return EXIT_USAGE
+    if (as_json := surface.plain_version(args)) is not None:
+        import json
+
+        from gateway.version import version_report
+
+        data, text = version_report()
+        sys.stdout.write((json.dumps(data, indent=2) if as_json else text) + "\n")
+        return 0
+    from gateway.bootstrap import choose_settings, config_dir_from_argv, prepare_process, run_gateway_command
+    from gateway.config.errors import ConfigError
+
+    ledger_apps = surface.runs_on_ledger_apps(args)
+    choose_settings(ledger_apps)
+    prepare_process(config_dir_from_argv(argv[1:]))
+    from django.core.management import execute_from_command_line
     from django.db import DatabaseError
 
     from gateway.storage.database import describe_database, described
@@ -70,8 +78,8 @@ def main(argv: Sequence[str] | None = None, *, whole_django: bool = False) -> in
     # The gateway's own commands report these themselves (gateway.cli.base); this is for Django's
     # (`migrate`, `createsuperuser`, `shell`): a sentence naming what is wrong, not a traceback.
     try:
-        if worker:
-            run_worker_command(args)
+        if ledger_apps:
+            run_gateway_command(args)
         else:
             execute_from_command_line(args)
     except ConfigError as exc:

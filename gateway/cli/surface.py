@@ -6,10 +6,11 @@ run`, `status`, `plugins`, `logs`, `queue`) are accepted as the NOUN ACTION comm
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from django.core.management import find_commands
+from gateway.cli.nouns import NOUNS
 
 COMMANDS_DIR = Path(__file__).resolve().parents[1] / "management"
 # Django answers `version` and `--version` itself with its own version; ours reports the gateway's.
@@ -37,6 +38,8 @@ class UnknownCommand(Exception):
 
 
 def gateway_commands() -> list[str]:
+    from django.core.management import find_commands
+
     return sorted(find_commands(str(COMMANDS_DIR)))
 
 
@@ -84,24 +87,19 @@ def _django_commands() -> set[str]:
     import django
     from django.core.management import get_commands
 
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ductile_site.settings")
     django.setup()
     return set(get_commands())
 
 
 def help_text(program: str) -> str:
-    """The nouns, each with its actions (its command's own one-line help), the legacy spellings,
-    and where Django's commands went."""
-    import django
-    from django.core.management import load_command_class
-
-    django.setup()
-    nouns = [n for n in gateway_commands() if n not in UNLISTED]
-    width = max(map(len, nouns)) + 2
+    """The nouns, each with its actions (its command's own one-line help, from gateway.cli.nouns:
+    no command is loaded), the legacy spellings, and where Django's commands went."""
+    width = max(map(len, NOUNS)) + 2
     lines = [f"Usage: {program} NOUN ACTION [flags]   ({program} NOUN --help for a noun's actions and flags)", ""]
     lines.append("Nouns:")
-    for name in nouns:
-        summary = " ".join(str(load_command_class("gateway", name).help).split())
-        lines.append(f"  {name:{width}}{summary}")
+    for name, noun in sorted(NOUNS.items()):
+        lines.append(f"  {name:{width}}{noun.summary}")
     lines.append(f"  {'version':{width}}the gateway's version (also --version)")
     lines += ["", "Legacy spellings (spec 000 §11.6), accepted as:"]
     for name, target in LEGACY.items():
@@ -114,6 +112,26 @@ def help_text(program: str) -> str:
         f"Django's own commands (migrate, createsuperuser, dbshell, ...): {program} {DJANGO} COMMAND.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def runs_on_ledger_apps(args: Sequence[str]) -> bool:
+    """Whether the command `args` names (translated, the program first) needs only the ledger's
+    apps (ductile_site/settings_worker.py): `runworkers`, and the actions gateway.cli.nouns lists."""
+    if args[1:2] == ["runworkers"]:
+        return True
+    noun = NOUNS.get(args[1]) if len(args) > 1 else None
+    return noun is not None and noun.runs_on_ledger_apps(args[2] if len(args) > 2 else None)
+
+
+# `version`'s flags the console script answers itself (gateway.cli.main); any other goes to the command.
+VERSION_FLAGS = {(): False, ("--json",): True, ("--output", "json"): True, ("--output", "text"): False}
+
+
+def plain_version(args: Sequence[str]) -> bool | None:
+    """For `version` (already translated) with no flag but its output's: whether as JSON; else None."""
+    if args[1:2] != [ALIASES["version"]]:
+        return None
+    return VERSION_FLAGS.get(tuple(args[2:]))
 
 
 def is_help(args: Sequence[str]) -> bool:

@@ -8,11 +8,39 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+from pathlib import Path
 
 from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig
-from gateway.daemon.supervisor import pid_file_for, running_pid, snapshot_file_for
-from gateway.runtime import Runtime, read_snapshot
+from gateway.runtime import SNAPSHOT_FILE, Runtime, read_snapshot
+from ledger.models.workers import pid_alive
+
+# Here, not with the supervisor that writes it: `system status` reads it on every call, and the
+# supervisor's module loads the daemons it runs.
+PID_FILE = "ductile.pid"
+
+
+def pid_file_for(config: GatewayConfig) -> Path:
+    """Where `system start` records its PID: next to the state database, as the original does."""
+    return config.state_path.parent / PID_FILE
+
+
+def running_pid(pid_file: Path) -> int | None:
+    """The PID a live gateway recorded in `pid_file`; None when there is no file or its process is
+    gone (a stale file). ValueError when the file holds no PID."""
+    try:
+        text = pid_file.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"{pid_file} holds no PID ({text[:40]!r})")
+    pid = int(text)
+    return pid if pid_alive(pid) else None
+
+
+def snapshot_file_for(config: GatewayConfig) -> Path:
+    """The runtime snapshot `system start`'s children run on: beside the PID lock."""
+    return config.state_path.parent / SNAPSHOT_FILE
 
 
 class NotRunning(Exception):

@@ -36,8 +36,8 @@ from pathlib import Path
 from types import FrameType
 
 from gateway.config.errors import ConfigError
-from gateway.config.model import GatewayConfig
 from gateway.daemon.config_snapshots import record_config
+from gateway.daemon.control import pid_file_for, running_pid, snapshot_file_for
 from gateway.daemon.pause import Pause
 from gateway.daemon.resident import Loop, Resident
 from gateway.daemon.scheduler import Scheduler
@@ -45,7 +45,6 @@ from gateway.daemon.tree import CHILDREN_FILE, SUPERVISOR_ENV, end_dead_tree, re
 from gateway.logs import logger
 from gateway.runtime import (
     SNAPSHOT_ENV,
-    SNAPSHOT_FILE,
     STARTED_ENV,
     Runtime,
     RuntimeHolder,
@@ -54,7 +53,6 @@ from gateway.runtime import (
 )
 from gateway.storage.database import ensure_schema
 from gateway.version import ENTRY_POINT_ENV, entry_point
-from ledger.models.workers import pid_alive
 
 log = logger("supervisor")
 
@@ -72,30 +70,6 @@ STOP_GRACE = 60.0
 # (SIGCHLD) among them, and a resident loop's end (`Resident`'s `on_end`). Why not shorter: each
 # pass of an idle supervisor is a wake-up, which costs CPU (docs/performance.md, item 37).
 MAX_PASS = 30.0
-PID_FILE = "ductile.pid"
-
-
-def pid_file_for(config: GatewayConfig) -> Path:
-    """Where `system start` records its PID: next to the state database, as the original does."""
-    return config.state_path.parent / PID_FILE
-
-
-def snapshot_file_for(config: GatewayConfig) -> Path:
-    """The runtime snapshot `system start`'s children run on: beside the PID lock."""
-    return config.state_path.parent / SNAPSHOT_FILE
-
-
-def running_pid(pid_file: Path) -> int | None:
-    """The PID a live gateway recorded in `pid_file`; None when there is no file or its process is
-    gone (a stale file). ValueError when the file holds no PID."""
-    try:
-        text = pid_file.read_text().strip()
-    except FileNotFoundError:
-        return None
-    if not text.isdigit() or int(text) <= 0:
-        raise ValueError(f"{pid_file} holds no PID ({text[:40]!r})")
-    pid = int(text)
-    return pid if pid_alive(pid) else None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.execution.runner import STDERR_CAP, STDOUT_CAP, RunResult
 from gateway.intake import DEDUPE_KEY_MAX
+from gateway.version import PROTOCOL_VERSION
 from ledger.models import EventRecord
 from ledger.models.facts import STATE_SIZE_LIMIT
 from ledger.storable import not_json
@@ -29,7 +30,6 @@ from pipelines.routing import valid_event
 EVENT_TYPE_MAX = int(EventRecord._meta.get_field("type").max_length or 200)
 
 EX_CONFIG = 78
-PROTOCOL_VERSION = 2
 # Deeper responses are refused. Why a bound well below Python's recursion limit: the response is
 # parsed again wherever it is read (job logs, the API, routed event payloads in JSONField columns),
 # on stacks already deeper than this worker's; a document that only just parses here would raise

@@ -8,12 +8,13 @@ An empty list, the default, shares nothing."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.http import HttpRequest
+from typing import TYPE_CHECKING, Any
 
 from gateway.config.errors import ConfigError
 from gateway.runtime import RUNTIME
+
+if TYPE_CHECKING:  # every process connects `origin_allowed` (gateway.apps); few serve HTTP
+    from django.http import HttpRequest
 
 # Not the API's: the console's pages and its admin, which a session cookie authenticates.
 _NOT_API = ("/admin/", "/dashboard/")

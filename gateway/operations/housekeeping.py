@@ -50,7 +50,6 @@ PRUNE_BATCH = 500
 BATCH_PAUSE = 0.005
 # Seconds without housekeeping before `system start` stops the cluster (`system start
 # --housekeeping-linger`): long enough that a burst of tasks is one start, short against an hour.
-CLUSTER_LINGER = 30.0
 BACKUP_NAME = "ductile-{stamp}.tar.gz"
 BACKUP_GLOB = "ductile-*.tar.gz"
 

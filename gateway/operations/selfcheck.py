@@ -36,9 +36,8 @@ from django.utils import timezone
 from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError
 from gateway.config.loader import ROOT_FILE
-from gateway.daemon.supervisor import pid_file_for, running_pid
+from gateway.daemon.control import pid_file_for, running_pid
 from gateway.operations.backups.snapshot import sqlite_file
-from gateway.operations.housekeeping import PRUNE_EVERY_MINUTES
 from gateway.reports import ts
 from gateway.runtime import RUNTIME, build_runtime
 from gateway.storage.database import describe_database, integrity_finding, pending_migrations
@@ -221,6 +220,10 @@ def _missing_schema() -> list[str]:
 
 
 def _freshness(where: str, retention: float) -> Check:
+    # Here, not at import: housekeeping loads django-q2 (and croniter), which `system status`,
+    # reading this module's Check, has no use for.
+    from gateway.operations.housekeeping import PRUNE_EVERY_MINUTES
+
     grace = timedelta(seconds=retention, minutes=PRUNE_EVERY_MINUTES)
     stale = Job.objects.expired(timezone.now() - grace)
     count = stale.count()

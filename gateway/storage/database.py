@@ -43,9 +43,10 @@ def ensure_schema() -> str:
     if _every_migration_file_applied():
         return "current"
     if getattr(settings, "DUCTILE_LEDGER_APPS_ONLY", False):
-        # A worker on its few apps (ductile_site/settings_worker.py) cannot load the migration
-        # graph, whose ledger migrations depend on the others': it starts again on every app, and
-        # that start migrates a fresh database or refuses one behind, as any command's does.
+        # A worker or a CLI read on the ledger's apps (ductile_site/settings_worker.py) cannot load
+        # the migration graph, whose ledger migrations depend on the others': it starts again on
+        # every app, and that start migrates a fresh database or refuses one behind, as any
+        # command's does.
         from gateway.bootstrap import restart_with_every_app
 
         restart_with_every_app()

@@ -21,19 +21,20 @@ run (bench_throughput.py, run first), because only ratios within one run compare
 Full run: bench_throughput (3 interleaved repetitions with django-q2), bench_latency, bench_idle,
 bench_live_idle (the `system start` tree idle, then with the live views), bench_queue_ops,
 bench_pipeline (3 runs), bench_scheduler (1 run, SQLite), bench_api (queued, workers and drain;
-1 run), bench_console, bench_hostile (issue 33), and bench_profile (the daemon's CPU per job by section; a diagnostic).
+1 run), bench_console, bench_hostile (issue 33), bench_profile (the daemon's CPU per job by section; a diagnostic),
+and bench_cli (issue 36: a CLI call's CPU over the ORM's import, 15 rounds; 5 in --quick).
 
 --quick is the CI smoke: one throughput repetition of 1,000 jobs with django-q2, bench_latency, the
-`system start` tree idle for 10 s (runworkers alone is one of its processes), 30 pipeline trees,
-the API alone at 500 requests/s and while the workers drain at 300 requests/s, 10 s each, without
-the saturation phase, and bench_profile on 300 jobs. It reports every target like the full run, and
-besides them it checks *floors* (FLOORS below): about 40 % below what the code achieves today
-(issue 16's regression was 40 %: 0.50 -> 0.30 of the ceiling), or for latencies an order of
-magnitude above today's tail at load 5 (the regression put the API's p99 at 11.8 s), so that only a
-gross regression crosses them, never the noise of a shared 2-core machine. Ratios are taken against
-the ceiling and django-q2 measured in the same run, so a busy machine slows both sides alike. Raise
-the floors to 0.6 x the new figures as the hot path improves. It exits 1 when a floor is crossed,
-and 0 otherwise, targets met or not: targets are reported, floors gate.
+`system start` tree idle for 10 s (runworkers alone is one of its processes), 30 pipeline trees, the
+API alone at 500 requests/s and while the workers drain at 300 requests/s, 10 s each, without the
+saturation phase, bench_profile on 300 jobs, and bench_cli's 5 rounds. It reports every target like
+the full run, and besides them it checks *floors* (FLOORS below): about 40 % below what the code
+achieves today (issue 16's regression was 40 %: 0.50 -> 0.30 of the ceiling), or for latencies an
+order of magnitude above today's tail at load 5 (the regression put the API's p99 at 11.8 s), so
+that only a gross regression crosses them, never the noise of a shared 2-core machine. Ratios are
+taken against the ceiling and django-q2 measured in the same run, so a busy machine slows both sides
+alike. Raise the floors to 0.6 x the new figures as the hot path improves. It exits 1 when a floor
+is crossed, and 0 otherwise, targets met or not: targets are reported, floors gate.
 Exit 2: a benchmark itself failed (its stderr is printed).
 """
 
@@ -70,6 +71,7 @@ FULL: dict[str, list[str]] = {
     "console": ["bench_console.py"],
     "hostile": ["bench_hostile.py"],
     "profile": ["bench_profile.py", "--jobs", "3000"],
+    "cli": ["bench_cli.py"],
 }
 QUICK: dict[str, list[str]] = {
     "throughput": ["bench_throughput.py", "--repeat", "1", "--jobs", "1000"],
@@ -82,6 +84,7 @@ QUICK: dict[str, list[str]] = {
     ],
     # A diagnostic, run so that it cannot rot unseen: it patches the daemon's per-job calls by name.
     "profile": ["bench_profile.py", "--jobs", "300"],
+    "cli": ["bench_cli.py", "--quick"],
 }
 
 
@@ -103,6 +106,11 @@ FLOORS = {
     "idle_tree_rss_mb": 1500.0,
     "pipeline_tree_p50_ms": 20.0,  # ~4 x the 5.5 ms of issue 16's fixes; the pipelines issue had 30
     "api_p99_ms": 500.0,  # alone 9 ms, draining 12 ms at load 1; 229 ms was the profile's worst at load 5
+    # A CLI call's CPU over the ORM's import in the same round (issue 36, 2026-11-28 at load 3-6):
+    # reads 1.42-1.53 (2.0 before), --help 0.16 and --version 0.40 (2.5 and 2.0 before). A read
+    # that loads the admin's apps again is ~1.9, the help or version that loads Django ~1.2.
+    "cli_read_over_orm": 1.8,
+    "cli_no_orm_over_orm": 0.8,
 }
 
 
@@ -399,6 +407,9 @@ def figures(results: dict[str, Any], quick: bool) -> list[Figure]:
                 )
             )
 
+    if "cli" in results:
+        add_cli(add, results["cli"])
+
     if "console" in results:
         c = results["console"]
         worst = max(c["pages"].items(), key=lambda item: item[1]["p95_ms"])
@@ -413,6 +424,28 @@ def figures(results: dict[str, Any], quick: bool) -> list[Figure]:
             )
         )
     return out
+
+
+def add_cli(add: Callable[..., None], r: dict[str, Any]) -> None:
+    """bench_cli.py: each command's CPU over the ORM's import, in the same rounds."""
+    baseline = r["commands"]["orm_import"]["cpu_s"]["median"]
+    for name, row in r["commands"].items():
+        if "target_ratio" not in row:
+            continue
+        no_orm = row["target_ratio"] < 1
+        ratio = row["cpu_ratio"]["median"]
+        add(
+            Figure(
+                f"CLI `ductile {name}`, CPU / the ORM's import",
+                ratio,
+                "x",
+                f"<= {row['target_ratio']:g}" + (" (no ORM loaded)" if no_orm else ""),
+                at_most(ratio, row["target_ratio"]),
+                note=f"{row['cpu_s']['median']} s against {baseline} s, wall ratio {row['wall_ratio']['median']},"
+                f" {r['rounds']} rounds",
+            ),
+            floor("<=", "cli_no_orm_over_orm" if no_orm else "cli_read_over_orm"),
+        )
 
 
 def add_api(add: Callable[..., None], r: dict[str, Any], same_run: str) -> None:

@@ -14,6 +14,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.cli.nouns import NOUNS
 from gateway.operations.accounts import (
     AccountError,
     AccountRow,
@@ -28,7 +29,7 @@ from ledger.roles import ROLES
 
 
 class Command(DuctileCommand):
-    help = "Audit console accounts: create-user, list-users, disable-user, enable-user, remove-user, unlock."
+    help = NOUNS["admin"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

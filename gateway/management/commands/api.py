@@ -14,13 +14,11 @@ from django.core.management.base import CommandParser
 
 from gateway.cli.api_call import ApiAnswer, UsageError, base_url, build_call, config_token, env_token, send
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
+from gateway.cli.nouns import NOUNS
 
 
 class Command(DuctileCommand):
-    help = (
-        "Call the local API: `api /jobs`, `api /plugin/echo/poll -f message=hello`, `api /system/reload -X POST`. "
-        "Prints the response body; exit 0 on 2xx, 1 otherwise."
-    )
+    help = NOUNS["api"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", help="API path, e.g. /jobs or /plugin/echo/poll")

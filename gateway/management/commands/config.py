@@ -19,6 +19,7 @@ from django.core.management.base import CommandParser
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.cli.config_entities import add_entity_parsers, run_entity
 from gateway.cli.config_schema import add_schema_parsers, run_schema, run_validate
+from gateway.cli.nouns import NOUNS
 from gateway.config.address import AddressError, lookup, names, resolve
 from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError, ConfigProblem
@@ -52,12 +53,7 @@ BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
 
 
 class Command(DuctileCommand):
-    help = (
-        "Config: `check`, `lock`, `show [ENTITY]`, `get PATH`, `set PATH=VALUE`, `snapshots [FINGERPRINT]`, "
-        "`init [DIR]`, `token create|list|inspect|rehash|delete`, `scope add|remove|set|validate`, "
-        "`plugin list|show|set`, `route list|add|remove`, `webhook list|add`, `backup`, `restore`, `schema`, "
-        "`validate --file F`."
-    )
+    help = NOUNS["config"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -7,13 +7,14 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import DuctileCommand
+from gateway.cli.nouns import NOUNS
 from gateway.intake.events import event_starts, preview, publish_event
 from gateway.management.commands.pipeline import dry_run_text, payload_option, run_tree
 from ledger.submitters import Submitter
 
 
 class Command(DuctileCommand):
-    help = "Events: `event publish TYPE --payload JSON`."
+    help = NOUNS["event"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

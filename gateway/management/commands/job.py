@@ -11,7 +11,7 @@ from django.core.management.base import CommandParser
 
 from gateway import intake
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
-from gateway.management.commands.pipeline import run_tree
+from gateway.cli.nouns import NOUNS
 from gateway.operations import CLI, replay
 from gateway.reports import MAX_LOGS, claims_only, depth_first, find_logs, job_detail, parse_rfc3339
 from gateway.terminal import one_line
@@ -108,7 +108,7 @@ def find_job(id_or_prefix: str) -> Job:
 
 
 class Command(DuctileCommand):
-    help = "Jobs: `job inspect ID`, `job logs`, `job replay ID`, `job cancel ID`, `job retry ID`."
+    help = NOUNS["job"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -176,6 +176,8 @@ class Command(DuctileCommand):
             }
             self.emit(data, lambda: "would enqueue (dry run):\n" + json.dumps(data, indent=2))
             return
+        from gateway.management.commands.pipeline import run_tree  # replay's alone: pipelines' simulator and waiter
+
         run_tree(self, lambda: [replay(runtime, job, by=CLI)], wait=options["wait"], timeout=options["timeout"])
 
     def act(self, action: str, job_id: str, dry_run: bool) -> None:

@@ -10,6 +10,7 @@ from django.core.management.base import CommandParser
 
 from gateway import intake
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
+from gateway.cli.nouns import NOUNS
 from gateway.intake.events import pipeline_entries, pipeline_starts, preview
 from gateway.intake.trees import TreeWaiter
 from gateway.reports import claims_only
@@ -100,7 +101,7 @@ def dry_run_text(preview: dict[str, Any], verbose: bool) -> str:
 
 
 class Command(DuctileCommand):
-    help = "Pipelines: `pipeline list`, `show NAME`, `visualize NAME`, `dry-run NAME`, `run NAME`."
+    help = NOUNS["pipeline"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -12,12 +12,10 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway import intake
-from gateway.cli.api_call import ApiUnanswered, base_url, build_call, config_token, env_token, read_object
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
+from gateway.cli.nouns import NOUNS
 from gateway.config.frozen import thaw
 from gateway.config.integrity import SealUnusable
-from gateway.execution.dispatch import Executor
-from gateway.management.commands.config import emit_lock_report
 from gateway.plugins.manifest import Manifest
 from gateway.plugins.seal import lock_plugins
 from gateway.reports import latest_result, ts
@@ -28,11 +26,11 @@ from ledger.models import Job, PluginInstanceRecord, WorkerInstance
 from ledger.submitters import Submitter
 
 
+# What one action alone uses is imported in it (`plugin list` is an agent's every few minutes): the
+# executor (`run`), the API client (`--api-url`), and the config command's report (`lock`), which
+# loads the backups' modules.
 class Command(DuctileCommand):
-    help = (
-        "Plugins: `plugin list [--api-url URL]`, `plugin manifest NAME`, `plugin run NAME`, "
-        "`plugin lock NAME... | --all`."
-    )
+    help = NOUNS["plugin"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -96,6 +94,8 @@ class Command(DuctileCommand):
         names = options["names"]
         if bool(names) == options["all"]:
             raise Exit(EXIT_USAGE, "name the plugins to lock, or give --all")
+        from gateway.management.commands.config import emit_lock_report
+
         config_dir = RUNTIME.config_dir or Path(os.environ["DUCTILE_CONFIG_DIR"])
         try:
             report, notes = lock_plugins(config_dir, None if options["all"] else names, dry_run=options["dry_run"])
@@ -142,6 +142,8 @@ class Command(DuctileCommand):
     def list_remote(self, options: dict[str, Any]) -> None:
         """The original's `plugin list --api-url`: what a running gateway loaded, from its open
         GET /plugins (a key is sent when one is given or in the environment)."""
+        from gateway.cli.api_call import ApiUnanswered, base_url, build_call, config_token, env_token, read_object
+
         token = options["api_key"] or env_token(os.environ)
         if options["api_url"] is None:
             served = self.gateway_runtime()
@@ -268,6 +270,8 @@ class Command(DuctileCommand):
     def run_remote(self, options: dict[str, Any]) -> None:
         """The original's `plugin run NAME --api-url URL`: one job through the gateway's API, which
         runs it; the answer is the API's (job_id, status queued, plugin, command)."""
+        from gateway.cli.api_call import ApiUnanswered, base_url, build_call, env_token, read_object
+
         token = options["api_key"] or env_token(os.environ)
         if not token:
             raise Exit(EXIT_USAGE, "an API key is needed with --api-url: --api-key or $DUCTILE_API_KEY")
@@ -347,6 +351,8 @@ class Command(DuctileCommand):
             worker.leave()
 
     def _run_one(self, job_id: str, worker_id: str, runtime: Runtime) -> Job:
+        from gateway.execution.dispatch import Executor
+
         while True:
             job = Job.objects.claim_next(
                 worker_id=worker_id,

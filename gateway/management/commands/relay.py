@@ -10,13 +10,14 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json_object
+from gateway.cli.nouns import NOUNS
 from gateway.relay.sender import RelayFailed, prepare, send
 from gateway.relay.wire import Envelope
 from pipelines.relay import EVENT_TYPE
 
 
 class Command(DuctileCommand):
-    help = "Remote event relay: `relay send INSTANCE --event TYPE --payload JSON`."
+    help = NOUNS["relay"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -8,13 +8,14 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from gateway.cli.base import EXIT_USAGE, DuctileCommand, Exit
+from gateway.cli.nouns import NOUNS
 from gateway.operations import CLI, resume_schedule
 from ledger.models import ScheduleEntry
 from ledger.states import ActionRefused
 
 
 class Command(DuctileCommand):
-    help = "Schedules: `schedule pause PLUGIN[:ID]`, `schedule resume PLUGIN[:ID]`."
+    help = NOUNS["schedule"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

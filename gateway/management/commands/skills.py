@@ -8,15 +8,13 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import DuctileCommand
+from gateway.cli.nouns import NOUNS
 from gateway.reports.skills import markdown, skills
 from gateway.version import gateway_version
 
 
 class Command(DuctileCommand):
-    help = (
-        "Export the capability registry for LLMs: every plugin command (endpoint, scopes, input schema, "
-        "mutates_state, idempotent, retry_safe) and pipeline (trigger, mode, steps), as Markdown."
-    )
+    help = NOUNS["skills"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         self.add_json(parser)

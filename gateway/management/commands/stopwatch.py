@@ -12,6 +12,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from gateway.cli.base import DuctileCommand
+from gateway.cli.nouns import NOUNS
 from gateway.config.durations import parse_duration
 from gateway.reports import ts
 from ledger.models.telemetry import JobStopwatch, StopwatchStatus
@@ -37,7 +38,7 @@ def _limit(text: str) -> int:
 
 
 class Command(DuctileCommand):
-    help = "Stopwatch: `stopwatch prune --older-than DUR [--plugin P] [--step S] [--status ST] [--dry-run]`."
+    help = NOUNS["stopwatch"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

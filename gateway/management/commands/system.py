@@ -10,23 +10,16 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.db import DatabaseError
 from django.utils import timezone
-from rich.console import Console
 
-from gateway.cli.api_call import base_url, config_token, env_token
-from gateway.cli.backups import run_backup, run_restore
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
-from gateway.cli.facts import add_plugin_facts, run_plugin_facts
-from gateway.cli.selfcheck import run_selfcheck
-from gateway.cli.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
+from gateway.cli.facts import add_plugin_facts
+from gateway.cli.nouns import NOUNS
 from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig
-from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
-from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, pid_file_for, plan, running_pid
+from gateway.daemon.control import pid_file_for, running_pid
 from gateway.http.api.refusals import read_tally, tally_path
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPE_HOLDS, SCOPES
-from gateway.operations.doctor import ERROR, diagnose
-from gateway.operations.housekeeping import CLUSTER_LINGER, refresh_schedules, work_for_cluster
 from gateway.operations.selfcheck import Check, discovery_check
 from gateway.reports import breaker_report, queue_status, schedule_entries
 from gateway.runtime import RUNTIME
@@ -34,12 +27,13 @@ from gateway.storage.database import SchemaBehind, describe_database, pass_the_c
 from ledger.models import CircuitBreaker, PluginInstanceRecord
 from ledger.models.workers import PluginHealth
 
+# `system start`'s default for --housekeeping-linger: the housekeeping cluster stops after this
+# long without housekeeping to do (gateway.operations.housekeeping.work_for_cluster).
+CLUSTER_LINGER = 30.0
+
 
 class Command(DuctileCommand):
-    help = (
-        "System: `status`, `start`, `reload`, `doctor`, `selfcheck`, `watch`, `scheduler`, `breaker [PLUGIN]`, "
-        "`reset PLUGIN`, `plugin-facts PLUGIN`, `backup`, `restore`."
-    )
+    help = NOUNS["system"].summary
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -111,16 +105,27 @@ class Command(DuctileCommand):
         )
         self.add_json(watch)
 
+    # What one action alone uses is imported in it: this module is loaded for every `system` call,
+    # and `system status` is an agent's (the live view's rich, backups' tarfile, django-q2 and
+    # croniter for housekeeping: ~30 ms of its start).
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "start":
             self.start(options)
         elif options["action"] == "backup":
+            from gateway.cli.backups import run_backup
+
             run_backup(self, options["to"], options["scope"], options["dry_run"])
         elif options["action"] == "restore":
+            from gateway.cli.backups import run_restore
+
             run_restore(self, options["archive"], options["to"], options["dry_run"])
         elif options["action"] == "plugin-facts":
+            from gateway.cli.facts import run_plugin_facts
+
             run_plugin_facts(self, options["plugin"], options["fact_type"], options["limit"])
         elif options["action"] == "selfcheck":
+            from gateway.cli.selfcheck import run_selfcheck
+
             run_selfcheck(self)
         elif options["action"] == "reload":
             self.reload(options["dry_run"])
@@ -140,6 +145,8 @@ class Command(DuctileCommand):
     def reload(self, dry_run: bool) -> None:
         """Validated here first: an invalid config would be refused by every process anyway (each
         keeps its running one), so the operator hears why now instead of in the daemon logs."""
+        from gateway.daemon.control import NotRunning, gateway_pid, reload_gateway
+
         try:
             runtime = self.runtime()  # this command's own fresh load of the config on disk
         except ConfigError as exc:
@@ -159,6 +166,11 @@ class Command(DuctileCommand):
     def watch(self, options: dict[str, Any]) -> None:
         """Over the API when a URL or a key is given (spec: `system watch --api-key TOKEN`), else
         from this machine's ledger. The view itself is gateway/cli/watch.py."""
+        from rich.console import Console
+
+        from gateway.cli.api_call import base_url, config_token, env_token
+        from gateway.cli.watch import ApiSource, LocalSource, Watch, WatchError, json_lines, print_once
+
         if options["interval"] <= 0:
             raise Exit(EXIT_USAGE, "--interval must be a positive number of seconds")
         source: LocalSource | ApiSource
@@ -182,6 +194,8 @@ class Command(DuctileCommand):
             raise Exit(EXIT_FAILED, str(exc)) from exc
 
     def doctor(self) -> None:
+        from gateway.operations.doctor import ERROR, diagnose
+
         findings = diagnose(self.runtime())
         healthy = not any(f.severity == ERROR for f in findings)
         data = {"healthy": healthy, "findings": [f.as_dict() for f in findings]}
@@ -216,6 +230,9 @@ class Command(DuctileCommand):
         self.emit(data, text)
 
     def start(self, options: dict[str, Any]) -> None:
+        from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, plan
+        from gateway.operations.housekeeping import refresh_schedules, work_for_cluster
+
         runtime = self.open_ledger(check_integrity=True)
         pass_the_check_on()  # its children need not read every page of the ledger again
         for warning in (*runtime.config.warnings, *runtime.registry.warnings):

@@ -85,7 +85,7 @@ def test_workers_started_first_migrate_a_fresh_database_and_refuse_one_behind(cf
 def test_workers_start_without_the_web_and_housekeeping_apps(cfg):
     """What the worker's settings leave out (~45 ms of its start, with croniter's, which also
     spawned `file`): on a current database, nothing of the admin, DRF or django-q2 is imported.
-    Nor what only a web process's set-up uses (gateway.bootstrap.run_worker_command, ~15 ms): the
+    Nor what only a web process's set-up uses (gateway.bootstrap.run_gateway_command, ~15 ms): the
     URL resolver, Django's default log handlers with the mail and debug-page modules they load.
     Its lines are the gateway's JSON all the same."""
     assert ductile(cfg, "system", "status").returncode == 0
