@@ -25,6 +25,7 @@ import pytest
 from dotenv import dotenv_values
 
 from tests.support import REPO, run_until_idle, wait_for
+from tests.support.console_setup import console_roles
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -51,6 +52,7 @@ def demo_setup() -> None:
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    console_roles()  # what the demo's `ductile migrate` made, before a flush emptied it
     module.accounts()
     module.first_wave(io.StringIO())
 

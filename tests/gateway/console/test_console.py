@@ -10,7 +10,6 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.apps import apps as django_apps
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.db import connection
@@ -36,7 +35,6 @@ from ledger.models import (
     WorkerInstance,
 )
 from ledger.models.breakers import record_scheduled_outcome
-from ledger.roles import grant_actions, grant_login_records, grant_views
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from tests.support import jobs_by_step, load_runtime, run_until_idle
@@ -47,6 +45,7 @@ from tests.support.console_setup import (
     PAYLOAD_SECRET,
     audit_config,
     audit_payload,
+    console_roles,
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -87,11 +86,7 @@ def run_pipeline(holder, **payload):
 
 
 def person(role, name):
-    # The groups come from data migrations 0006 and 0008, which a transactional test's flush
-    # empties for the tests after it: made again here by the same code.
-    grant_views(django_apps)
-    grant_actions(django_apps)
-    grant_login_records(django_apps)
+    console_roles()
     save_account(name, role, PASSWORD)
     client = Client()
     assert client.login(request=HttpRequest(), username=name, password=PASSWORD)

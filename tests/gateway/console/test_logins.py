@@ -12,13 +12,12 @@ import re
 
 import pytest
 from axes.models import AccessAttempt, AccessFailureLog
-from django.apps import apps as django_apps
 from django.test import Client
 from django.urls import reverse
 
 from gateway.logs import JsonFormatter
 from gateway.operations.accounts import lockouts, save_account
-from ledger.roles import grant_actions, grant_login_records, grant_views
+from tests.support.console_setup import console_roles
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -28,10 +27,7 @@ LOGIN = "/admin/login/"
 
 @pytest.fixture
 def accounts(runtime):
-    # The groups come from migrations, which a transactional test's flush empties: made again.
-    grant_views(django_apps)
-    grant_actions(django_apps)
-    grant_login_records(django_apps)
+    console_roles()
     save_account("ada", "auditor", PASSWORD)
     save_account("olga", "operator", PASSWORD)
 

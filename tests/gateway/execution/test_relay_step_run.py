@@ -8,17 +8,16 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.apps import apps as django_apps
 from django.http import HttpRequest
 from django.test import Client
 from django.urls import reverse
 
 from gateway.operations.accounts import save_account
 from ledger.models import Job
-from ledger.roles import grant_views
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from tests.support import free_port, load_runtime, run_until_idle
+from tests.support.console_setup import console_roles
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -61,7 +60,7 @@ def test_a_relay_jobs_page_in_the_console_tells_what_happened(config_dir):
     holder = relaying(config_dir, {"to": "lab", "event": "backup.ready"})
     job_id = publish(holder, {"archive": "a"})
     run_until_idle(holder)
-    grant_views(django_apps)
+    console_roles()
     save_account("ada", "auditor", "correct horse battery")
     client = Client()
     assert client.login(request=HttpRequest(), username="ada", password="correct horse battery")
