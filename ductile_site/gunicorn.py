@@ -52,7 +52,9 @@ def on_starting(server: Any) -> None:
 
 
 _REPO = Path(__file__).resolve().parent.parent
-_START_CHECK = "import sys; sys.path.insert(0, sys.argv[1]); from gateway.bootstrap import start_check; start_check()"
+_START_CHECK = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from gateway.http.start_check import start_check; start_check()"
+)
 
 
 # How long gunicorn's loops sleep when nothing wakes them: its master and each worker otherwise
