@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from django.db import connections
+
 from gateway.config.loader import resolve_config_dir
 from gateway.runtime import RUNTIME
 
@@ -59,6 +61,8 @@ def run_gateway_command(argv: list[str]) -> None:
     counts (docs/performance.md, item 46), and of every such CLI call. Every line the command writes goes
     through settings.LOGGING, applied here as Django applies it. `--settings` and `--pythonpath`
     are honoured before the settings are read, as Django's own start does."""
+    # Not at import: ~20 ms (django.core.management, django.apps) that the web processes and
+    # gunicorn's start check, which import this module for prepare_process, never use.
     from django.apps import apps
     from django.conf import settings
     from django.core.management import load_command_class
@@ -79,8 +83,6 @@ def restart_with_every_app() -> NoReturn:
     """Run this command again from the start, on the gateway's full settings: the same
     interpreter, options and arguments (`sys.orig_argv`), this process's PID. Only before the
     command has started anything (threads, children, sockets)."""
-    from django.db import connections
-
     connections.close_all()
     sys.stdout.flush()
     sys.stderr.flush()
