@@ -43,6 +43,8 @@ def on_starting(server: Any) -> None:
     Why in a child process: the check loads the config and Django's database layer, which the
     master would then hold for its whole life without using them again (49 MB against 26 MB;
     docs/performance.md, "Idle"). The child prints the finding on stderr."""
+    # Here, as every import of ours in this file: gunicorn's master reads it, and holds for its
+    # whole life what it imports.
     from gateway.daemon.tree import die_with_supervisor
 
     die_with_supervisor()  # a child of `system start`: the master, and with it its workers, end with it
@@ -52,7 +54,9 @@ def on_starting(server: Any) -> None:
 
 
 _REPO = Path(__file__).resolve().parent.parent
-_START_CHECK = "import sys; sys.path.insert(0, sys.argv[1]); from gateway.bootstrap import start_check; start_check()"
+_START_CHECK = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from gateway.http.start_check import start_check; start_check()"
+)
 
 
 # How long gunicorn's loops sleep when nothing wakes them: its master and each worker otherwise
@@ -102,6 +106,7 @@ def post_worker_init(worker: Any) -> None:
 def _reload_runtime() -> None:
     """A worker's reload: the snapshot the supervisor wrote (or the config files, when gunicorn
     runs alone). A runtime that does not load leaves this worker on the one it runs."""
+    # Imported here, in the worker: the master never loads the config (on_starting).
     from gateway.config.errors import ConfigError
     from gateway.logs import logger
     from gateway.runtime import RUNTIME
@@ -118,6 +123,7 @@ def _freeze_startup_objects() -> None:
     as long as the worker: importing the URLconf now (Django would on the first request) and then
     freezing takes them out of the collector's walk. Full collections under load went from ~60 ms
     to ~17 ms, and the API's p99 with them (docs/performance.md, "API")."""
+    # Imported here, in the worker: the master never loads Django (on_starting).
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 - imports every view module

@@ -2,8 +2,17 @@ from __future__ import annotations
 
 import gc
 
+from corsheaders.signals import check_request_enabled
 from django.apps import AppConfig
 from django.conf import settings
+from django.core.signals import request_started
+
+from gateway.http.cors import origin_allowed
+from gateway.logs import apply_service_logging
+from gateway.runtime import RUNTIME
+from gateway.storage.hangups import drop_connections_the_server_ended
+from gateway.storage.wakeup import poke_local_waiters, poke_local_workers
+from ledger import wakeups
 
 
 class GatewayConfig(AppConfig):
@@ -17,11 +26,6 @@ class GatewayConfig(AppConfig):
             # would otherwise walk all of it as young objects (~26 ms of every command's start).
             gc.freeze()
             gc.enable()
-        from gateway.logs import apply_service_logging
-        from gateway.runtime import RUNTIME
-        from gateway.storage.wakeup import poke_local_waiters, poke_local_workers
-        from ledger import wakeups
-
         # Django's logging set-up, just before this, set the level of settings.LOGGING. A process
         # whose config did not load (it reports why, and exits) logs at the default.
         if RUNTIME.error is None and RUNTIME.config_dir is not None:
@@ -39,17 +43,9 @@ class GatewayConfig(AppConfig):
         wakeups.add_listener(poke_local_workers, wakeups.ENQUEUED, at_once=True)
         wakeups.add_listener(poke_local_waiters, wakeups.FINISHED)
 
-        from corsheaders.signals import check_request_enabled
-
-        from gateway.http.cors import origin_allowed
-
         check_request_enabled.connect(origin_allowed, dispatch_uid="ductile-cors")
 
         if "postgresql" in settings.DATABASES["default"]["ENGINE"]:
             # A server restart ends every connection; the API's request threads would each fail
             # once on theirs (SQLite has no server to end them: nothing added to its requests).
-            from django.core.signals import request_started
-
-            from gateway.storage.hangups import drop_connections_the_server_ended
-
             request_started.connect(drop_connections_the_server_ended, dispatch_uid="ductile-hangups")

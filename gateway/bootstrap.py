@@ -4,12 +4,11 @@ settings where the database is (the config's `state.path`, unless DATABASE_URL i
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from collections.abc import Sequence
-from contextlib import closing
-from pathlib import Path
 from typing import NoReturn
+
+from django.db import connections
 
 from gateway.config.loader import resolve_config_dir
 from gateway.runtime import RUNTIME
@@ -25,25 +24,6 @@ def config_dir_from_argv(argv: Sequence[str]) -> str | None:
     return None
 
 
-def ledger_refusal() -> str | None:
-    """The start-up integrity check where Django is not set up (gunicorn's master, before it forks
-    the API's or the webhook listener's workers: `ductile_site/gunicorn.py`), on the SQLite file
-    `prepare_process` chose; why the process must not start, or None. Nothing to check on
-    PostgreSQL, for a config that did not load, before the file exists, or on a file the starting
-    `system start` checked as it is now (`gateway.storage.database.CHECKED_ENV`)."""
-    path = os.environ.get("DUCTILE_DB_PATH")
-    if os.environ.get("DATABASE_URL") or not path or not Path(path).is_file():
-        return None
-    from gateway.storage.database import START_CHECK, checked_by_the_starter, corrupted, integrity_finding
-
-    if checked_by_the_starter(path):
-        return None
-
-    with closing(sqlite3.connect(path)) as db:
-        finding = integrity_finding(db, START_CHECK)
-    return corrupted(f"sqlite:{path}", finding) if finding else None
-
-
 def leave_postgres_driver_unloaded() -> None:
     """In a web process on the embedded SQLite ledger: DRF imports `django.contrib.postgres`
     whenever psycopg can be imported (rest_framework/compat.py), and that loads the driver and
@@ -51,20 +31,6 @@ def leave_postgres_driver_unloaded() -> None:
     "Idle"). Marked absent, the import fails as it would without psycopg installed."""
     if not os.environ.get("DATABASE_URL"):
         sys.modules.setdefault("psycopg", None)  # type: ignore[arg-type]
-
-
-def start_check() -> None:
-    """gunicorn's start-up check, run by its master in a child process (ductile_site/gunicorn.py):
-    exit 1 with the finding on stderr when the ledger must not be served; then the static files
-    are collected if set-up did not."""
-    prepare_process(config_dir=None)
-    refusal = ledger_refusal()
-    if refusal is not None:
-        print(f"error: {refusal}", file=sys.stderr)
-        sys.exit(1)
-    from gateway.http.static_collection import collect_if_needed
-
-    collect_if_needed()
 
 
 # Set by restart_with_every_app: the process started again must not choose the worker's settings.
@@ -95,6 +61,8 @@ def run_gateway_command(argv: list[str]) -> None:
     counts (docs/performance.md, item 46), and of every such CLI call. Every line the command writes goes
     through settings.LOGGING, applied here as Django applies it. `--settings` and `--pythonpath`
     are honoured before the settings are read, as Django's own start does."""
+    # Not at import: ~20 ms (django.core.management, django.apps) that the web processes and
+    # gunicorn's start check, which import this module for prepare_process, never use.
     from django.apps import apps
     from django.conf import settings
     from django.core.management import load_command_class
@@ -115,8 +83,6 @@ def restart_with_every_app() -> NoReturn:
     """Run this command again from the start, on the gateway's full settings: the same
     interpreter, options and arguments (`sys.orig_argv`), this process's PID. Only before the
     command has started anything (threads, children, sockets)."""
-    from django.db import connections
-
     connections.close_all()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -179,6 +179,8 @@ class PipelineErrors(ValueError):
 
 
 def _validate(schema: Mapping[str, Any], document: Any) -> Iterable[Any]:
+    # Not at import: jsonschema is ~30 ms of a process's start, and the gateway validates through
+    # its own `schema_errors` (gateway/config/validity.py), which imports it only when needed.
     from jsonschema import Draft202012Validator
 
     errors: Iterable[Any] = Draft202012Validator(schema).iter_errors(document)

@@ -9,19 +9,45 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.cli.backups import run_backup, run_restore
-from gateway.cli.base import EXIT_USAGE, Exit
+from gateway.cli.base import EXIT_USAGE, DuctileCommand, Exit
 from gateway.config.loader import load_config_tree
 from gateway.operations.config_changes import FileChange, plan_append, plan_remove
 
 if TYPE_CHECKING:
-    from gateway.management.commands.config import Command
+    from collections.abc import Callable
+
+    from django.core.management.base import CommandParser
+
+    from gateway.runtime import Runtime
 
 ROUTE_KEY = ("routes",)
 ENDPOINTS_KEY = ("webhooks", "endpoints")
 BACKUPS = "backups"  # `config backup`'s default place, under the config directory: never archived again
+
+
+class Command(Protocol):
+    """What these actions use of the `config` command (gateway/management/commands/config.py),
+    named here so that this helper of the command does not import the command: the command
+    imports it (no import circle, docs/architecture.md)."""
+
+    config_dir: Path
+
+    def add_json(self, parser: CommandParser) -> None: ...
+
+    def emit(self, data: Any, text: Callable[[], str] | str, *, reveal: bool = False) -> None: ...
+
+    def runtime(self) -> Runtime: ...
+
+    def show(self, entity: str | None) -> None: ...
+
+    def set_key(self, assignment: str, *, apply_it: bool) -> None: ...
+
+    def planned(self, plan: Any) -> Any: ...
+
+    def applied(self, changes: list[FileChange], config_dir: Path | None = None) -> list[Path]: ...
 
 
 def add_entity_parsers(actions: Any, command: Command) -> None:
@@ -83,6 +109,7 @@ def add_entity_parsers(actions: Any, command: Command) -> None:
 
 
 def run_entity(command: Command, action: str, options: dict[str, Any]) -> None:
+    assert isinstance(command, DuctileCommand)  # as the config command is: backup and restore take any command
     if action == "plugin":
         _plugin(command, options)
     elif action == "route":

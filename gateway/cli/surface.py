@@ -38,6 +38,8 @@ class UnknownCommand(Exception):
 
 
 def gateway_commands() -> list[str]:
+    # Not at import: `--help` and `--version` load nothing of Django's (~0.25 s each when they
+    # loaded it all: tests/gateway/cli/test_cli_startup.py).
     from django.core.management import find_commands
 
     return sorted(find_commands(str(COMMANDS_DIR)))
@@ -84,6 +86,7 @@ def respelled(args: list[str]) -> list[str]:
 
 
 def _django_commands() -> set[str]:
+    # Not at import: see gateway_commands.
     import django
     from django.core.management import get_commands
 

@@ -38,10 +38,10 @@ from types import FrameType
 from gateway.config.errors import ConfigError
 from gateway.daemon.config_snapshots import record_config
 from gateway.daemon.control import pid_file_for, running_pid, snapshot_file_for
-from gateway.daemon.pause import Pause
 from gateway.daemon.resident import Loop, Resident
 from gateway.daemon.scheduler import Scheduler
 from gateway.daemon.tree import CHILDREN_FILE, SUPERVISOR_ENV, end_dead_tree, record_children
+from gateway.execution.pause import Pause
 from gateway.logs import logger
 from gateway.runtime import (
     SNAPSHOT_ENV,

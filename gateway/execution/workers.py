@@ -19,10 +19,10 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 from django.utils import timezone
 
 from gateway.config.errors import ConfigError
-from gateway.daemon.pause import Pause
 from gateway.execution.dispatch import Executor, recovery_ending
 from gateway.execution.leases import Leases
 from gateway.execution.lifecycle import schedule_inits
+from gateway.execution.pause import Pause
 from gateway.execution.runner import kill_live_groups
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
@@ -36,7 +36,7 @@ from ledger.writes import Announcement, checkpoints_elsewhere
 log = logger("workers")
 
 # The main loop's longest sleep while no job is claimed, when no heartbeat or recovery pass is due
-# sooner. Signals and the end of a worker thread wake it at once (gateway.daemon.pause).
+# sooner. Signals and the end of a worker thread wake it at once (gateway.execution.pause).
 IDLE_PASS = 5.0
 # The longest wait between an idle pool's timed looks while nothing at all is queued for it: the
 # interval (`recheck`) doubles after each such look, up to this. What ends an empty queue's idle

@@ -28,6 +28,7 @@ from gateway.config.loader import ROOT_FILE, MergedConfig, load_config_tree
 from gateway.config.tokens import ADMIN, FINER, RESOURCES
 from gateway.config.yamlsrc import KeyPath, Yaml12Loader
 from gateway.plugins.seal import lock_config
+from gateway.runtime import build_runtime
 
 STARTER = Path(__file__).resolve().parents[1] / "config" / "starter"  # `config init`'s templates
 _TOKEN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -128,9 +129,6 @@ def _locate(merged: MergedConfig, path: KeyPath) -> tuple[Path, KeyPath]:
 def _validate(
     config_dir: Path, environ: Mapping[str, str], overrides: Mapping[Path, str] | None = None, strict: bool = False
 ) -> None:
-    # Imported here: the runtime imports the config package, not the other way round.
-    from gateway.runtime import build_runtime
-
     build_runtime(config_dir, environ, overrides=overrides, strict=strict)
 
 

@@ -22,6 +22,8 @@ from django.db.migrations import Migration
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 
+from gateway.bootstrap import restart_with_every_app
+
 
 class SchemaBehind(Exception):
     exit_code = 78
@@ -47,8 +49,6 @@ def ensure_schema() -> str:
         # the migration graph, whose ledger migrations depend on the others': it starts again on
         # every app, and that start migrates a fresh database or refuses one behind, as any
         # command's does.
-        from gateway.bootstrap import restart_with_every_app
-
         restart_with_every_app()
     if not _migration_plan():
         return "current"
@@ -124,7 +124,7 @@ def checked_by_the_starter(path: str) -> bool:
 
 def verify_integrity() -> None:
     """The start-up check of the daemons and `system start` (gunicorn's master has its own,
-    `gateway.bootstrap.ledger_refusal`): a corrupted SQLite file is refused before anything runs
+    `gateway.http.start_check.ledger_refusal`): a corrupted SQLite file is refused before anything runs
     on it (issue 12: runworkers ran 45 jobs on one). Raises DatabaseCorrupt with the finding. Not
     on PostgreSQL, whose server checks its own pages, nor on an in-memory database, nor on a file
     the starting `system start` checked as it is now (CHECKED_ENV)."""

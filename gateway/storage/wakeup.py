@@ -199,6 +199,8 @@ class WakeListener:
             self.on_poke()
 
     def _listen_loop(self) -> None:
+        # Not at import: on PostgreSQL alone. A web process on SQLite marks psycopg absent
+        # (gateway.bootstrap.leave_postgres_driver_unloaded: 10 MB of each API worker).
         import psycopg
 
         # Said once when the connection is lost and once when it is back, not at every attempt:

@@ -14,6 +14,7 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from ledger import sql
+from ledger.models.jobs import Job
 from ledger.states import ActionRefused
 from ledger.writes import writing
 
@@ -78,8 +79,6 @@ class ScheduleEntryQuerySet(models.QuerySet["ScheduleEntry"]):
     def unsettled(self) -> list[Outcome]:
         """Entries whose last run has ended since the scheduler last took one into account (its
         id is not `settled_job_id`): a success to record, or a failure (failed, timed out, dead)."""
-        from ledger.models.jobs import Job  # jobs.py does not import this module; the reverse would cycle
-
         # Only rows whose last job has ended: a queued or running one would be re-read on every
         # tick for nothing (28 ms a tick with 1,000 such entries, docs/performance.md).
         last = Job.objects.filter(pk=OuterRef("last_job_id"))

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
@@ -526,8 +527,6 @@ def _invalid(exc: ConfigError) -> Exit:
 
 
 def _yaml_text(data: Any) -> str:
-    import yaml
-
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip()
 
 
