@@ -13,7 +13,9 @@ from gateway.operations.housekeeping import BACKUP_SCHEDULE
 from tests.support import descendants, ledger, run_sql, start_system, wait_for
 from tests.support.output import Output
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+# Not `postgres` (45 s of CI's budget): what runs on the database here is django-q2's ORM broker
+# and the prune and backup code, which tests/gateway/operations/test_housekeeping.py runs on both.
+pytestmark = [pytest.mark.slow]
 
 
 def qclusters(root: int) -> list[int]:
