@@ -42,6 +42,18 @@ class Refused(Exception):
         # (bytes, limit) when what was sent would make a pipeline's context too large (the API's 413).
         self.too_large = too_large
 
+    @property
+    def status(self) -> int:
+        """The HTTP status every surface answers it with: 413, 404 or 400."""
+        return 413 if self.too_large is not None else 404 if self.not_found else 400
+
+    def body(self) -> dict[str, Any]:
+        """`{error}`, and past the context cap the original's `{bytes_actual, bytes_limit}`."""
+        if self.too_large is None:
+            return {"error": str(self)}
+        actual, limit = self.too_large
+        return {"error": str(self), "bytes_actual": actual, "bytes_limit": limit}
+
 
 # -- the target ------------------------------------------------------------------------------
 

@@ -45,14 +45,6 @@ def refused(status: int, message: str) -> Answer:
     return Answer(status, {"error": message})
 
 
-def refused_by_intake(exc: intake.Refused) -> Answer:
-    """400, or the API's 413 `{bytes_actual, bytes_limit}` when the context would pass its cap."""
-    if exc.too_large is not None:
-        actual, limit = exc.too_large
-        return Answer(413, {"error": str(exc), "bytes_actual": actual, "bytes_limit": limit})
-    return refused(400, str(exc))
-
-
 def receive(
     runtime: Runtime, ingress: RelayIngress, peer_name: str, *, path: str, headers: Mapping[str, str], body: bytes
 ) -> Answer:
@@ -112,13 +104,14 @@ def receive(
         allowed = {k: v for k, v in envelope.baggage.items() if k in peer.baggage_allow}
         baggage = intake.checked(allowed, "baggage")  # stored with the root step's context
     except intake.Refused as exc:
-        return refused_by_intake(exc)
+        return Answer(exc.status, exc.body())
     # The router measures a context when a step claims into it; a peer's baggage is the first
     # context of the run, so it is measured here, against the same cap.
     size = context_size(baggage)
     if size > MAX_CONTEXT_BYTES:
         message = f"baggage is {size} bytes, over the 1 MiB cap on a pipeline's context; nothing was enqueued"
-        return Answer(413, {"error": message, "bytes_actual": size, "bytes_limit": MAX_CONTEXT_BYTES})
+        oversize = intake.Refused(message, too_large=(size, MAX_CONTEXT_BYTES))
+        return Answer(oversize.status, oversize.body())
     starts = successors(
         source_plugin=None,
         position=Position(context=baggage),
@@ -129,7 +122,7 @@ def receive(
     try:
         specs = [replace(spec, actor=peer.name) for spec in as_roots(runtime, starts, Submitter.RELAY)]
     except intake.Refused as exc:
-        return refused_by_intake(exc)
+        return Answer(exc.status, exc.body())
     delivery = RelayAcceptance.of(
         peer=peer.name,
         signature=digest,

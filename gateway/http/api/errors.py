@@ -37,11 +37,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if isinstance(exc, Missing):
         return Response({"error": str(exc.detail), "detail": exc.words}, status=404)
     if isinstance(exc, Refused):
-        if exc.too_large is not None:
-            # The original's shape (its P2-04): how large, and the cap.
-            actual, limit = exc.too_large
-            return Response({"error": str(exc), "bytes_actual": actual, "bytes_limit": limit}, status=413)
-        return Response({"error": str(exc)}, status=404 if exc.not_found else 400)
+        return Response(exc.body(), status=exc.status)
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response({"error": f"the request body is larger than the API accepts ({limit:,} bytes)"}, status=413)

@@ -43,7 +43,7 @@ def receive(request: HttpRequest) -> HttpResponse:
         job_id = enqueue_delivery(runtime, endpoint, body)
     except Refused as exc:
         log.warning("webhook %s rejected: %s", endpoint.name, exc, extra=extra)
-        return JsonResponse({"error": str(exc)}, status=404 if exc.not_found else 400)
+        return JsonResponse(exc.body(), status=exc.status)
     except DatabaseError as exc:
         # The sender should deliver again later; nothing of this delivery was kept.
         message = unavailable_message(exc, writing=True)
