@@ -338,18 +338,7 @@ def test_job_logs_filters_validate(api, query, code):
 def test_job_logs_search_finds_what_it_shows_never_a_piece_of_a_secret(api):
     """`query` matches the texts as they are shown, secrets replaced: a piece of a token finds
     nothing (else an auditor could grow it a character at a time), the words around it do."""
-    runtime = RUNTIME.get()
-    (job_id,) = intake.submit_ids(runtime, [intake.job(runtime, Submitter.API, "echo", "poll", {})])
-    job = Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60)
-    assert job is not None and job.id == job_id
-    said = AttemptOutcome(
-        "failed",
-        error="refused",
-        retryable=False,
-        response_text=json.dumps({"status": "error", "error": "signed with s3cret"}),
-        stderr="signed in with tok-admin as admin",
-    )
-    job.record_outcome(said, worker="w", default_dedupe_ttl=0)
+    failed_attempt(error="refused", result_error="signed with s3cret", stderr="signed in with tok-admin as admin")
     as_(api, "reader")
     for piece in ("tok-admi", "ok-adm", "s3cre"):
         assert api.get(f"/job-logs?query={piece}").json() == {"logs": [], "total": 0}, piece
@@ -375,16 +364,21 @@ def test_unknown_paths_and_methods_are_json(api):
 @pytest.fixture
 def finished(api):
     """One failed attempt, with a result, an error and stderr: what only `jobs:result:ro` shows."""
+    return failed_attempt(error="MARKER-error", result_error="MARKER-result", stderr="MARKER-stderr")
+
+
+def failed_attempt(*, error: str, result_error: str, stderr: str) -> str:
+    """An echo job whose one attempt failed with these texts, recorded as a worker records it."""
     runtime = RUNTIME.get()
     (job_id,) = intake.submit_ids(runtime, [intake.job(runtime, Submitter.API, "echo", "poll", {})])
     job = Job.objects.claim_next(worker_id="w", caps=runtime.claim_caps(), lease_ttl=60)
     assert job is not None and job.id == job_id
     said = AttemptOutcome(
         "failed",
-        error="MARKER-error",
+        error=error,
         retryable=False,
-        response_text=json.dumps({"status": "error", "error": "MARKER-result"}),
-        stderr="MARKER-stderr",
+        response_text=json.dumps({"status": "error", "error": result_error}),
+        stderr=stderr,
     )
     job.record_outcome(said, worker="w", default_dedupe_ttl=0)
     return job_id
