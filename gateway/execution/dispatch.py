@@ -91,13 +91,10 @@ class Executor:
             return  # the outcome was recorded before the error, or another process recovered the job
         outcome = AttemptOutcome(JobStatus.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
         runtime = self.holder.get()
-        final = outcome.final_status(job.attempt, job.max_attempts)
         try:
             # A retry or a dead end is announced here too (job.retry_scheduled, job.dead, hooks):
             # an internal error must not make a job's end silent.
-            self._announce(job, outcome, runtime, final)
-            if final is not None:
-                announce_end(runtime, job, outcome, final)
+            self._announce_ending(job, outcome, runtime)
         except Exception:
             log.exception("announcing the failed attempt failed too", extra={"plugin": job.plugin, "job_id": job.id})
             outcome = AttemptOutcome(JobStatus.FAILED, error=outcome.error)
@@ -371,11 +368,15 @@ class Executor:
             announced.append(poll_event(job, outcome, "poll.completed"))
         self._route(job, announced, runtime, position, outcome)
 
-    def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> Job | None:
+    def _announce_ending(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
+        """Everything the outcome announces: its retry or dead end, its poll events, its hooks."""
         final = outcome.final_status(job.attempt, job.max_attempts)
         self._announce(job, outcome, runtime, final)
         if final is not None:
             announce_end(runtime, job, outcome, final)
+
+    def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> Job | None:
+        self._announce_ending(job, outcome, runtime)
         instance = runtime.registry.instances.get(job.plugin)
         if job.submitter is Submitter.SCHEDULER and instance is not None:
             outcome.breaker_threshold = instance.config.circuit_breaker.threshold
