@@ -28,7 +28,7 @@ from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, P
 from ledger.models.jobs import Ending
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 from pipelines.completion import Finished, aftermath, relayed_event, switch_branch
 from pipelines.dsl import RELAY, SWITCH, SWITCH_TRUE, Node
 from pipelines.router import Position
@@ -493,6 +493,9 @@ def conclude(
     )
     outcome.events[:0] = after.opening
     outcome.events += after.events
+    routed_events = len(after.opening) + len(after.events) - len(logged)
+    if routed_events and not after.successors:
+        log.debug("no route matched %d event(s)", routed_events, extra={"plugin": job.plugin, "job_id": job.id})
     outcome.children += [intake.successor(runtime, s, parent=job) for s in after.successors]
     for why in after.unstarted_hooks:
         log.warning(why, extra={"plugin": job.plugin, "job_id": job.id})
