@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from django.db import connection
 
-from ledger.writes import after_release
+from ledger.writes.transaction import after_release
 
 ENQUEUED = "ductile_jobs"
 FINISHED = "ductile_done"

@@ -53,7 +53,7 @@ from ledger.models import (
 from ledger.models.schedules import Take
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 log = logger("scheduler")
 

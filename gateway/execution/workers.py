@@ -31,7 +31,7 @@ from gateway.storage.database import describe_database, ensure_schema
 from gateway.storage.outage import Outage
 from gateway.storage.wakeup import WakeListener
 from ledger.models import Job, WorkerInstance
-from ledger.writes import Announcement, checkpoints_elsewhere
+from ledger.writes.autocheckpoint import Announcement, checkpoints_elsewhere
 
 log = logger("workers")
 

@@ -23,7 +23,7 @@ from ledger.models import EnqueueResult, Job, JobSpec
 from ledger.states import JobStatus
 from ledger.storable import Unstorable, check_storable, storable_text
 from ledger.submitters import Submitter
-from ledger.writes import shared
+from ledger.writes.group_commit import shared
 from pipelines.dsl import RELAY
 from pipelines.router import Successor
 

@@ -18,13 +18,15 @@ from typing import Any
 
 from django.db import connections
 
+from ledger.django_internals import in_transaction
+
 
 def drop_connections_the_server_ended(**_: Any) -> None:
     """For `request_started`: close this thread's idle PostgreSQL connections whose server spoke
     out of turn; the request's first query then opens a new one."""
     for conn in connections.all(initialized_only=True):
         raw = conn.connection
-        if raw is None or conn.vendor != "postgresql" or conn.in_atomic_block:
+        if raw is None or conn.vendor != "postgresql" or in_transaction(conn):
             continue
         if raw.closed or _readable(raw.fileno()):
             conn.close()

@@ -31,7 +31,7 @@ from ledger.models.workers import PluginInstanceRecord
 from ledger.states import TERMINAL, ActionRefused, JobStatus, check_transition
 from ledger.submitters import Submitter
 from ledger.wakeups import notify_enqueued, notify_finished
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 log = logging.getLogger("ductile.queue")
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ledger import sql
 from ledger.models.jobs import Job
 from ledger.states import ActionRefused
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 
 class ScheduleStatus(models.TextChoices):

@@ -86,7 +86,7 @@ ensure_schema()
 from gateway.storage.wakeup import wake_directory
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 directory = wake_directory()
 directory.mkdir(mode=0o700, parents=True, exist_ok=True)
