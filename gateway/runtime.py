@@ -41,7 +41,7 @@ from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
 from pipelines.dsl import RELAY, SWITCH, PipelineErrors, PipelineSet, compile_pipelines
-from pipelines.routing import RouteRule, RoutingTable
+from pipelines.routes import RouteRule, RoutingTable
 
 if TYPE_CHECKING:
     from gateway.config.relay import Relay

@@ -30,8 +30,9 @@ from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from ledger.writes import writing
 from pipelines.dsl import RELAY, STEP_SUCCEEDED, SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
+from pipelines.event_envelope import stamp_event
 from pipelines.predicates import evaluate
-from pipelines.router import (
+from pipelines.successors import (
     Position,
     carry_forward,
     entry_matches,
@@ -39,7 +40,6 @@ from pipelines.router import (
     successors,
     synthetic_success,
 )
-from pipelines.routing import stamp_event
 from pipelines.templates import TemplateError, remap
 
 log = logger("dispatch")

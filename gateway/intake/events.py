@@ -19,9 +19,9 @@ from ledger.ids import new_id
 from ledger.models import EventRecord, JobSpec
 from ledger.submitters import Submitter
 from pipelines.dsl import Pipeline
-from pipelines.router import MAX_CONTEXT_BYTES, Position, Successor, entry_successors, successors
-from pipelines.routing import stamp_event
+from pipelines.event_envelope import stamp_event
 from pipelines.simulate import ASSUMPTION, dry_run
+from pipelines.successors import MAX_CONTEXT_BYTES, Position, Successor, entry_successors, successors
 
 log = logger("events")
 

@@ -30,7 +30,7 @@ from gateway.relay import wire
 from gateway.runtime import Runtime
 from ledger.models import RelayAcceptance
 from ledger.submitters import Submitter
-from pipelines.router import MAX_CONTEXT_BYTES, Position, context_size, successors
+from pipelines.successors import MAX_CONTEXT_BYTES, Position, context_size, successors
 
 log = logger("relay")
 
@@ -105,7 +105,7 @@ def receive(
         baggage = intake.checked(allowed, "baggage")  # stored with the root step's context
     except intake.Refused as exc:
         return Answer(exc.status, exc.body())
-    # The router measures a context when a step claims into it; a peer's baggage is the first
+    # The successors measure a context when a step claims into it; a peer's baggage is the first
     # context of the run, so it is measured here, against the same cap.
     size = context_size(baggage)
     if size > MAX_CONTEXT_BYTES:

@@ -40,7 +40,7 @@ from ledger.models import (
     WorkerInstance,
 )
 from ledger.states import STATUS_ALIASES, JobStatus
-from pipelines.router import CONTROL
+from pipelines.successors import CONTROL
 
 
 def iso(value: datetime) -> str:
