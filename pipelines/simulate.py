@@ -19,7 +19,7 @@ from typing import Any
 from pipelines.dsl import SWITCH, SWITCH_FALSE, SWITCH_TRUE, PipelineSet
 from pipelines.paths import MISSING, resolve
 from pipelines.predicates import atom_paths, evaluate
-from pipelines.relay import RelaySpec, RelayStepError, project
+from pipelines.relay_step import RelaySpec, RelayStepError, project
 from pipelines.routes import RoutingTable
 from pipelines.successors import Position, Successor, carry_forward, stamp_upstream, successors, synthetic_success
 from pipelines.templates import TemplateError, remap

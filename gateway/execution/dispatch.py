@@ -253,7 +253,7 @@ class Executor:
         # pipelines relay needs the sender (with urllib.request).
         from gateway.relay.sender import RelayFailed, send
         from gateway.relay.wire import Envelope
-        from pipelines.relay import RelayStepError, project
+        from pipelines.relay_step import RelayStepError, project
 
         node = self._node(runtime, position)
         if node is None or node.relay is None:

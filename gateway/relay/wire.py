@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.reports import iso
-from pipelines.relay import EVENT_TYPE
+from pipelines.relay_step import EVENT_TYPE
 
 PEER, KEY_ID, TIMESTAMP, SIGNATURE = "X-Ductile-Peer", "X-Ductile-Key-Id", "X-Ductile-Timestamp", "X-Ductile-Signature"
 
