@@ -22,7 +22,7 @@ from gateway.plugins.registry import PluginInstance
 from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.database import unavailable_reason
-from ledger import wakeups
+from ledger import job_notifications
 from ledger.ids import new_id
 from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, PluginState
 from ledger.models.jobs import Ending, backoff_seconds
@@ -420,7 +420,7 @@ class Executor:
 
         if self.claim_next is not None:
             try:
-                with writing(), wakeups.tallying_enqueues() as tally:
+                with writing(), job_notifications.tallying_enqueues() as tally:
                     record()
                     following = self.claim_next()
                     # A child of this job was enqueued in this transaction: no other thread needs

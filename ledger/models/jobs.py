@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from ledger import sql
 from ledger.ids import new_id
+from ledger.job_notifications import notify_enqueued, notify_finished
 from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.models.context import EventContext
@@ -30,7 +31,6 @@ from ledger.models.telemetry import JobStopwatch
 from ledger.models.workers import PluginInstanceRecord
 from ledger.states import TERMINAL, ActionRefused, JobStatus, check_transition
 from ledger.submitters import Submitter
-from ledger.wakeups import notify_enqueued, notify_finished
 from ledger.writes import writing
 
 log = logging.getLogger("ductile.queue")

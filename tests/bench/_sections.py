@@ -129,11 +129,11 @@ def install_ledger() -> None:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
 
-    from ledger import wakeups, writes
+    from ledger import job_notifications, writes
 
     patch(SQLiteWrapper, "_start_transaction_under_autocommit", "sqlite: BEGIN IMMEDIATE")
     patch(BaseDatabaseWrapper, "commit", "sqlite: COMMIT")
-    patch(wakeups, "_call_listeners", "wake-ups: on_commit pokes (datagram sockets)")
+    patch(job_notifications, "_call_listeners", "wake-ups: on_commit pokes (datagram sockets)")
     patch(logging.Logger, "_log", "logging (format, JSON, write)")
     writes._lock = _TimedLock(writes._lock)  # type: ignore[assignment]
     writes.fcntl = _Fcntl()  # type: ignore[assignment]
