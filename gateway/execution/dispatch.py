@@ -19,7 +19,6 @@ from gateway.execution.protocol import build_request, judge, stored_stderr
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
-from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.database import unavailable_reason
 from ledger import job_notifications
@@ -28,6 +27,7 @@ from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, P
 from ledger.models.jobs import Ending, backoff_seconds
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
+from ledger.timestamps import rfc3339
 from ledger.writes import writing
 from pipelines.dsl import RELAY, STEP_SUCCEEDED, SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
 from pipelines.event_envelope import stamp_event
@@ -131,7 +131,7 @@ class Executor:
             state=job.claim_reads.state if job.claim_reads else PluginState.current(instance.name),
             context=self._context(job, instance, position),
             event=event,
-            deadline_at=iso(now + timedelta(seconds=timeout)),
+            deadline_at=rfc3339(now + timedelta(seconds=timeout)),
             instance=instance.name,
         )
         # The plugin's code again, as late as can be (issue 12: trust and seal checked at load only
@@ -315,7 +315,7 @@ class Executor:
         self._follow(job, stamped, runtime, position, outcome)
 
     def _stamp(self, job: Job, events: list[dict[str, Any]], position: Position) -> list[dict[str, Any]]:
-        timestamp = iso(timezone.now())
+        timestamp = rfc3339(timezone.now())
         input_payload = (job.event or {}).get("payload") or {}
         return [
             stamp_event(
@@ -453,7 +453,7 @@ class Executor:
         log.warning(
             "recording the outcome failed: %s; keeping it and trying again while this worker's lease lasts (until %s)",
             unavailable_reason(error),
-            iso(lease),
+            rfc3339(lease),
             extra=extra,
         )
         began, attempts, pause = time.monotonic(), 1, RECORD_RETRY_FIRST
@@ -635,7 +635,7 @@ def retry_scheduled_event(job: Job, outcome: AttemptOutcome, delay: float) -> di
         "next_attempt": job.attempt + 1,
         "max_attempts": job.max_attempts,
         "backoff_ms": int(delay * 1000),
-        "next_retry_at": iso(outcome.retry_at),
+        "next_retry_at": rfc3339(outcome.retry_at),
         "reason": _retry_reason(outcome),
         "error": outcome.error,
     }
@@ -670,7 +670,7 @@ def poll_event(job: Job, outcome: AttemptOutcome, kind: str) -> dict[str, Any]:
         "schedule_id": key[len(prefix) :].split(":")[0] if key.startswith(prefix) else "",
         "submitted_by": job.submitted_by,
         "attempt": job.attempt,
-        "started_at": iso(job.started_at) if job.started_at else None,
+        "started_at": rfc3339(job.started_at) if job.started_at else None,
     }
     if kind == "poll.completed":
         started = job.started_at or job.created_at
