@@ -3,7 +3,7 @@ dropped before a request uses them.
 
 A server that ends a connection sends its reason and closes the socket, so an idle connection's
 socket turns readable; a healthy idle connection's never does (this process LISTENs on none of
-them: gateway.storage.wakeup has its own). Django checks a connection only after an error on it
+them: gateway.storage.wake_listener has its own). Django checks a connection only after an error on it
 (`close_if_unusable_or_obsolete`), so without this each API request thread's first read after a
 restart failed with a 503. Django's own check (`CONN_HEALTH_CHECKS`) sends `SELECT 1` at the
 first use in each request: a round trip per request on a healthy database, where this is one

@@ -129,12 +129,12 @@ def install_ledger() -> None:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
 
-    from ledger import wakeups
+    from ledger import job_notifications
     from ledger.writes import gate
 
     patch(SQLiteWrapper, "_start_transaction_under_autocommit", "sqlite: BEGIN IMMEDIATE")
     patch(BaseDatabaseWrapper, "commit", "sqlite: COMMIT")
-    patch(wakeups, "_call_listeners", "wake-ups: on_commit pokes (datagram sockets)")
+    patch(job_notifications, "_call_listeners", "wake-ups: on_commit pokes (datagram sockets)")
     patch(logging.Logger, "_log", "logging (format, JSON, write)")
     gate.process_lock = _TimedLock(gate.process_lock)  # type: ignore[assignment]
     gate.fcntl = _Fcntl()  # type: ignore[assignment]

@@ -106,7 +106,7 @@ from gateway.bootstrap import prepare_process
 prepare_process(None)
 django.setup()
 from django.db import connection
-from ledger import wakeups
+from ledger import job_notifications
 from ledger.writes.transaction import writing
 
 def listener():
@@ -119,9 +119,9 @@ def listener():
     finally:
         os.close(fd)
 
-wakeups.add_listener(listener)
+job_notifications.add_listener(listener)
 with writing():
-    wakeups.notify_enqueued()
+    job_notifications.notify_enqueued()
     print("committing", flush=True)
 print("done", flush=True)
 """
