@@ -79,7 +79,7 @@ class EnqueueTally:
         idle threads of this process are woken once after the commit if any job is left for them.
         Why: a worker that routes a pipeline's next step and claims it in the same transaction
         would otherwise wake an idle thread that looks, finds nothing, and takes the GIL from the
-        worker as it starts the step's plugin (docs/performance.md, item 35)."""
+        worker as it starts the step's plugin (docs/performance-history.md, item 35)."""
         if self.enqueued > taken:
             after_release(lambda: _call_listeners(ENQUEUED))
 

@@ -329,7 +329,7 @@ def look(plugin_count: int, vendor: str) -> str:
     queued job of the `plugin_count` plugins is due, and whether any is queued at all (parameters:
     the plugins, now, the plugins again). Two probes of the queued-jobs partial index in one
     statement; the ORM's `.exists()` cost ten times its CPU, paid by every idle thread at every
-    wake-up (docs/hot-path-profile.md, 1.2a)."""
+    wake-up (docs/hot-path-profile-history.md, 1.2a)."""
     placeholders = ", ".join(["%s"] * plugin_count)
     queued = f"SELECT 1 FROM job_queue WHERE status = 'queued' AND plugin IN ({placeholders})"
     return native(
@@ -354,7 +354,7 @@ def claim(plugin_count: int, only: bool, vendor: str, returning: str) -> str:
     # Why name the index on SQLite: without statistics its planner takes (status, created_at) for
     # the equality on status and then sorts every queued job of the oldest created_at by id, and
     # the jobs of one batch (a scheduler tick, a bulk enqueue) share their created_at: 3,000 of
-    # them made a claim's transaction ~580 µs instead of ~50 (docs/performance.md, item 43). The
+    # them made a claim's transaction ~580 µs instead of ~50 (docs/performance-history.md, item 43). The
     # partial index of queued jobs is already in (created_at, id) order. INDEXED BY also makes a
     # claim fail loudly, rather than slow down unseen, if that index is ever gone.
     pinned = "INDEXED BY job_queue_claim_idx" if vendor == "sqlite" else ""

@@ -1,7 +1,7 @@
 """JSON Schema validation that remembers which documents passed: a config, a manifest, the pipelines.
 
 Why: importing jsonschema is ~30 ms of every gateway process's start (a worker's ~0.2 s, each CLI
-command's; docs/performance.md, item 38), and the documents it checks rarely change between
+command's; docs/performance-history.md, item 38), and the documents it checks rarely change between
 two starts. Validation is a function of the schema, the validator and the document alone, so a
 document that passed once passes again: its digest is remembered, and jsonschema is imported only
 for a document not seen before. A document that failed is never remembered: its problems are

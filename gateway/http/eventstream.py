@@ -48,7 +48,7 @@ from ledger.models import EventRecord
 log = logger("streams")
 
 # Within the 1 s the live views promise (issue 14), and no oftener: each wake-up of an idle stream
-# costs CPU (docs/performance.md item 31).
+# costs CPU (docs/performance-history.md item 31).
 POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0
 # A finished job wakes the streams at once, but a stream polls at most this often for it: at

@@ -169,7 +169,7 @@ class WakeListener:
         self._stop.set()
         if self._sock is not None:
             # The loop blocks in recv() with no timeout (a timeout woke every idle process twice a
-            # second, docs/performance.md item 31); shutting the socket down ends that recv at once.
+            # second, docs/performance-history.md item 31); shutting the socket down ends that recv at once.
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)
             except OSError:

@@ -1,7 +1,7 @@
 """Wake-ups on one SQLite ledger across processes (gateway/storage/wake_listener.py): a listener is called
 once per enqueue, at once after the commit when the enqueue is its own process's, and through its
 socket when another process enqueued. Its own process never pokes it through the socket too: that
-was a second wake-up of every idle worker thread per pipeline hop (docs/performance.md, "Pipeline")."""
+was a second wake-up of every idle worker thread per pipeline hop (docs/performance-history.md, "Pipeline")."""
 
 from __future__ import annotations
 
