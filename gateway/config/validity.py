@@ -179,8 +179,9 @@ def schema_errors(schema: Mapping[str, Any], document: Any, *, foreign: bool = F
 
 def describe(error: Any) -> tuple[tuple[str | int, ...], str]:
     """Where and what, for one jsonschema error: a missing key is named itself (not the mapping
-    that lacks it), a constant says what it wants, and an `anyOf` with a `description` says the
-    value it got against that description (an `anyOf`'s, or a `pattern`'s in words)."""
+    that lacks it), a constant says what it wants, an `anyOf` with a `description` says the
+    value it got against that description (an `anyOf`'s, or a `pattern`'s in words), and a `not`
+    says why in its own `description` (a webhook path that is not /healthz)."""
     path = tuple(error.absolute_path)
     if error.validator == "required" and isinstance(error.instance, dict):
         # One error per missing key: the one this error's message names.
