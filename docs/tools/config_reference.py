@@ -49,7 +49,7 @@ def type_of(node: dict[str, Any], defs: dict[str, Any]) -> str:
         # An empty value (`tokens:` with every entry commented out) is accepted where it means none.
         return type_of({**node, "type": [k for k in kind if k != "null"]}, defs)
     if isinstance(kind, list):
-        return type_of({**node, "type": kind[0]}, defs) if len(kind) == 1 else " or ".join(kind)
+        return " or ".join(type_of({**node, "type": k}, defs) for k in kind)
     if kind == "array":
         items = node.get("items")
         if items and items.get("type") == "object" and "properties" in items:
@@ -82,7 +82,8 @@ def _kinds(node: dict[str, Any]) -> list[str]:
 
 def sections(path: str, node: dict[str, Any], defs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Every object with properties under `node`, depth first, each with its dotted path."""
-    if "array" in _kinds(node) and isinstance(node.get("items"), dict):
+    # A mapping that may also be written as a bare list (`webhooks:`) is shown as the mapping.
+    if "array" in _kinds(node) and isinstance(node.get("items"), dict) and "properties" not in node:
         return sections(f"{path}[]", resolve(node["items"], defs), defs)
     extra = node.get("additionalProperties")
     if isinstance(extra, dict) and "$ref" in extra:

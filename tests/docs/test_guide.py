@@ -145,9 +145,12 @@ def test_the_defaults_the_reference_states_are_the_loaders(config_dir: ConfigDir
         "remote_ingress.allowed_clock_skew": relay.DEFAULT_CLOCK_SKEW,
         **{f"api.{k}": v for k, v in vars(config.api).items()},
         "api.listen": str(config.api.listen),
-        # Endpoints are typed where the config is (gateway/config/webhooks.py), with these defaults.
+        # Endpoints are typed where the config is (gateway/config/webhooks.py), with these defaults,
+        # in `webhooks.endpoints` and in the bare list webhooks.yaml may hold.
         "webhooks.endpoints[].command": webhooks.DEFAULT_COMMAND,
         "webhooks.endpoints[].max_body_size": webhooks.DEFAULT_MAX_BODY_SIZE,
+        "webhooks[].command": webhooks.DEFAULT_COMMAND,
+        "webhooks[].max_body_size": webhooks.DEFAULT_MAX_BODY_SIZE,
     }
     schema = json.loads((REPO / "gateway" / "config" / "config.schema.json").read_text())
     stated = defaults(schema, schema["$defs"])

@@ -421,3 +421,28 @@ def test_each_missing_key_of_any_section_is_named_once(config_dir: ConfigDir) ->
         ("service.backup.directory", "missing required key 'directory'"),
         ("service.backup.schedule", "missing required key 'schedule'"),
     ]
+
+
+def test_config_validate_checks_a_webhooks_yaml_in_either_form(
+    config_dir: ConfigDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`config validate` reads one file, unmerged: webhooks.yaml's bare list of endpoints is
+    checked as the endpoints of `webhooks:` are."""
+    monkeypatch.setenv("DUCTILE_CONFIG_DIR", str(config_dir.path))
+    listed = config_dir.file("webhooks.yaml", endpoint().replace("webhooks:\n  endpoints:\n", "webhooks:\n"))
+    mapped = config_dir.file("mapped.yaml", endpoint(comand="poll"))
+    for file in (listed, mapped):
+        out = io.StringIO()
+        try:
+            call_command("config", "validate", "--file", str(file), "--json", stdout=out, stderr=io.StringIO())
+        except SystemExit:
+            pass
+        report = json.loads(out.getvalue())
+        assert report["valid"] is (file == listed), report
+    assert report["problems"] == [
+        {
+            "path": "webhooks.endpoints[0].comand",
+            "message": "unknown key 'comand' (expected name, path, plugin, command, secret_ref, signature_header, "
+            "max_body_size)",
+        }
+    ]
