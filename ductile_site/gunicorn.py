@@ -96,7 +96,7 @@ def post_worker_init(worker: Any) -> None:
     _freeze_startup_objects()
     # Imported here, in the worker: ledger.writes loads Django, which the master never does.
     from gateway.storage.checkpoints import CheckpointThread
-    from ledger.writes import hand_the_gil_back_sooner, share_transactions
+    from ledger.writes.group_commit import hand_the_gil_back_sooner, share_transactions
 
     hand_the_gil_back_sooner()  # a write-gate holder gets the GIL back within 0.5 ms, not 5
     share_transactions()  # many request threads enqueue at once: one writer thread commits them together

@@ -41,10 +41,10 @@ from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
 from pipelines.dsl import RELAY, SWITCH, PipelineErrors, PipelineSet, compile_pipelines
-from pipelines.routing import RouteRule, RoutingTable
+from pipelines.routes import RouteRule, RoutingTable
 
 if TYPE_CHECKING:
-    from gateway.config.relay import Relay
+    from gateway.config.relay_endpoints import Relay
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def _assemble(
     relay = None
     if "instances" in config.document or "remote_ingress" in config.document:
         # Imported here: every process loads a config at its start, and few relay.
-        from gateway.config.relay import parse_relay
+        from gateway.config.relay_endpoints import parse_relay
 
         relay, relay_problems = parse_relay(config, tokens.secrets)
         problems += relay_problems

@@ -23,6 +23,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import signals
 from django.db.models.base import ModelState
 
+from ledger.django_internals import connection_set
+
 Adapter = Callable[[Any], Any]
 
 
@@ -33,7 +35,7 @@ def current() -> BaseDatabaseWrapper:
     """This thread's connection. Django's look-up goes through asgiref's Local (~1 µs, and a job's
     statements made fifteen); it is kept per thread, for as long as Django keeps the same set of
     connections (a settings change in a test replaces the set)."""
-    handler_set = connections._connections  # type: ignore[attr-defined]
+    handler_set = connection_set()
     kept: tuple[object, BaseDatabaseWrapper] | None = getattr(_thread, "kept", None)
     if kept is not None and kept[0] is handler_set:
         return kept[1]

@@ -1,8 +1,8 @@
 """`pipeline dry-run`: walk a pipeline (or a published event's fan-out) without running anything.
 Pure, no I/O.
 
-Each hop is computed exactly as the dispatcher would: the same router, `with:` remap, baggage
-accretion, predicates and depth guard. What cannot be known without running plugins is assumed:
+Each hop is computed exactly as the dispatcher would: the same successors (pipelines.successors),
+`with:` remap, baggage accretion, predicates and depth guard. What cannot be known without running plugins is assumed:
 every plugin step succeeds without emitting events, so the synthetic `ductile.step.succeeded`
 carries its (remapped) payload on. Downstream of a plugin, a `with:` path the payload lacks is
 shown as `<from upstream output: PATH>` rather than a failure, and a switch whose condition
@@ -19,9 +19,9 @@ from typing import Any
 from pipelines.dsl import SWITCH, SWITCH_FALSE, SWITCH_TRUE, PipelineSet
 from pipelines.paths import MISSING, resolve
 from pipelines.predicates import atom_paths, evaluate
-from pipelines.relay import RelaySpec, RelayStepError, project
-from pipelines.router import Position, Successor, carry_forward, stamp_upstream, successors, synthetic_success
-from pipelines.routing import RoutingTable
+from pipelines.relay_step import RelaySpec, RelayStepError, project
+from pipelines.routes import RoutingTable
+from pipelines.successors import Position, Successor, carry_forward, stamp_upstream, successors, synthetic_success
 from pipelines.templates import TemplateError, remap
 
 # A runaway fan-out is cut here; the depth guard stops chains long before in any sane config.

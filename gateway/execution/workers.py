@@ -29,9 +29,9 @@ from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.checkpoints import Activity, Checkpointer
 from gateway.storage.database import describe_database, ensure_schema
 from gateway.storage.outage import Outage
-from gateway.storage.wakeup import WakeListener
+from gateway.storage.wake_listener import WakeListener
 from ledger.models import Job, WorkerInstance
-from ledger.writes import Announcement, checkpoints_elsewhere
+from ledger.writes.autocheckpoint import Announcement, checkpoints_elsewhere
 
 log = logger("workers")
 
@@ -352,7 +352,7 @@ class WorkerDaemon:
             # A finished job may have freed a slot of its plugin's cap, which an idle thread can
             # take; not when this thread took it again for the next job of the same plugin. (The
             # children it routed wake the idle threads through their enqueue, unless this thread
-            # took the only one: ledger.wakeups.EnqueueTally.)
+            # took the only one: ledger.job_notifications.EnqueueTally.)
             if following is None or following.plugin != job.plugin:
                 self.wake()
         return following

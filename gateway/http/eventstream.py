@@ -41,8 +41,8 @@ from gateway.http.streamseats import Refusal, seats_beside
 from gateway.logs import logger
 from gateway.reports import events, live
 from gateway.reports.events import BATCH, EventCursor, row_data
-from gateway.storage.wakeup import WakeListener
-from ledger import wakeups
+from gateway.storage.wake_listener import WakeListener
+from ledger import job_notifications
 from ledger.models import EventRecord
 
 log = logger("streams")
@@ -69,7 +69,7 @@ class Bell:
     """Rings every open stream of this process when a job finishes anywhere (a same-host socket or
     LISTEN on PostgreSQL, started with the first stream and stopped with the last) or in-process."""
 
-    def __init__(self, channel: str = wakeups.FINISHED):
+    def __init__(self, channel: str = job_notifications.FINISHED):
         self.channel = channel
         self._lock = threading.Lock()
         self._waiters: set[Waiter] = set()

@@ -7,14 +7,14 @@ it. That was the whole tail of a pipeline's per-hop overhead (docs/performance.m
 
 So `runworkers`, the process that writes most, checkpoints on its main thread once the log has
 grown to about CHECKPOINT_PAGES (`Checkpointer`; its worker threads wake the main loop when one is
-due), and its own COMMITs never do (`ledger.writes.checkpoints_elsewhere`). A PASSIVE checkpoint
+due), and its own COMMITs never do (`ledger.writes.autocheckpoint.checkpoints_elsewhere`). A PASSIVE checkpoint
 waits for no reader or writer, and writers go on appending meanwhile; what they appended is copied
 by a second pass with the write gate held, which is short (the first pass copied the rest and
 synced the log), so that the whole log is in the file and the next writer starts the log over.
 Without that second pass a busy daemon's log only ever grew: a pass never caught up with writers
 that never stopped, and the log started over only after a checkpoint inside a COMMIT
 (docs/performance.md, item 42). While a daemon checkpoints, the other processes' COMMITs keep an
-automatic checkpoint far past its length (`ledger.writes.BESIDE_CHECKPOINTER_PAGES`), a backstop;
+automatic checkpoint far past its length (`ledger.writes.autocheckpoint.BESIDE_CHECKPOINTER_PAGES`), a backstop;
 without one, the settings' (`ductile_site.settings.WAL_AUTOCHECKPOINT_PAGES`, four times SQLite's
 default), for the writes no daemon follows: a CLI's. The API's gunicorn workers, whose many
 threads' writes one writer thread commits, checkpoint as the daemon does on a thread of their own
@@ -29,7 +29,8 @@ import time
 
 from django.db import DatabaseError, connection
 
-from ledger.writes import another_process_checkpoints, checkpoints_elsewhere, count_commits, holding_gate
+from ledger.writes.autocheckpoint import another_process_checkpoints, checkpoints_elsewhere, count_commits
+from ledger.writes.gate import holding_gate
 
 log = logging.getLogger("ductile.checkpoints")
 
@@ -124,7 +125,7 @@ class CheckpointThread:
     gunicorn workers), on a thread of its own, counted in the process's write transactions and
     sized in pages as the daemon's (`Checkpointer`). Why: their COMMITs checkpointed whenever the
     log passed the settings' backstop, with the write gate held and every request waiting for
-    that commit (one writer thread commits them together, `ledger.writes.shared`): at 500
+    that commit (one writer thread commits them together, `ledger.writes.group_commit.shared`): at 500
     requests/s every ~0.7 s, for 10-30 ms, nearly all of the API's slowest 1 %
     (docs/performance.md, item 48). None while a daemon of the host announces its own: they copy
     this process's pages too."""
@@ -142,7 +143,7 @@ class CheckpointThread:
             count_commits(cls().committed)
 
     def committed(self) -> None:
-        """After each write transaction of the process (`ledger.writes.count_commits`)."""
+        """After each write transaction of the process (`ledger.writes.autocheckpoint.count_commits`)."""
         self._commits += 1
         if self._checkpointer.due(self._commits):
             self._due.set()

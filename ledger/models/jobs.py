@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from ledger import sql
 from ledger.ids import new_id
+from ledger.job_notifications import notify_enqueued, notify_finished
 from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.models.context import EventContext
@@ -30,8 +31,8 @@ from ledger.models.telemetry import JobStopwatch
 from ledger.models.workers import PluginInstanceRecord
 from ledger.states import TERMINAL, ActionRefused, JobStatus, check_transition
 from ledger.submitters import Submitter
-from ledger.wakeups import notify_enqueued, notify_finished
-from ledger.writes import writing
+from ledger.timestamps import rfc3339
+from ledger.writes.transaction import writing
 
 log = logging.getLogger("ductile.queue")
 
@@ -188,7 +189,7 @@ def trigger_event(spec: JobSpec, job_id: str, now: datetime) -> dict[str, Any]:
         "type": f"{spec.submitter.value}.trigger",
         "payload": dict(spec.payload or {}),
         "source": spec.submitter.value,
-        "timestamp": now.isoformat().replace("+00:00", "Z"),
+        "timestamp": rfc3339(now),
         "event_id": new_id(),
     }
     if spec.dedupe_key:
@@ -439,8 +440,8 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         for job in list(self.lost(now=now, dead_workers=dead_workers)):
             reason = (
                 f"worker {job.claimed_by} is gone (process exited)"
-                if job.claimed_by in dead_workers
-                else f"lease of worker {job.claimed_by} expired at {job.lease_until:%Y-%m-%dT%H:%M:%S}Z"
+                if job.claimed_by in dead_workers or job.lease_until is None  # `lost`: one or the other
+                else f"lease of worker {job.claimed_by} expired at {rfc3339(job.lease_until, 'seconds')}"
             )
             try:
                 with writing():
@@ -730,11 +731,12 @@ class Job(models.Model):
         ending: Ending | None = None,
         default_dedupe_ttl: float = 0.0,
     ) -> None:
-        """A lost job (its worker died): this attempt failed, the next one is queued at once."""
+        """A lost job (its worker died): this attempt failed, the next one is queued at once, or the
+        job ends `dead` by the same rule as any failed attempt (`AttemptOutcome.final_status`)."""
         owner = self.claimed_by
         outcome = AttemptOutcome(status=JobStatus.FAILED, error=reason)
-        exhausted = self.attempt >= self.max_attempts
-        if exhausted and ending is not None:
+        final = outcome.final_status(self.attempt, self.max_attempts)
+        if final is not None and ending is not None:
             ending(self, outcome)
         for child in outcome.children:
             Job.objects.enqueue(child, default_dedupe_ttl=default_dedupe_ttl, now=now)
@@ -753,8 +755,8 @@ class Job(models.Model):
         JobLog.record(self, outcome, now=now, worker=owner)
         if outcome.events:
             EventRecord.record(outcome.events, job_id=self.id, now=now)
-        if exhausted:
-            self.move(JobStatus.DEAD, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
+        if final is not None:
+            self.move(final, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
             notify_finished()
         else:
             self.move(

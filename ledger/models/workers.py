@@ -10,7 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from ledger import sql
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 
 class WorkerState(models.TextChoices):

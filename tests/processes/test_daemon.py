@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gateway.storage.checkpoints import CHECKPOINT_PAGES
-from ledger.writes import BESIDE_CHECKPOINTER_PAGES
+from ledger.writes.autocheckpoint import BESIDE_CHECKPOINTER_PAGES
 from tests.support import ductile, ledger, start_workers, stop_gracefully, wait_for
 from tests.support.output import Output
 

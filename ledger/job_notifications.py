@@ -1,4 +1,6 @@
-"""Advisory wake-ups: idle workers when a job is enqueued, tree waiters when a job finishes.
+"""What the ledger announces when a job is enqueued or finishes, for advisory wake-ups: idle
+workers when a job is enqueued, tree waiters when a job finishes. Other processes on the same host
+hear it through gateway/storage/wake_listener.py.
 
 Correctness never depends on them: workers and waiters re-check the database on a short bounded
 interval. PostgreSQL gets a NOTIFY inside the transaction (delivered at commit, to every node);
@@ -13,7 +15,7 @@ from contextlib import contextmanager
 
 from django.db import connection
 
-from ledger.writes import after_release
+from ledger.writes.transaction import after_release
 
 ENQUEUED = "ductile_jobs"
 FINISHED = "ductile_done"
