@@ -34,7 +34,7 @@ from gateway.config.model import GatewayConfig, typed_config
 from gateway.config.redaction import Scrubber, secret_values
 from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.validity import process_memo, schema_errors
-from gateway.config.webhooks import Webhooks, parse_webhooks
+from gateway.config.webhooks import Webhooks, serve_webhooks
 from gateway.logs import apply_service_logging, hide_secrets
 from gateway.plugins.discovery import Discovery, discover_plugins
 from gateway.plugins.environment import plugin_environment
@@ -131,8 +131,13 @@ def _assemble(
         problems += plugin_seal.problems
     problems += strict_refusals(config, registry, tokens)
     # webhooks.yaml is a high-security file: a bad one stops every process (exit 78).
-    webhooks, webhook_problems = parse_webhooks(config, plugin_commands(registry), tokens.secrets)
-    problems += webhook_problems
+    webhooks = serve_webhooks(
+        config.webhooks,
+        plugin_commands(registry),
+        tokens.secrets,
+        tokens.unset,
+        lambda path, message: problems.append(config.problem(path, message)),
+    )
     if problems:
         raise ConfigError(problems)
     env = plugin_environment(config.service.plugin_env_passthrough)
