@@ -45,6 +45,17 @@ class Command(DuctileCommand):
         breaker.add_argument("--limit", type=int, default=20, help="transition rows per breaker (default 20)")
         self.add_json(breaker)
         start = actions.add_parser("start", help="run the API, webhooks, workers and scheduler as one process tree")
+        start.add_argument(
+            "--role",
+            action="append",
+            default=[],
+            metavar="ROLE",
+            help="what this node runs, repeated or comma-separated: api (the API and webhook listeners), workers, "
+            "scheduler, housekeeping (default: all four); the --no-… flags take one away",
+        )
+        start.add_argument(
+            "--group", metavar="NAME", help="the workers run only this group of service.worker_groups (a worker node)"
+        )
         start.add_argument("--no-workers", action="store_true", help="do not start runworkers (run them elsewhere)")
         start.add_argument(
             "--no-scheduler",
@@ -230,9 +241,22 @@ class Command(DuctileCommand):
         self.emit(data, text)
 
     def start(self, options: dict[str, Any]) -> None:
-        from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, plan
+        from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, parse_roles, plan
         from gateway.operations.housekeeping import refresh_schedules, work_for_cluster
 
+        try:
+            roles = parse_roles(options["role"])
+        except ValueError as exc:
+            raise Exit(EXIT_USAGE, f"--role: {exc}") from exc
+        workers = "workers" in roles and not options["no_workers"]
+        runtime = self.runtime()
+        if options["group"] is not None:
+            if not workers:
+                raise Exit(EXIT_USAGE, "--group names the workers' group, but this node runs no workers")
+            try:
+                runtime.config.service.worker_group(options["group"])
+            except ValueError as exc:
+                raise Exit(EXIT_USAGE, f"--group: {exc}") from exc
         runtime = self.open_ledger(check_integrity=True)
         pass_the_check_on()  # its children need not read every page of the ledger again
         for warning in (*runtime.config.warnings, *runtime.registry.warnings):
@@ -240,16 +264,20 @@ class Command(DuctileCommand):
         for problem in runtime.tokens.problems:
             self.stderr.write(f"warning: {problem}")
         housekeeping = None
-        if not options["no_housekeeping"]:
+        if "housekeeping" in roles and not options["no_housekeeping"]:
             housekeeping = Demand(work_for_cluster, linger=options["housekeeping_linger"])
         children = plan(
             runtime,
             runtime.config.config_dir,
-            workers=not options["no_workers"],
-            scheduler=not options["no_scheduler"],
+            listen="api" in roles,
+            workers=workers,
+            group=options["group"],
+            scheduler="scheduler" in roles and not options["no_scheduler"],
             housekeeping=housekeeping,
         )
-        supervisor = Supervisor(children, RUNTIME, on_config=refresh_schedules if housekeeping else None)
+        supervisor = Supervisor(
+            children, RUNTIME, on_config=refresh_schedules if housekeeping else None, listen="api" in roles
+        )
         try:
             raise SystemExit(supervisor.run())
         except CannotStart as exc:
