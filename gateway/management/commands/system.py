@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandParser
@@ -14,6 +15,7 @@ from django.utils import timezone
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.cli.facts import add_plugin_facts
 from gateway.cli.nouns import NOUNS
+from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig
 from gateway.daemon.control import pid_file_for, running_pid
@@ -21,7 +23,8 @@ from gateway.http.api.refusals import read_tally, tally_path
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPE_HOLDS, SCOPES
 from gateway.operations.selfcheck import Check, discovery_check
-from gateway.reports import breaker_report, queue_status, schedule_entries
+from gateway.reports import breaker_report, parse_rfc3339, queue_status, schedule_entries
+from gateway.reports.nodes import NodesReport, nodes_report
 from gateway.runtime import RUNTIME
 from gateway.storage.database import SchemaBehind, describe_database, pass_the_check_on
 from ledger.models import CircuitBreaker, PluginInstanceRecord
@@ -37,7 +40,7 @@ class Command(DuctileCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-        status = actions.add_parser("status", help="config, database, plugins, queue and live workers")
+        status = actions.add_parser("status", help="config, database, plugins, queue, nodes and unserved plugins")
         self.add_json(status)
         breaker = actions.add_parser("breaker", help="circuit breakers: state and transition history")
         breaker.add_argument("plugin", nargs="?", help="one plugin's breaker (all breakers without it)")
@@ -207,7 +210,15 @@ class Command(DuctileCommand):
     def doctor(self) -> None:
         from gateway.operations.doctor import ERROR, diagnose
 
-        findings = diagnose(self.runtime())
+        runtime = self.runtime()
+        try:
+            self.open_ledger()
+            nodes = nodes_report(timezone.now(), runtime.config.service.lease_ttl)
+        except (SchemaBehind, DatabaseError) as exc:
+            # The config's findings stand without the ledger; which plugins wait unserved is unknown.
+            self.stderr.write(f"warning: the ledger could not be read, so unserved plugins are not checked: {exc}")
+            nodes = None
+        findings = diagnose(runtime, nodes)
         healthy = not any(f.severity == ERROR for f in findings)
         data = {"healthy": healthy, "findings": [f.as_dict() for f in findings]}
 
@@ -352,7 +363,9 @@ class Command(DuctileCommand):
         checks.append(Check("state_db", "ok", "database open, schema current", describe_database()))
         checks.append(_gateway_lock(runtime.config))
         registry = runtime.registry
-        queue = queue_status(lease_ttl=runtime.config.service.lease_ttl)
+        now = timezone.now()
+        queue = queue_status(now, lease_ttl=runtime.config.service.lease_ttl)
+        cluster = nodes_report(now, runtime.config.service.lease_ttl)
         unhealthy = dict(
             PluginInstanceRecord.objects.filter(health=PluginHealth.UNHEALTHY).values_list("name", "last_error")
         )
@@ -371,6 +384,8 @@ class Command(DuctileCommand):
             "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
             "daemon_running": bool(queue["workers"]),
             **queue,
+            "nodes": cluster.nodes,
+            "plugins_unserved": cluster.unserved,
             # This host's API processes' 401s, at most an interval old (gateway/http/api/refusals.py).
             "api_auth_failures": read_tally(tally_path(runtime.config.state_path)),
         }
@@ -387,10 +402,7 @@ class Command(DuctileCommand):
             lines += [f"  skipped {n}: {r}" for n, r in data["plugins_skipped"].items()]
             lines += [f"  unhealthy {n}: {e}" for n, e in unhealthy.items()]
             lines.append("queue: " + ", ".join(f"{k} {v}" for k, v in data["queue"].items()))
-            lines.append(
-                f"workers: {len(data['workers'])} live"
-                + "".join(f"\n  {w['id']} ({w['threads']} threads)" for w in data["workers"])
-            )
+            lines += node_lines(cluster, now)
             lines.append(auth_failures_line(data["api_auth_failures"]))
             return "\n".join(lines)
 
@@ -416,6 +428,36 @@ def _gateway_lock(config: GatewayConfig) -> Check:
     if pid is not None:
         return Check("pid_lock", "ok", f"held by the running gateway (pid {pid})", str(pid_file))
     return Check("pid_lock", "ok", "no gateway running (no live PID lock)", str(pid_file))
+
+
+def node_lines(cluster: NodesReport, now: datetime) -> list[str]:
+    """The nodes as a table, then each plugin no live node serves."""
+    lines = [f"nodes: {len(cluster.live)} live, {len(cluster.nodes) - len(cluster.live)} lost"]
+    header = ("HOST", "PID", "GROUP", "VERSION", "SLOTS", "LAST HEARTBEAT", "STATE")
+    table = [header] + [
+        (
+            n["hostname"],
+            str(n["pid"]),
+            n["group"] or "*",
+            n["version"] or "-",
+            str(n["slots"]),
+            format_duration(round(max(0.0, (now - parse_rfc3339(n["heartbeat_at"])).total_seconds()))) + " ago",
+            n["liveness"],
+        )
+        for n in cluster.nodes
+    ]
+    if cluster.nodes:
+        widths = [max(map(len, column)) for column in zip(*table, strict=True)]
+        lines += [
+            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table
+        ]
+    lines += [
+        f"  unserved: {u['plugin']}: {u['queued']} queued job{'s' if u['queued'] != 1 else ''} that no live node "
+        f"runs (the oldest since "
+        f"{u['oldest_queued_at']})"
+        for u in cluster.unserved
+    ]
+    return lines
 
 
 def auth_failures_line(tally: dict[str, Any]) -> str:
