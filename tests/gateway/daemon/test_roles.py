@@ -10,7 +10,8 @@ import io
 import pytest
 from django.core.management import call_command
 
-from gateway.daemon.supervisor import ROLES, parse_roles, plan
+from gateway.daemon.supervisor import ROLES, Supervisor, parse_roles, plan
+from gateway.runtime import RUNTIME
 from tests.support import installed_runtime
 
 
@@ -59,3 +60,13 @@ def test_a_worker_node_runs_its_group_and_no_listener(runtime):
 def test_start_refuses_a_role_or_group_it_cannot_run_with_exit_2(runtime, args, says):
     code, err = start(*args)
     assert code == 2 and says in err, err
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("listen", "started"), [(True, ["api"]), (False, [])])
+def test_a_reload_starts_the_listeners_only_on_a_node_with_the_api_role(runtime, listen, started):
+    """A worker node started without listeners (`--role workers`) must not grow an API at its
+    first SIGHUP: the reload matches the listeners to the config only where the api role runs."""
+    supervisor = Supervisor([], RUNTIME, install_signals=False, listen=listen)
+    supervisor._reload()
+    assert [child.name for child in supervisor.children] == started
