@@ -14,7 +14,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
+from rich.console import Console
 
+from gateway.cli.watch import render
 from gateway.reports.live import build_snapshot
 from gateway.runtime import RUNTIME
 from ledger.models import Job, JobSpec, WorkerInstance
@@ -144,6 +146,9 @@ def test_a_plugin_no_live_node_runs_is_named_by_healthz_doctor_and_status(api):
     # The dashboard's and `system watch`'s snapshot (its page draws the nodes and the warning).
     snapshot = build_snapshot(RUNTIME.get())
     assert snapshot["unserved"] == nodes["unserved"] and snapshot["nodes"] == nodes["nodes"]
+    terminal = Console(width=120, record=True, file=io.StringIO())
+    terminal.print(render(snapshot, now=timezone.now(), where="here", width=120))  # `system watch`
+    assert "unserved stress: 2 queued, no live node runs it (the oldest " in terminal.export_text()
 
 
 def test_with_no_live_node_every_plugin_with_queued_jobs_is_unserved(api):
