@@ -30,6 +30,7 @@ from gateway.storage.checkpoints import Activity, Checkpointer
 from gateway.storage.database import describe_database, ensure_schema
 from gateway.storage.outage import Outage
 from gateway.storage.wake_listener import WakeListener
+from ledger.caps import Cap
 from ledger.models import Job, WorkerInstance
 from ledger.writes.autocheckpoint import Announcement, checkpoints_elsewhere
 
@@ -419,7 +420,7 @@ class WorkerDaemon:
             return None
         return self._queue.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl)
 
-    def _caps(self, runtime: Runtime) -> dict[str, int]:
+    def _caps(self, runtime: Runtime) -> dict[str, Cap]:
         caps = runtime.claim_caps()
         if self.plugins is not None:
             caps = {name: cap for name, cap in caps.items() if name in self.plugins}
