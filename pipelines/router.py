@@ -73,6 +73,9 @@ class Successor:
     # The entry split's shared root row: its parent; `opens_root` on the one hop that writes it.
     root: RootContext | None = None
     opens_root: bool = False
+    # An `on-hook` pipeline's entry: a fresh root one hook generation deeper than the job whose
+    # lifecycle signal started it (`service.hook_max_depth` stops the chain).
+    hook_depth: int | None = None
 
 
 def synthetic_success(input_event: Mapping[str, Any], result: Any) -> dict[str, Any]:

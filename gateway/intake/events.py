@@ -74,7 +74,9 @@ def pipeline_starts(
     return entry_successors(pipeline, event, {}, 1)
 
 
-def as_roots(runtime: Runtime, starts: list[Successor], submitter: Submitter) -> list[JobSpec]:
+def as_roots(
+    runtime: Runtime, starts: list[Successor], submitter: Submitter, *, actor: str | None = None
+) -> list[JobSpec]:
     """The root jobs of a trigger. One its payload cannot start (an entry step's baggage claim
     whose source is missing, or a context over the cap) refuses the whole trigger, enqueueing
     nothing (spec 000, baggage rules: "Missing source paths fail the job or trigger"): the caller
@@ -86,7 +88,7 @@ def as_roots(runtime: Runtime, starts: list[Successor], submitter: Submitter) ->
             "; ".join(stopped) + "; nothing was enqueued",
             too_large=None if largest is None else (largest, MAX_CONTEXT_BYTES),
         )
-    return [intake.successor(runtime, s, parent=None, submitter=submitter) for s in starts]
+    return [intake.successor(runtime, s, parent=None, submitter=submitter, actor=actor) for s in starts]
 
 
 def publish_event(

@@ -16,7 +16,7 @@ every API process and node).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -120,7 +120,7 @@ def receive(
         pipelines=runtime.pipelines,
     )
     try:
-        specs = [replace(spec, actor=peer.name) for spec in as_roots(runtime, starts, Submitter.RELAY)]
+        specs = as_roots(runtime, starts, Submitter.RELAY, actor=peer.name)
     except intake.Refused as exc:
         return Answer(exc.status, exc.body())
     delivery = RelayAcceptance.of(

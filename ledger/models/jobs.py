@@ -730,11 +730,12 @@ class Job(models.Model):
         ending: Ending | None = None,
         default_dedupe_ttl: float = 0.0,
     ) -> None:
-        """A lost job (its worker died): this attempt failed, the next one is queued at once."""
+        """A lost job (its worker died): this attempt failed, the next one is queued at once, or the
+        job ends `dead` by the same rule as any failed attempt (`AttemptOutcome.final_status`)."""
         owner = self.claimed_by
         outcome = AttemptOutcome(status=JobStatus.FAILED, error=reason)
-        exhausted = self.attempt >= self.max_attempts
-        if exhausted and ending is not None:
+        final = outcome.final_status(self.attempt, self.max_attempts)
+        if final is not None and ending is not None:
             ending(self, outcome)
         for child in outcome.children:
             Job.objects.enqueue(child, default_dedupe_ttl=default_dedupe_ttl, now=now)
@@ -753,8 +754,8 @@ class Job(models.Model):
         JobLog.record(self, outcome, now=now, worker=owner)
         if outcome.events:
             EventRecord.record(outcome.events, job_id=self.id, now=now)
-        if exhausted:
-            self.move(JobStatus.DEAD, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
+        if final is not None:
+            self.move(final, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
             notify_finished()
         else:
             self.move(
