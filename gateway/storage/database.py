@@ -158,8 +158,8 @@ def begin_integrity_check() -> None:
     """Begin the start-up check of the SQLite file `prepare_process` chose (DUCTILE_DB_PATH) now,
     on a thread, for a process whose command runs `verify_integrity` later (gateway.cli.main:
     the daemons and `system start`). Why: SQLite reads and checks the pages without the GIL, on
-    the other core, while this process goes on importing Django's models and its command (~50
-    ms); run after them, the check added its whole time to the start (~3 ms on the throughput
+    the other core, while this process goes on importing Django's ORM, models and command (~0.1
+    s); run after them, the check added its whole time to the start (~3 ms on the throughput
     benchmark's ledger of 2,000 jobs, ~1 s on a 1 GB one). `verify_integrity` takes its answer
     only when it passed on the file as the file still is; any other (a finding, an error, a file
     changed since), and it checks again on Django's connection, whose finding it reports."""
@@ -262,7 +262,7 @@ def migrations_package(label: str, name: str) -> str | None:
     (`MigrationLoader.migrations_module`): its entry in settings.MIGRATION_MODULES (None: the app
     has no migrations), else the app's own `migrations`. The loader's rule, restated: importing
     the loader imports all of django.db.migrations, ~2 ms of every daemon's start and every CLI
-    call's, where the schema is current (tests/gateway/storage/test_database.py holds this to the
+    call's, where the schema is current (tests/ledger/test_migrations_in_step.py holds this to the
     loader's answer)."""
     if label in settings.MIGRATION_MODULES:
         module: str | None = settings.MIGRATION_MODULES[label]
