@@ -16,8 +16,10 @@ from typing import Any
 
 from pipelines import predicates
 from pipelines.dsl import STEP_SUCCEEDED, SWITCH_FALSE, SWITCH_TRUE, PipelineSet
-from pipelines.relay import RelaySpec
-from pipelines.router import (
+from pipelines.event_envelope import stamp_event
+from pipelines.relay_step import RelaySpec
+from pipelines.routes import RoutingTable
+from pipelines.successors import (
     Position,
     Successor,
     carry_forward,
@@ -27,7 +29,6 @@ from pipelines.router import (
     successors,
     synthetic_success,
 )
-from pipelines.routing import RoutingTable, stamp_event
 
 Event = Mapping[str, Any]
 

@@ -33,7 +33,7 @@ def strip_config_dir(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None, *, whole_django: bool = False) -> int:
     """`whole_django`: `manage.py`, which offers Django's commands beside the gateway's."""
     # Start-up (~800 modules, Django's set-up, the config) allocates a great deal and frees little:
-    # the collector's passes over it are wasted, ~30 ms of a daemon's start (docs/performance.md,
+    # the collector's passes over it are wasted, ~30 ms of a daemon's start (docs/performance-history.md,
     # item 30). It is switched back on when Django's apps are ready (gateway.apps), before any
     # command runs; the imports are here, after it, for the same reason.
     gc.disable()

@@ -263,7 +263,7 @@ def _environment(reader: _TreeReader, environ: Mapping[str, str]) -> dict[str, s
     env: dict[str, str] = {}
     if reader.env_files:
         # Imported here: python-dotenv is ~7 ms of every process's start, and most config
-        # directories have no `.env` (docs/performance.md, "Where the start-up goes").
+        # directories have no `.env` (docs/performance-history.md, "Where the start-up goes").
         from dotenv import dotenv_values
 
         for env_file in reader.env_files:

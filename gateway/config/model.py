@@ -22,7 +22,8 @@ from .errors import ConfigError, ConfigProblem
 from .frozen import freeze
 from .loader import MergedConfig, load_config_tree
 from .schedules import Schedule, parse_schedules
-from .validity import describe, schema_errors, unknown_keys
+from .validity import describe_all, schema_errors, unknown_keys
+from .webhooks import WebhooksConfig, webhooks_config
 from .yamlsrc import KeyPath, coerce_yaml11_booleans
 
 DEFAULT_TIMEOUTS: Mapping[str, float] = {"poll": 60.0, "handle": 120.0, "health": 10.0, "init": 30.0}
@@ -185,9 +186,8 @@ class GatewayConfig:
     routes: tuple[Route, ...]
     pipelines: tuple[Mapping[str, Any], ...]
     api: ApiConfig
-    # The raw `webhooks:` mapping: its endpoints refer to plugins and secrets, so it is parsed
-    # with them (gateway.config.webhooks, called by gateway.runtime).
-    webhooks: Any
+    # Served with the secrets and commands they name by gateway.runtime (Runtime.webhooks).
+    webhooks: WebhooksConfig
     document: Mapping[str, Any]
     files: tuple[Path, ...]
     env_files: tuple[Path, ...]
@@ -267,25 +267,28 @@ def typed_config(
     # Schema problems are the whole story only when the typed checks have nothing to add:
     # report theirs too (parallelism over max_workers, retention under dedupe_ttl, ...), once per key.
     reported = {p.key for p in problems}
+    builder = _Builder(merged, gates)
     try:
-        _Builder(merged, gates).build()
-    except ConfigError as exc:
-        problems.extend(p for p in exc.problems if p.key not in reported)
-    except (TypeError, ValueError, KeyError, AttributeError):
-        pass  # a document the schema refused can trip the builder; the schema problems say why
+        builder.build()
+    except (ConfigError, TypeError, ValueError, KeyError, AttributeError):
+        # A document the schema refused can trip the builder (the schema problems say why):
+        # what it found before it tripped (`api` and `webhooks` are typed last) is reported too.
+        pass
+    problems.extend(p for p in builder.problems if p.key not in reported)
     raise ConfigError([*refused, *problems])
 
 
 def _schema_problems(merged: MergedConfig) -> tuple[list[ConfigProblem], list[KeyPath]]:
     """The schema's refusals, and the paths of the keys it does not know."""
-    problems = []
+    found = []
     coerce_yaml11_booleans(config_schema(), merged.data, _deref)
-    for error in sorted(schema_errors(config_schema(), merged.data), key=lambda e: list(map(str, e.absolute_path))):
-        path, message = describe(error)
-        if error.validator == "additionalProperties" or error.validator == "propertyNames":
-            message = f"invalid name: {error.message}"
-        problems.append(merged.problem(path, message))
-    return problems, unknown_keys(config_schema(), merged.data)
+    for error in schema_errors(config_schema(), merged.data):
+        for path, message in describe_all(error):
+            if error.validator == "propertyNames":
+                message = f"invalid name: {error.message}"
+            found.append((path, message))
+    found.sort(key=lambda problem: list(map(str, problem[0])))
+    return [merged.problem(path, message) for path, message in found], unknown_keys(config_schema(), merged.data)
 
 
 def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -314,7 +317,8 @@ class _Builder:
         for root in self.data.get("plugin_roots") or []:
             if Path(root) not in roots:
                 roots.append(Path(root))
-        api = self._api()
+        api = api_config(self.data.get("api") or {})
+        webhooks = webhooks_config(self.data.get("webhooks") or {})
         if self.problems:
             raise ConfigError(self.problems)
         return GatewayConfig(
@@ -326,17 +330,13 @@ class _Builder:
             routes=routes,
             pipelines=freeze(self.data.get("pipelines") or []),
             api=api,
-            webhooks=freeze(self.data.get("webhooks")),
+            webhooks=webhooks,
             document=freeze(self.data),
             files=tuple(self.merged.files),
             env_files=tuple(self.merged.env_files),
             warnings=tuple(self.merged.warnings),
             merged=self.merged,
         )
-
-    def _api(self) -> ApiConfig:
-        raw = self.data.get("api") or {}
-        return api_config(raw, lambda path, message: self.problems.append(self.merged.problem(path, message)))
 
     def _duration(self, path: KeyPath, raw: Any, default: float) -> float:
         if raw is None:

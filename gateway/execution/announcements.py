@@ -9,13 +9,13 @@ from typing import Any
 
 from django.utils import timezone
 
-from gateway.reports import iso
 from gateway.runtime import Runtime
 from ledger.ids import new_id
 from ledger.models import AttemptOutcome, Job
 from ledger.models.jobs import backoff_seconds
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
+from ledger.timestamps import rfc3339
 
 
 def endings(job: Job, outcome: AttemptOutcome, final: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -117,7 +117,7 @@ def retry_scheduled_event(job: Job, outcome: AttemptOutcome, delay: float) -> di
         "next_attempt": job.attempt + 1,
         "max_attempts": job.max_attempts,
         "backoff_ms": int(delay * 1000),
-        "next_retry_at": iso(outcome.retry_at),
+        "next_retry_at": rfc3339(outcome.retry_at),
         "reason": _retry_reason(outcome),
         "error": outcome.error,
     }
@@ -152,7 +152,7 @@ def poll_event(job: Job, outcome: AttemptOutcome, kind: str) -> dict[str, Any]:
         "schedule_id": key[len(prefix) :].split(":")[0] if key.startswith(prefix) else "",
         "submitted_by": job.submitted_by,
         "attempt": job.attempt,
-        "started_at": iso(job.started_at) if job.started_at else None,
+        "started_at": rfc3339(job.started_at) if job.started_at else None,
     }
     if kind == "poll.completed":
         started = job.started_at or job.created_at

@@ -19,19 +19,19 @@ from gateway.execution.protocol import build_request, judge, stored_stderr
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
-from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.database import unavailable_reason
-from ledger import wakeups
+from ledger import job_notifications
 from ledger.ids import new_id
 from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, PluginState
 from ledger.models.jobs import Ending
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.timestamps import rfc3339
+from ledger.writes.transaction import writing
 from pipelines.completion import Finished, aftermath, relayed_event, switch_branch
 from pipelines.dsl import RELAY, SWITCH, SWITCH_TRUE, Node
-from pipelines.router import Position
+from pipelines.successors import Position
 from pipelines.templates import TemplateError, remap
 
 log = logger("dispatch")
@@ -123,7 +123,7 @@ class Executor:
             state=job.claim_reads.state if job.claim_reads else PluginState.current(instance.name),
             context=self._context(job, instance, position),
             event=event,
-            deadline_at=iso(now + timedelta(seconds=timeout)),
+            deadline_at=rfc3339(now + timedelta(seconds=timeout)),
             instance=instance.name,
         )
         # The plugin's code again, as late as can be (issue 12: trust and seal checked at load only
@@ -242,7 +242,7 @@ class Executor:
         # pipelines relay needs the sender (with urllib.request).
         from gateway.relay.sender import RelayFailed, send
         from gateway.relay.wire import Envelope
-        from pipelines.relay import RelayStepError, project
+        from pipelines.relay_step import RelayStepError, project
 
         node = self._node(runtime, position)
         if node is None or node.relay is None:
@@ -349,7 +349,7 @@ class Executor:
 
         if self.claim_next is not None:
             try:
-                with writing(), wakeups.tallying_enqueues() as tally:
+                with writing(), job_notifications.tallying_enqueues() as tally:
                     record()
                     following = self.claim_next()
                     # A child of this job was enqueued in this transaction: no other thread needs
@@ -382,7 +382,7 @@ class Executor:
         log.warning(
             "recording the outcome failed: %s; keeping it and trying again while this worker's lease lasts (until %s)",
             unavailable_reason(error),
-            iso(lease),
+            rfc3339(lease),
             extra=extra,
         )
         began, attempts, pause = time.monotonic(), 1, RECORD_RETRY_FIRST
@@ -488,11 +488,14 @@ def conclude(
         routes=runtime.routing,
         pipelines=runtime.pipelines,
         hook_max_depth=runtime.config.service.hook_max_depth,
-        clock=lambda: iso(timezone.now()),
+        clock=lambda: rfc3339(timezone.now()),
         new_id=new_id,
     )
     outcome.events[:0] = after.opening
     outcome.events += after.events
+    routed_events = len(after.opening) + len(after.events) - len(logged)
+    if routed_events and not after.successors:
+        log.debug("no route matched %d event(s)", routed_events, extra={"plugin": job.plugin, "job_id": job.id})
     outcome.children += [intake.successor(runtime, s, parent=job) for s in after.successors]
     for why in after.unstarted_hooks:
         log.warning(why, extra={"plugin": job.plugin, "job_id": job.id})

@@ -23,9 +23,9 @@ from ledger.models import EnqueueResult, Job, JobSpec
 from ledger.states import JobStatus
 from ledger.storable import Unstorable, check_storable, storable_text
 from ledger.submitters import Submitter
-from ledger.writes import shared
+from ledger.writes.group_commit import shared
 from pipelines.dsl import RELAY
-from pipelines.router import Successor
+from pipelines.successors import Successor
 
 DEDUPE_KEY_MAX = int(Job._meta.get_field("dedupe_key").max_length or 512)
 # `init` runs once per plugin fingerprint and is never retried (spec 000 §5.2).

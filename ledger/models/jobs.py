@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from ledger import sql
 from ledger.ids import new_id
+from ledger.job_notifications import notify_enqueued, notify_finished
 from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.models.context import EventContext
@@ -30,8 +31,8 @@ from ledger.models.telemetry import JobStopwatch
 from ledger.models.workers import PluginInstanceRecord
 from ledger.states import TERMINAL, ActionRefused, JobStatus, check_transition
 from ledger.submitters import Submitter
-from ledger.wakeups import notify_enqueued, notify_finished
-from ledger.writes import writing
+from ledger.timestamps import rfc3339
+from ledger.writes.transaction import writing
 
 log = logging.getLogger("ductile.queue")
 
@@ -188,7 +189,7 @@ def trigger_event(spec: JobSpec, job_id: str, now: datetime) -> dict[str, Any]:
         "type": f"{spec.submitter.value}.trigger",
         "payload": dict(spec.payload or {}),
         "source": spec.submitter.value,
-        "timestamp": now.isoformat().replace("+00:00", "Z"),
+        "timestamp": rfc3339(now),
         "event_id": new_id(),
     }
     if spec.dedupe_key:
@@ -439,8 +440,8 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         for job in list(self.lost(now=now, dead_workers=dead_workers)):
             reason = (
                 f"worker {job.claimed_by} is gone (process exited)"
-                if job.claimed_by in dead_workers
-                else f"lease of worker {job.claimed_by} expired at {job.lease_until:%Y-%m-%dT%H:%M:%S}Z"
+                if job.claimed_by in dead_workers or job.lease_until is None  # `lost`: one or the other
+                else f"lease of worker {job.claimed_by} expired at {rfc3339(job.lease_until, 'seconds')}"
             )
             try:
                 with writing():

@@ -58,7 +58,7 @@ def test_the_live_views_read_failures_and_throughput_through_the_finished_jobs_i
 def test_the_claim_takes_the_oldest_queued_job_in_the_claim_index_order_without_sorting():
     """Not (status, created_at) and a sort of every queued job of the oldest created_at by id: the
     jobs of one batch share it, and 3,000 of them cost each claim ~10 times its CPU
-    (docs/performance.md, item 43)."""
+    (docs/performance-history.md, item 43)."""
     connection.ensure_connection()
     now = timezone.now()
     params = ["w1", now, now, "echo", now]

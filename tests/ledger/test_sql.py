@@ -20,7 +20,7 @@ from ledger.models.jobs import QueueLook
 from ledger.models.schedules import ScheduleStatus
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

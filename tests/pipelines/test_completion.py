@@ -8,8 +8,8 @@ import itertools
 from gateway.config.durations import parse_duration
 from pipelines.completion import Finished, aftermath
 from pipelines.dsl import STEP_SUCCEEDED, compile_pipelines
-from pipelines.router import Position
-from pipelines.routing import RouteRule, RoutingTable
+from pipelines.routes import RouteRule, RoutingTable
+from pipelines.successors import Position
 
 PLUGINS = {"fetch": ["handle"], "store": ["handle"], "alert": ["handle"], "audit": ["handle"]}
 PIPELINES = compile_pipelines(

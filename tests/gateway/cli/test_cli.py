@@ -113,13 +113,13 @@ def test_workers_take_the_settings_named_on_their_command_line(cfg):
 
 
 def test_workers_hand_the_gil_back_every_half_millisecond(cfg):
-    """As the API's workers do (ledger.writes.hand_the_gil_back_sooner): a worker thread whose
+    """As the API's workers do (ledger.writes.group_commit.hand_the_gil_back_sooner): a worker thread whose
     plugin has exited, or that waits behind the write gate's holder, gets the GIL within 0.5 ms
-    instead of Python's 5 ms (throughput +3.5 %, docs/performance.md item 40)."""
+    instead of Python's 5 ms (throughput +3.5 %, docs/performance-history.md item 40)."""
     import subprocess
     import sys
 
-    from ledger.writes import GIL_SWITCH_SECONDS
+    from ledger.writes.group_commit import GIL_SWITCH_SECONDS
     from tests.support import REPO, cli_env
 
     assert ductile(cfg, "system", "status").returncode == 0
