@@ -26,6 +26,7 @@ from gateway.config.loader import config_files
 from gateway.config.redaction import REDACTED, Scrubber
 from gateway.config.schedules import Schedule
 from gateway.runtime import RUNTIME, Runtime
+from gateway.scheduler.timing import first_due
 from ledger.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
@@ -456,10 +457,6 @@ def schedule_report(schedule: Schedule | None, row: ScheduleEntry | None, now: d
     assert schedule is not None or row is not None
     next_run_at = row.next_run_at if row else None
     if row is None and schedule is not None:
-        # Not at import: the executor imports this module (for `iso`), and the worker's start
-        # has no other use for the scheduler's timing rules (~1.5 ms with their dataclasses).
-        from gateway.scheduler.timing import first_due
-
         next_run_at = first_due(schedule, now, started_at=now, last_success_at=None)
     return {
         "plugin": schedule.plugin if schedule else row.plugin,  # type: ignore[union-attr]
