@@ -27,7 +27,7 @@ from gateway.execution.runner import kill_live_groups
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.checkpoints import Activity, Checkpointer
-from gateway.storage.database import describe_database, ensure_schema
+from gateway.storage.database import describe_database
 from gateway.storage.outage import Outage
 from gateway.storage.wake_listener import WakeListener
 from ledger.caps import Cap
@@ -100,7 +100,9 @@ class WorkerDaemon:
     # -- lifecycle -------------------------------------------------------------------------
 
     def run(self) -> int:
-        ensure_schema()
+        """On a ledger whose schema is current: `runworkers` checked it (DuctileCommand.open_ledger)
+        with the ledger's integrity, before this; checked again here, it was read twice at every
+        start."""
         runtime = self.holder.get()
         instance = WorkerInstance.objects.register(
             self.worker_id,
