@@ -1,0 +1,59 @@
+"""Several worker nodes on one PostgreSQL ledger, each a network namespace of its own (issue 38):
+what an operator running a cluster relies on, checked on real processes over a real network."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.support import ConfigDir, ledger, wait_for
+from tests.support.cluster import available, cluster
+from tests.support.output import Output
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(available() is not None, reason=str(available()))]
+
+
+def sleepers(count: int, seconds: float) -> list[dict[str, object]]:
+    return [
+        {"plugin": "stress", "command": "poll", "submitted_by": "cli", "payload": {"mode": "ok", "sleep": seconds}}
+        for _ in range(count)
+    ]
+
+
+def test_a_node_killed_mid_drain_loses_nothing_and_reruns_only_what_it_held(config_dir: ConfigDir) -> None:
+    """Two nodes drain a backlog; one is SIGKILLed while it runs jobs. Its jobs are recovered
+    when their leases end and run again on the other node; every other job ran exactly once."""
+    config_dir.service.update(max_workers=3, lease_ttl="5s")
+    config_dir.plugins["stress"]["retry"] = {"max_attempts": 3}
+    with cluster(("a", "b")) as made:
+        config_dir.database_url = made.database_url
+        config_dir.write()
+        ids = ledger(config_dir, "enqueue", sleepers(40, 0.3))
+        a = made.start("a", config_dir, "runworkers")
+        b = made.start("b", config_dir, "runworkers")
+        outputs = Output(a), Output(b)
+        for output in outputs:
+            output.wait_for("runworkers started")
+
+        def running_on_b() -> list[str]:
+            # `ip netns exec` execs the daemon: its pid is in its worker id (host:pid:suffix).
+            mine = f":{b.pid}:"
+            return [j["id"] for j in ledger(config_dir) if j["status"] == "running" and mine in (j["claimed_by"] or "")]
+
+        held = wait_for(running_on_b, timeout=60, interval=0.1, what="node b to run jobs")
+        b.send_signal(signal.SIGKILL)
+        b.wait(timeout=30)
+        held = set(held) | set(running_on_b())  # what b held when it died
+
+        def drained() -> list[dict[str, object]] | None:
+            jobs = ledger(config_dir)
+            return jobs if all(j["status"] == "succeeded" for j in jobs) else None
+
+        found = wait_for(drained, timeout=120, interval=0.5, what="node a to drain the backlog and b's jobs")
+        jobs = [j for j in found if j["id"] in ids]  # the nodes' own (a plugin's `init`) aside
+        assert len(jobs) == len(ids)
+        rerun = {j["id"] for j in jobs if j["attempt"] > 1}
+        assert rerun and rerun <= held, (rerun, held)
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(timeout=60) == 0, outputs[0].finish()
