@@ -57,3 +57,58 @@ def test_a_node_killed_mid_drain_loses_nothing_and_reruns_only_what_it_held(conf
         assert rerun and rerun <= held, (rerun, held)
         a.send_signal(signal.SIGTERM)
         assert a.wait(timeout=60) == 0, outputs[0].finish()
+
+
+def test_a_partitioned_node_has_its_jobs_taken_over_its_late_results_refused_and_carries_on(
+    config_dir: ConfigDir,
+) -> None:
+    """Node b is cut off from the database (its cable pulled: no reset reaches its connections,
+    which hang) while it runs jobs. Past their leases node a takes them over and runs them. When
+    the link returns, b's late results are refused (the job is a's now) and b, never restarted,
+    claims new work again."""
+    config_dir.service.update(max_workers=2, lease_ttl="5s")
+    config_dir.plugins["stress"]["retry"] = {"max_attempts": 3}
+    with cluster(("a", "b")) as made:
+        config_dir.database_url = made.database_url
+        config_dir.write()
+        b = made.start("b", config_dir, "runworkers")
+        b_output = Output(b)
+        b_output.wait_for("runworkers started")
+        held = ledger(config_dir, "enqueue", sleepers(2, 3.0))
+        mine = f":{b.pid}:"
+        wait_for(
+            lambda: all(
+                j["status"] == "running" and mine in (j["claimed_by"] or "")
+                for j in ledger(config_dir)
+                if j["id"] in held
+            ),
+            timeout=60,
+            interval=0.1,
+            what="node b to run both jobs",
+        )
+        made.cut("b")
+        a = made.start("a", config_dir, "runworkers")
+        a_output = Output(a)
+
+        def done_by_a() -> bool:
+            jobs = {j["id"]: j for j in ledger(config_dir)}
+            return all(jobs[i]["status"] == "succeeded" and mine not in (jobs[i]["claimed_by"] or "") for i in held)
+
+        wait_for(done_by_a, timeout=90, interval=0.5, what="node a to take over and finish b's jobs")
+        made.mend("b")
+        # b's plugins finished long ago; its outcomes, sent into the hung connection or after it,
+        # find the jobs recovered by a: dropped, not written over a's.
+        b_output.wait_for("result discarded", timeout=120)
+        assert all(j["status"] == "succeeded" for j in ledger(config_dir) if j["id"] in held)
+        # b carries on: with a gone, only b can run what comes next.
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(timeout=60) == 0, a_output.finish()
+        (later,) = ledger(config_dir, "enqueue", sleepers(1, 0.1))
+        wait_for(
+            lambda: next(j for j in ledger(config_dir) if j["id"] == later)["status"] == "succeeded",
+            timeout=120,
+            interval=0.5,
+            what="node b to run a job after the partition",
+        )
+        b.send_signal(signal.SIGTERM)
+        assert b.wait(timeout=60) == 0, b_output.finish()
