@@ -3,8 +3,11 @@ what an operator running a cluster relies on, checked on real processes over a r
 
 from __future__ import annotations
 
+import itertools
 import signal
+import time
 
+import psycopg
 import pytest
 
 from tests.support import ConfigDir, ledger, wait_for
@@ -112,3 +115,50 @@ def test_a_partitioned_node_has_its_jobs_taken_over_its_late_results_refused_and
         )
         b.send_signal(signal.SIGTERM)
         assert b.wait(timeout=60) == 0, b_output.finish()
+
+
+def test_three_schedulers_fire_each_due_run_once_and_the_others_go_on_when_one_is_killed(
+    config_dir: ConfigDir,
+) -> None:
+    """Three `runscheduler`s, each on a node of its own, share one schedule (`every: 1s`): a run
+    fires once (each one's take of a due entry is a compare-and-set; two fires of one run would
+    be jobs a moment apart), and when schedulers are SIGKILLed the one left keeps firing."""
+    config_dir.service.update(tick_interval="1s")
+    config_dir.plugins["echo"]["schedules"] = [{"id": "beat", "every": "1s", "command": "poll"}]
+    with cluster(("a", "b", "c", "w")) as made:
+        config_dir.database_url = made.database_url
+        config_dir.write()
+        worker = made.start("w", config_dir, "runworkers")
+        Output(worker).wait_for("runworkers started")
+        schedulers = {node: made.start(node, config_dir, "runscheduler") for node in ("a", "b", "c")}
+        outputs = {node: Output(proc) for node, proc in schedulers.items()}
+        for output in outputs.values():
+            output.wait_for("runscheduler started")
+
+        def fired() -> list[float]:
+            with psycopg.connect(made.database_url, autocommit=True) as conn:
+                rows = conn.execute(
+                    "SELECT EXTRACT(EPOCH FROM created_at) FROM job_queue WHERE submitted_by = 'scheduler'"
+                    " ORDER BY created_at"
+                ).fetchall()
+            return [float(r[0]) for r in rows]
+
+        wait_for(lambda: len(fired()) >= 6, timeout=60, interval=0.5, what="six scheduled runs")
+        for node in ("a", "b"):
+            schedulers[node].send_signal(signal.SIGKILL)
+            schedulers[node].wait(timeout=30)
+        killed_at = time.time()
+        wait_for(
+            lambda: len([t for t in fired() if t > killed_at + 0.5]) >= 3,
+            timeout=30,
+            interval=0.5,
+            what="the scheduler left to keep firing",
+        )
+        times = fired()
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        # `every: 1s` counts from the last run's success: runs are at least about a second apart.
+        assert min(gaps) > 0.5, gaps
+        schedulers["c"].send_signal(signal.SIGTERM)
+        worker.send_signal(signal.SIGTERM)
+        assert schedulers["c"].wait(timeout=60) == 0, outputs["c"].finish()
+        assert worker.wait(timeout=60) == 0
