@@ -40,6 +40,7 @@ from gateway.plugins.discovery import Discovery, discover_plugins
 from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
+from ledger.caps import Cap
 from pipelines.dsl import RELAY, SWITCH, PipelineErrors, PipelineSet, compile_pipelines
 from pipelines.routes import RouteRule, RoutingTable
 
@@ -72,7 +73,7 @@ class Runtime:
         once per loaded runtime (a process that never shows plugin text never makes it)."""
         return Scrubber(secret_values(self.config.document))
 
-    def claim_caps(self) -> dict[str, int]:
+    def claim_caps(self) -> dict[str, Cap]:
         """What a worker may claim: the registry's caps, plus `relay:` steps' sends when this
         gateway has somewhere to relay to (each waits on the network, as a plugin would)."""
         caps = self.registry.claim_caps()

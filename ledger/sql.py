@@ -337,7 +337,20 @@ def look(plugin_count: int, vendor: str) -> str:
     )
 
 
-RUNNING_COUNTS = "SELECT plugin, COUNT(*) FROM job_queue WHERE status = 'running' GROUP BY plugin"
+RUNNING_COUNTS = (
+    "SELECT plugin, COUNT(*), SUM(CASE WHEN claimed_by = %s THEN 1 ELSE 0 END)"
+    " FROM job_queue WHERE status = 'running' GROUP BY plugin"
+)
+
+
+@cache
+def running_counts(vendor: str) -> str:
+    """Each plugin's running jobs across the ledger, and those of one worker (parameter: its id):
+    the caps across nodes and on the claiming node (ledger.caps.Cap), in one scan of the running
+    rows."""
+    return native(RUNNING_COUNTS, vendor)
+
+
 # Read by JobQuerySet.recover_lost: one probe of (status, created_at)'s `running` range.
 ANY_RUNNING = "SELECT 1 FROM job_queue WHERE status = 'running' LIMIT 1"
 

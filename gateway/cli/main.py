@@ -73,7 +73,10 @@ def main(argv: Sequence[str] | None = None, *, whole_django: bool = False) -> in
     from django.core.management import execute_from_command_line
     from django.db import DatabaseError
 
-    from gateway.storage.database import describe_database, described
+    from gateway.storage.database import begin_integrity_check, describe_database, described
+
+    if surface.checks_the_ledger_first(args):
+        begin_integrity_check()  # on a thread, beside the rest of the start
 
     # The gateway's own commands report these themselves (gateway.cli.base); this is for Django's
     # (`migrate`, `createsuperuser`, `shell`): a sentence naming what is wrong, not a traceback.

@@ -164,7 +164,10 @@ class PluginConfig:
     uses: str
     enabled: bool
     config: Mapping[str, Any]
+    # The plugin's cap across every node sharing the ledger (an external API's or a licence's
+    # limit), and the cap on what one node runs of it; None when not configured.
     parallelism: int | None
+    node_parallelism: int | None
     timeouts: Mapping[str, float]
     retry: RetryPolicy
     notify_on_complete: bool
@@ -505,12 +508,24 @@ class _Builder:
             backoff_base=self._duration((*p, "retry", "backoff_base"), retry_raw.get("backoff_base"), 30.0),
         )
         parallelism = raw.get("parallelism")
-        if parallelism is not None and parallelism > service.max_workers:
+        # One node (SQLite) runs at most max_workers at once; nodes sharing a PostgreSQL ledger
+        # add theirs, so only what one node runs (node_parallelism) is bounded by its slots.
+        if parallelism is not None and parallelism > service.max_workers and not self.merged.shared_ledger:
             self.problems.append(
                 self.merged.problem(
                     (*p, "parallelism"),
                     f"parallelism {parallelism} exceeds service.max_workers {service.max_workers}"
-                    " (must be between 1 and max_workers)",
+                    " (must be between 1 and max_workers on one node; with DATABASE_URL it is the cap"
+                    " across every node)",
+                )
+            )
+        node_parallelism = raw.get("node_parallelism")
+        if node_parallelism is not None and node_parallelism > service.max_workers:
+            self.problems.append(
+                self.merged.problem(
+                    (*p, "node_parallelism"),
+                    f"node_parallelism {node_parallelism} exceeds service.max_workers {service.max_workers}"
+                    " (a node runs at most max_workers jobs at once)",
                 )
             )
         cb_raw = raw.get("circuit_breaker") or {}
@@ -534,6 +549,7 @@ class _Builder:
             enabled=raw.get("enabled", True),
             config=freeze(raw.get("config") or {}),
             parallelism=parallelism,
+            node_parallelism=node_parallelism,
             timeouts=freeze(timeouts),
             retry=retry,
             notify_on_complete=raw.get("notify_on_complete", False),

@@ -27,10 +27,11 @@ from gateway.execution.runner import kill_live_groups
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.checkpoints import Activity, Checkpointer
-from gateway.storage.database import describe_database, ensure_schema
+from gateway.storage.database import describe_database
 from gateway.storage.outage import Outage
 from gateway.storage.wake_listener import WakeListener
 from gateway.version import gateway_version
+from ledger.caps import Cap
 from ledger.models import Job, WorkerInstance
 from ledger.writes.autocheckpoint import Announcement, checkpoints_elsewhere
 
@@ -102,7 +103,9 @@ class WorkerDaemon:
     # -- lifecycle -------------------------------------------------------------------------
 
     def run(self) -> int:
-        ensure_schema()
+        """On a ledger whose schema is current: `runworkers` checked it (DuctileCommand.open_ledger)
+        with the ledger's integrity, before this; checked again here, it was read twice at every
+        start."""
         runtime = self.holder.get()
         instance = WorkerInstance.objects.register(
             self.worker_id,
@@ -424,7 +427,7 @@ class WorkerDaemon:
             return None
         return self._queue.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl)
 
-    def _caps(self, runtime: Runtime) -> dict[str, int]:
+    def _caps(self, runtime: Runtime) -> dict[str, Cap]:
         caps = runtime.claim_caps()
         if self.plugins is not None:
             caps = {name: cap for name, cap in caps.items() if name in self.plugins}

@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger import sql
+from ledger.caps import Cap
 from ledger.ids import new_id
 from ledger.job_notifications import notify_enqueued, notify_finished
 from ledger.models.attempts import JobAttempt
@@ -174,6 +175,14 @@ class AttemptOutcome:
 
 # What announces a lost job's end (`JobQuerySet.recover_lost`): adds events and jobs to its outcome.
 Ending = Callable[["Job", AttemptOutcome], None]
+
+
+def _below(cap: Cap | int, running: tuple[int, int]) -> bool:
+    """Whether one more job of a plugin may start: (running everywhere, running on this node)."""
+    everywhere, mine = running
+    if isinstance(cap, int):
+        return everywhere < cap
+    return (cap.cluster is None or everywhere < cap.cluster) and mine < cap.node
 
 
 def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
@@ -343,7 +352,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         self,
         *,
         worker_id: str,
-        caps: Mapping[str, int],
+        caps: Mapping[str, Cap | int],
         lease_ttl: float,
         now: datetime | None = None,
         only: str | None = None,
@@ -351,7 +360,9 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         """Take the oldest runnable job for one of `caps`' plugins (FIFO with smart dequeue).
 
         Skipped, never starved behind: jobs waiting for `next_retry_at`, jobs of a plugin at its
-        parallelism cap, and jobs whose same-key same-target twin is running (spec §3.5, §3.6).
+        parallelism cap across the nodes or on this worker's node, and jobs whose same-key
+        same-target twin is running (spec §3.5, §3.6). A cap given as a number is one node's view
+        (the spec's `parallelism`): the same limit across nodes and on this one.
         One write transaction; the pick and the compare-and-set are a single UPDATE.
         """
         now = now or timezone.now()
@@ -360,10 +371,10 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         with writing(savepoint=False):
             if postgres:
                 sql.execute(sql.CLAIM_LOCK, [], conn).close()  # why: at sql.CLAIM_LOCK
-            cursor = sql.execute(sql.RUNNING_COUNTS, [], conn)
-            running = dict(cursor.fetchall())
+            cursor = sql.execute(sql.running_counts(conn.vendor), [worker_id], conn)
+            running = {plugin: (everywhere, mine) for plugin, everywhere, mine in cursor.fetchall()}
             cursor.close()
-            open_plugins = [p for p, cap in caps.items() if running.get(p, 0) < cap]
+            open_plugins = [p for p, cap in caps.items() if _below(cap, running.get(p, (0, 0)))]
             if not open_plugins:
                 return None
             params: list[Any] = [

@@ -305,6 +305,7 @@ class Command(DuctileCommand):
             "reason": registry.skipped.get(name),
             "enabled": plugin.enabled,
             "parallelism": instance.parallelism if instance else plugin.parallelism,
+            "node_parallelism": instance.node_parallelism if instance else plugin.node_parallelism,
             "timeouts": {k: format_duration(v) for k, v in plugin.timeouts.items()},
             "retry": {
                 "max_attempts": plugin.retry.max_attempts,

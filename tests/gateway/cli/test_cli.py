@@ -95,6 +95,10 @@ def test_workers_start_without_the_web_and_housekeeping_apps(cfg):
     assert "ledger.models.jobs" in imported and "gateway.execution.workers" in imported
     assert not {"django.contrib.admin", "rest_framework", "django_q", "croniter"} & imported
     assert not {"django.urls", "django.core.mail", "django.views.debug"} & imported
+    # Nor Django's migration machinery, on a database whose every migration is applied; nor RE2
+    # (no `regex` condition in this config) or the scheduler's timing rules.
+    assert not {m for m in imported if m.startswith("django.db.migrations")}
+    assert not {"re2", "gateway.scheduler.timing"} & imported
     lines = [json.loads(line) for line in run.stdout.splitlines()]
     assert lines[-1]["component"] == "workers" and lines[-1]["message"].startswith("runworkers stopped after")
 
