@@ -113,7 +113,6 @@ class WorkerDaemon:
             pid=os.getpid(),
             threads=self.threads,
             plugins=",".join(sorted(self.plugins or ())),
-            version=gateway_version(),
             group=self.group or "",
         )
         if self.install_signals:
@@ -171,6 +170,7 @@ class WorkerDaemon:
         assert self._pause is not None
         seen = -1
         activity = Activity(self.claimed, start)
+        described = False
         while any(t.is_alive() for t in pool):
             # Four passes a second while jobs are claimed; idle, only when a heartbeat or recovery
             # pass is due, IDLE_PASS at most. Why: each wake-up of an idle process costs CPU, ~1-3 ms
@@ -185,6 +185,11 @@ class WorkerDaemon:
                     ending, self._ending = self._ending, []
                 for thread in ending:
                     thread.join(timeout=1.0)  # it said it ends, but may not have ended yet
+            if not described:
+                # At the first pass, not at registration: reading the version imports
+                # importlib.metadata, ~5 ms that the start (exec to first claim) need not wait for.
+                self._attempt(self._beat_down, lambda: instance.describe(gateway_version()), 0.0)
+                described = not self._beat_down.failures
             if self._reload.is_set():
                 self._reload.clear()
                 try:

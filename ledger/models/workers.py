@@ -122,6 +122,12 @@ class WorkerInstance(models.Model):
         with writing():
             WorkerInstance.objects.filter(pk=self.pk).update(heartbeat_at=now)
 
+    def describe(self, version: str) -> None:
+        """The gateway version the daemon runs, recorded once it runs (`system status` lists it)."""
+        self.version = version
+        with writing():
+            WorkerInstance.objects.filter(pk=self.pk).update(version=version)
+
     def leave(self) -> None:
         """The row of a one-off claimant (a CLI `plugin run`), removed when it ends: it is there
         only so that, should its process die mid-job, recovery sees its claims as a dead

@@ -37,8 +37,12 @@ def trigger(served: LiveApi, plugin: str, **payload) -> str:
     return body["job_id"]
 
 
+def nodes(served: LiveApi) -> dict:
+    return served.api.call("GET", "/system/nodes")[1]
+
+
 def unserved_count(served: LiveApi, plugin: str) -> int:
-    unserved = served.api.call("GET", "/system/nodes")[1]["unserved"]
+    unserved = nodes(served)["unserved"]
     return next((u["queued"] for u in unserved if u["plugin"] == plugin), 0)
 
 
@@ -48,8 +52,9 @@ def status_of(served: LiveApi, job_id: str) -> str:
 
 def test_a_group_node_is_listed_and_a_plugin_it_leaves_out_is_warned_of(node, browser):
     served, cfg = node
-    wait_for(lambda: served.api.call("GET", "/system/nodes")[1]["live"] == 1, 30, what="the node's row")
-    (row,) = served.api.call("GET", "/system/nodes")[1]["nodes"]
+    # Live, and its version recorded: at the daemon's first pass, off its start (WorkerDaemon._main_loop).
+    wait_for(lambda: nodes(served)["live"] == 1 and nodes(served)["nodes"][0]["version"], 30, what="the node's row")
+    (row,) = nodes(served)["nodes"]
     assert (row["group"], row["plugins"], row["version"], row["slots"]) == (
         "media",
         ["echo", "probe"],

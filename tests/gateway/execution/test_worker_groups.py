@@ -1,7 +1,8 @@
 """Named worker groups (issue 38, "Roles"): `service.worker_groups: {media: [echo, probe]}` and
 `runworkers --group media` claim only the group's plugins, beside `--plugins` (an unnamed group);
-the worker's row names its group, plugins and version; a reload that changes the group's plugins
-moves a running worker to them."""
+the worker's row names its group and plugins; a reload that changes the group's plugins
+moves a running worker to them. (Its version, recorded once it runs: tests/processes/
+test_nodes_browser.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import threading
 import pytest
 
 from gateway.execution.workers import WorkerDaemon
-from gateway.version import gateway_version
 from ledger.models import Job, JobSpec, WorkerInstance
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
@@ -62,8 +62,8 @@ def test_runworkers_group_runs_only_its_plugins_and_its_row_says_which(config_di
     # stress's poll, and the init its start-up enqueued (stress has one), wait for a node that runs stress.
     assert jobs == [("echo", "poll", "succeeded"), ("stress", "poll", "queued"), ("stress", "init", "queued")]
     with sqlite3.connect(config_dir.db_path) as db:
-        rows = db.execute("SELECT worker_group, plugins, version, threads FROM worker_instances").fetchall()
-    assert rows == [("media", "echo,probe", gateway_version(), 2)]
+        rows = db.execute("SELECT worker_group, plugins, threads FROM worker_instances").fetchall()
+    assert rows == [("media", "echo,probe", 2)]
     unknown = ductile(config_dir, "runworkers", "--group", "gpu", "--once")
     assert unknown.returncode == 2
     assert "--group: unknown worker group 'gpu' (configured groups: media)" in unknown.stderr
