@@ -21,7 +21,7 @@ from gateway.reports.live import build_snapshot
 from gateway.runtime import RUNTIME
 from ledger.models import Job, JobSpec, WorkerInstance
 from ledger.submitters import Submitter
-from tests.support import installed_runtime
+from tests.support import ductile, installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -160,3 +160,12 @@ def test_with_no_live_node_every_plugin_with_queued_jobs_is_unserved(api):
     # A node that runs every plugin comes up: nothing waits unserved, and the queue is not read.
     node("a:1:x", "host-a")
     assert api.get("/healthz").json()["plugins_unserved"] == []
+
+
+def test_doctor_without_a_readable_ledger_gives_the_configs_findings_and_says_what_it_left_out(config_dir):
+    config_dir.extra["state"] = {"path": "/proc/no-such-dir/ductile.db"}  # cannot be created
+    config_dir.write()
+    run = ductile(config_dir, "system", "doctor", "--json")
+    assert run.returncode == 0, run.stderr
+    assert "untriggered_plugin" in {f["check"] for f in json.loads(run.stdout)["findings"]}
+    assert "warning: the ledger could not be read, so unserved plugins are not checked: " in run.stderr
