@@ -1,7 +1,9 @@
 """`system start`: the API (gunicorn), the webhook listener (a second gunicorn on its own port),
 `runworkers`, the scheduler and the housekeeping cluster (django-q2's `qcluster`), as one
 supervised process tree (ARCHITECTURE "Processes"). The scheduler runs on a thread of this process
-(gateway.daemon.resident); the others are child processes.
+(gateway.daemon.resident); the others are child processes. A node of a cluster runs only its roles
+(`--role`, ROLES: the listeners, the workers, optionally of one worker group, the scheduler, the
+housekeeping), and a reload then matches the listeners to the config only on a node with the api role.
 
 The housekeeping cluster runs on demand: five processes and about 350 MB that would otherwise sit
 idle between an hourly prune and a daily backup. The supervisor asks whether housekeeping is due
