@@ -221,12 +221,10 @@ def compose() -> dict:
 
 
 def test_the_compose_file_validates():
-    binary = shutil.which("docker-compose")
-    if binary is None:
-        tool("docker-compose", "apt-get install --no-install-recommends docker-compose")
+    binary = tool("docker-compose", "apt-get install --no-install-recommends docker-compose")
     env = {**os.environ, "POSTGRES_PASSWORD": "example", "DJANGO_SECRET_KEY": "example"}
     proc = subprocess.run(
-        [str(binary), "--file", str(REPO / "docker-compose.yml"), "config", "--quiet"],
+        [binary, "--file", str(REPO / "docker-compose.yml"), "config", "--quiet"],
         capture_output=True,
         text=True,
         env=env,
@@ -236,7 +234,7 @@ def test_the_compose_file_validates():
     # Without the secrets it refuses to start, naming what to set.
     bare = {k: v for k, v in env.items() if k not in ("POSTGRES_PASSWORD", "DJANGO_SECRET_KEY")}
     proc = subprocess.run(
-        [str(binary), "--file", str(REPO / "docker-compose.yml"), "config", "--quiet"],
+        [binary, "--file", str(REPO / "docker-compose.yml"), "config", "--quiet"],
         capture_output=True,
         text=True,
         env=bare,
