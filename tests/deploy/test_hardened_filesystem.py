@@ -1,9 +1,10 @@
-"""The units' `ProtectSystem=strict` with `ReadWritePaths=/var/lib/ductile /tmp /var/tmp`, as the
-gateway meets it: `system start` (API, workers, scheduler, housekeeping) and the CLI beside it in a
-mount namespace where everything is read-only (the code, the config directory, /etc, /usr) but the
-temp directory, in which the state directory lies here. systemd cannot start the units on this
-machine (it is not PID 1); this is the part of their hardening that could stop the gateway or its
-plugins, so it is tried for real."""
+"""The units' `ProtectSystem=strict` with `ReadWritePaths=/var/lib/ductile /tmp /var/tmp`, and
+their NoNewPrivileges, as the gateway meets them: `system start` (API, workers, scheduler,
+housekeeping) and the CLI beside it under `setpriv --no-new-privs`, in a mount namespace where
+everything is read-only (the code, the config directory, /etc, /usr) but the temp directory, in
+which the state directory lies here. systemd cannot start the units on this machine (it is not
+PID 1); this is the part of their hardening that could stop the gateway or its plugins, so it is
+tried for real."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ mount --bind "$CONFIG" "$CONFIG" && mount -o remount,bind,ro "$CONFIG"
 mount --bind "$CODE" "$CODE" && mount -o remount,bind,ro "$CODE"
 mount -o remount,bind,ro /
 if touch "$CONFIG/.probe" /etc/.ductile-probe "$CODE/.probe" 2>/dev/null; then echo "NOT READ-ONLY"; exit 3; fi
-"$DUCTILE" system start > "$STATE/start.log" 2>&1 &
+setpriv --no-new-privs "$DUCTILE" system start > "$STATE/start.log" 2>&1 &
 gateway=$!
 up=no
 for _ in $(seq 1 120); do
@@ -36,7 +37,7 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 echo "up=$up"
-"$DUCTILE" plugin run echo > "$STATE/run.log" 2>&1
+setpriv --no-new-privs "$DUCTILE" plugin run echo > "$STATE/run.log" 2>&1
 echo "run=$?"
 kill -TERM "$gateway"
 wait "$gateway"
@@ -45,10 +46,10 @@ echo "stopped=$?"
 
 
 def test_the_gateway_and_its_plugins_run_with_all_but_the_state_and_temp_directories_read_only(tmp_path):
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI runs as root with util-linux: the read-only run must not be skipped")
-        pytest.skip("needs root and unshare(1) to make a mount namespace")
+        pytest.skip("needs root, unshare(1) and setpriv(1) (util-linux) to make a mount namespace")
     temp_root = Path(tempfile.gettempdir()).resolve()
     state = tmp_path / "state"
     assert temp_root in state.resolve().parents, "the state directory must lie in the writable temp directory"
