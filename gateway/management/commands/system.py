@@ -1,6 +1,6 @@
 """`system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN [--command C]`,
 `system start`, `system reload`, `system doctor`, `system backup`, `system restore`, `system selfcheck`,
-`system watch`, `system plugin-facts PLUGIN`."""
+`system watch`, `system plugin-facts PLUGIN`, `system migrate-ledger --to URL`."""
 
 from __future__ import annotations
 
@@ -118,6 +118,21 @@ class Command(DuctileCommand):
             "--api-key", help="bearer token (default: $DUCTILE_API_KEY, $DUCTILE_TOKEN, else the config's `*` token)"
         )
         self.add_json(watch)
+        migrate = actions.add_parser(
+            "migrate-ledger",
+            help="copy this config's SQLite ledger into an empty PostgreSQL database (one box to a cluster)",
+        )
+        migrate.add_argument(
+            "--to",
+            required=True,
+            metavar="URL",
+            help="the PostgreSQL database: postgresql://USER:PASSWORD@HOST:PORT/NAME",
+        )
+        migrate.add_argument(
+            "--replace", action="store_true", help="empty the target's ledger tables first (refused without it)"
+        )
+        migrate.add_argument("--dry-run", action="store_true", help="count what would be copied; change nothing")
+        self.add_json(migrate)
 
     # What one action alone uses is imported in it: this module is loaded for every `system` call,
     # and `system status` is an agent's (the live view's rich, backups' tarfile, django-q2 and
@@ -133,6 +148,10 @@ class Command(DuctileCommand):
             from gateway.cli.backups import run_restore
 
             run_restore(self, options["archive"], options["to"], options["dry_run"])
+        elif options["action"] == "migrate-ledger":
+            from gateway.cli.ledger_move import run_migrate_ledger
+
+            run_migrate_ledger(self, options["to"], options["replace"], options["dry_run"])
         elif options["action"] == "plugin-facts":
             from gateway.cli.facts import run_plugin_facts
 
