@@ -31,6 +31,7 @@ from _common import emit, machine, write_plugin  # noqa: E402
 
 from tests.support import ConfigDir, ledger  # noqa: E402
 from tests.support.cluster import Cluster, available, cluster  # noqa: E402
+from tests.support.output import Output  # noqa: E402
 
 
 def drain(
@@ -44,6 +45,9 @@ def drain(
     ledger(config, "enqueue", specs)
     started = time.monotonic()
     daemons = [made.start(node, config, "runworkers") for node in nodes]
+    # Read, not left in the pipe: a daemon whose log pipe is full blocks in its logging lock (a
+    # first version of this bench stalled so after ~340 jobs a node).
+    outputs = [Output(daemon) for daemon in daemons]
     try:
         with psycopg.connect(made.database_url, autocommit=True) as conn:
             while True:
@@ -59,8 +63,9 @@ def drain(
     finally:
         for daemon in daemons:
             daemon.send_signal(signal.SIGTERM)
-        for daemon in daemons:
+        for daemon, output in zip(daemons, outputs, strict=True):
             daemon.wait(timeout=120)
+            output.finish()
     seconds = (last - first).total_seconds()
     return {
         "nodes": len(nodes),
