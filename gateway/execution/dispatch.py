@@ -470,6 +470,8 @@ def conclude(
     final = outcome.final_status(job.attempt, job.max_attempts)
     opening, announced = ([], []) if recovery else endings(job, outcome, final)
     logged, hooks = signals(runtime, job, outcome, final, recovery=recovery)
+    if not (emitted or opening or announced or logged or (emitted is not None and position.pipeline)):
+        return  # the common case, a job outside any pipeline that emitted nothing: it leads nowhere
     finished = Finished(
         plugin=job.plugin,
         position=position,
