@@ -36,8 +36,9 @@ os.environ.setdefault("XDG_CACHE_HOME", str(_TMP / "cache"))
 
 import pytest  # noqa: E402
 
-from tests.support import ConfigDir, installed_runtime  # noqa: E402
 from tests.support.browser import SCREENSHOTS, browser, page_as_text  # noqa: E402, F401 - the `browser` fixture
+from tests.support.config_dirs import ConfigDir  # noqa: E402
+from tests.support.runtime import installed_runtime  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import REPO, ConfigDir, installed_runtime
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import installed_runtime
 
 GUIDE = REPO / "docs" / "guide"
 # Public pages the guide may link to. Each addition is a page anyone can read without an account.

@@ -14,7 +14,8 @@ from django.db import connection, transaction
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
 from ledger.writes import UngatedTransaction, writing
-from tests.support import REPO, script_env
+from tests.support.checkout import REPO
+from tests.support.processes import script_env
 
 # Enters the gate on the database of $DATABASE_URL and says when (time.time_ns); with argv[1]
 # "hold", stays in until a line arrives on stdin and says when it leaves.

@@ -9,8 +9,9 @@ import threading
 
 import pytest
 
-from tests.support import ConfigDir, ductile, ductile_json
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import live_api
+from tests.support.processes import ductile, ductile_json
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import REPO, ConfigDir, cli_env, ductile, ductile_json, ledger, start_workers, wait_for
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import cli_env, ductile, ductile_json, ledger, start_workers
+from tests.support.waiting import wait_for
 
 SCOPES = ["db", "config", "plugins", "all"]
 PAST = "2026-01-01T00:00:00Z"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.support import ledger, start_workers, stop_gracefully, wait_for
+from tests.support.processes import ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 

@@ -14,9 +14,10 @@ import sys
 import pytest
 from selenium.webdriver.support.ui import Select
 
-from tests.support import REPO, cli_env, ductile, ledger, start_workers
+from tests.support.checkout import REPO
 from tests.support.console_setup import CONFIG_SECRET, PASSWORD, PAYLOAD_SECRET, audit_config, audit_payload
 from tests.support.live_api import live_api
+from tests.support.processes import cli_env, ductile, ledger, start_workers
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import REPO, ConfigDir, ductile, ductile_json
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile, ductile_json
 
 pytestmark = [pytest.mark.slow]
 

@@ -24,8 +24,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from dotenv import dotenv_values
 
-from tests.support import REPO, run_until_idle, wait_for
+from tests.support.checkout import REPO
 from tests.support.console_setup import console_roles
+from tests.support.jobs import run_until_idle
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

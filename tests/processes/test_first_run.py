@@ -14,8 +14,11 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from gateway.version import gateway_version
-from tests.support import REPO, ConfigDir, cli_env, ductile, ductile_json, start_workers, stop_gracefully, wait_for
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import TOKEN, live_api
+from tests.support.processes import cli_env, ductile, ductile_json, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, free_port, wait_for
-from tests.support.checkout import fresh_clone
+from tests.support.checkout import REPO, fresh_clone
+from tests.support.network import free_port
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

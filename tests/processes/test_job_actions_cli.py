@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import ductile, ductile_json, ledger, start_workers
+from tests.support.processes import ductile, ductile_json, ledger, start_workers
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

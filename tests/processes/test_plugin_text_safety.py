@@ -20,8 +20,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import ConfigDir, ductile, ductile_json, ledger, wait_for
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import LiveApi, live_api
+from tests.support.processes import ductile, ductile_json, ledger
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

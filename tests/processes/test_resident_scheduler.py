@@ -8,8 +8,9 @@ import signal
 
 import pytest
 
-from tests.support import descendants, ledger, start_system, wait_for
 from tests.support.output import Output
+from tests.support.processes import descendants, ledger, start_system
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

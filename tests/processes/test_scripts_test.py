@@ -18,8 +18,7 @@ import time
 
 import pytest
 
-from tests.support import REPO
-from tests.support.checkout import fresh_clone
+from tests.support.checkout import REPO, fresh_clone
 
 pytestmark = pytest.mark.slow
 

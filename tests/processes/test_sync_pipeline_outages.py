@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_for
 from tests.support.live_api import live_api
 from tests.support.outages import PgServer
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

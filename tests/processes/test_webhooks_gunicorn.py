@@ -7,7 +7,10 @@ import json
 
 import pytest
 
-from tests.support import ConfigDir, free_port, ledger, wait_for
+from tests.support.config_dirs import ConfigDir
+from tests.support.network import free_port
+from tests.support.processes import ledger
+from tests.support.waiting import wait_for
 from tests.support.webhooks import DUCTILE, ENV, HUB, call, chunked, endpoint, sign, start_listener, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

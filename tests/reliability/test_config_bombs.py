@@ -10,7 +10,7 @@ import resource
 
 import pytest
 
-from tests.support import ductile
+from tests.support.processes import ductile
 
 pytestmark = [pytest.mark.slow]
 

@@ -13,7 +13,9 @@ import time
 import pytest
 
 from gateway.storage.database import CHECKED_ENV, file_stamp
-from tests.support import REPO, cli_env, ductile, ductile_json, free_port, ledger
+from tests.support.checkout import REPO
+from tests.support.network import free_port
+from tests.support.processes import cli_env, ductile, ductile_json, ledger
 
 pytestmark = [pytest.mark.slow]
 

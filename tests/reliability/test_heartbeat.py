@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import ledger, start_workers, stop_gracefully, wait_for
 from tests.support.output import Output
+from tests.support.processes import ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ConfigDir, ductile_json, ledger, start_workers, stop_gracefully, wait_for
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile_json, ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 
 def alive(pid: int) -> bool:
@@ -165,7 +167,7 @@ def test_nul_and_undecodable_bytes_on_stderr_are_stored_visibly(cfg):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_valid_large_response_is_kept_in_full(runtime):
-    from tests.support import last_response, run_job
+    from tests.support.jobs import last_response, run_job
 
     job = run_job(runtime, "stress", payload={"result_bytes": 200_000})
     assert job.status == "succeeded"
@@ -219,7 +221,8 @@ def test_an_escaped_process_holding_stdout_delays_the_answer_by_a_second_at_most
     """Where no subreaper adopts it (a one-shot `plugin run`, or here, in-process), a process
     that left the group with stdout open cannot be killed: the answer is taken 1 s after the
     plugin exited, with a warning, not at the timeout."""
-    from tests.support import installed_runtime, last_log, run_job
+    from tests.support.jobs import last_log, run_job
+    from tests.support.runtime import installed_runtime
 
     config_dir.plugins["hostile"] = {"config": {}, "timeout": "20s"}
     with installed_runtime(config_dir) as holder:

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ConfigDir, ductile_json, ledger, start_workers, stop_gracefully, wait_for
+from tests.support.config_dirs import ConfigDir
 from tests.support.outages import can_go_down, database_down
 from tests.support.output import Output
+from tests.support.processes import ductile_json, ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -23,16 +23,9 @@ from gateway.config.errors import ConfigError
 from gateway.config.integrity import PluginFingerprint, lock, read_seal
 from gateway.config.loader import config_files
 from gateway.runtime import build_runtime
-from tests.support import (
-    PLUGIN_ROOTS,
-    ConfigDir,
-    ductile,
-    ductile_json,
-    ledger,
-    start_workers,
-    stop_gracefully,
-    wait_for,
-)
+from tests.support.config_dirs import PLUGIN_ROOTS, ConfigDir
+from tests.support.processes import ductile, ductile_json, ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 MANIFEST = """\
 manifest_spec: ductile.plugin

@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support import REPO, ConfigDir
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
 
 
 class PgServer:

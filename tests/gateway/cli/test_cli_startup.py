@@ -15,7 +15,9 @@ from django.core.management import load_command_class
 from gateway.cli import surface
 from gateway.cli.nouns import NOUNS
 from gateway.version import gateway_version
-from tests.support import REPO, ConfigDir, cli_env, ductile, ductile_json, imported_modules
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import cli_env, ductile, ductile_json, imported_modules
 
 # Loaded only by commands that use them, never by a read: the web and housekeeping apps (and
 # croniter, which django-q2 loads), the URL resolver and Django's default log handlers (the mail

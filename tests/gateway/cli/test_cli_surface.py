@@ -17,7 +17,9 @@ from django.utils import timezone
 
 from ledger.models import Job
 from ledger.models.telemetry import JobStopwatch
-from tests.support import REPO, cli_env, ductile, installed_runtime
+from tests.support.checkout import REPO
+from tests.support.processes import cli_env, ductile
+from tests.support.runtime import installed_runtime
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -80,7 +82,7 @@ def test_job_verbs_take_a_unique_id_prefix_and_refuse_an_ambiguous_one(runtime):
 
 
 def console_script(cfg: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    """The `ductile` console script itself (tests.support.ductile runs manage.py, Django's whole set)."""
+    """The `ductile` console script itself (tests.support.processes.ductile runs manage.py, Django's whole set)."""
     script = "import sys; from gateway.cli.main import main; sys.exit(main(['ductile', *sys.argv[1:]]))"
     return subprocess.run(
         [sys.executable, "-c", script, *args, "--config-dir", str(cfg.path)],

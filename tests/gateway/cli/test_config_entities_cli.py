@@ -11,7 +11,8 @@ import yaml
 
 from gateway.runtime import build_runtime
 from tests.gateway.cli.test_cli_surface import run
-from tests.support import ConfigDir, installed_runtime
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import installed_runtime
 
 
 @pytest.fixture

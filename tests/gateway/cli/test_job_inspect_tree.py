@@ -14,7 +14,8 @@ from gateway.intake.events import publish_event
 from gateway.operations import CLI, replay
 from ledger.models import Job
 from ledger.submitters import Submitter
-from tests.support import jobs_by_step, load_runtime, run_until_idle
+from tests.support.jobs import jobs_by_step, run_until_idle
+from tests.support.runtime import load_runtime
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -16,7 +16,8 @@ from gateway.daemon.scheduler import Scheduler
 from gateway.runtime import RUNTIME
 from ledger.models import BreakerState, CircuitBreaker
 from ledger.models.breakers import record_scheduled_outcome
-from tests.support import ductile_json, installed_runtime
+from tests.support.processes import ductile_json
+from tests.support.runtime import installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

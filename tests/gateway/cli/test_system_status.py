@@ -11,7 +11,8 @@ import sqlite3
 from django.core.management import call_command
 
 from gateway.runtime import RUNTIME
-from tests.support import ConfigDir, ductile, ductile_json
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile, ductile_json
 
 CHECKS = ["config_discovery", "config_load", "state_db", "pid_lock"]
 

@@ -16,7 +16,9 @@ import yaml
 from django.core.management import call_command
 
 from gateway.runtime import RUNTIME, build_runtime
-from tests.support import ConfigDir, installed_runtime, last_response, run_job
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_response, run_job
+from tests.support.runtime import installed_runtime
 
 
 def check(config_dir: ConfigDir, *args: str) -> tuple[int, dict[str, Any]]:

@@ -5,7 +5,8 @@ passed `config check` and were ignored."""
 
 from __future__ import annotations
 
-from tests.support import ConfigDir, ductile_json
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile_json
 
 TOKENS = "tokens:\n  - name: relay-lab-v1\n    key: s3cret\n"
 

@@ -12,7 +12,8 @@ import pytest
 from gateway.config.model import config_schema
 from gateway.config.validity import HEADER, KnownValid, NotCanonical, canonical, memo_path
 from gateway.plugins.manifest import manifest_schema
-from tests.support import ConfigDir, ductile, imported_modules
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile, imported_modules
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 

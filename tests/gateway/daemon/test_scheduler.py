@@ -26,7 +26,8 @@ from ledger.models import (
 )
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import load_runtime, run_until_idle
+from tests.support.jobs import run_until_idle
+from tests.support.runtime import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

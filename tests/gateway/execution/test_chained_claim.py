@@ -16,7 +16,8 @@ from ledger import wakeups
 from ledger.models import Job, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import ConfigDir, load_runtime
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

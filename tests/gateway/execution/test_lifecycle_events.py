@@ -17,7 +17,8 @@ from gateway import intake
 from ledger.models import EventRecord, Job, JobLog, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import jobs_by_step, load_runtime, run_until_idle
+from tests.support.jobs import jobs_by_step, run_until_idle
+from tests.support.runtime import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import gateway.execution.lifeline_helper as helper_module
-from tests.support import wait_for
+from tests.support.waiting import wait_for
 
 HELPER = Path(helper_module.__file__)
 

@@ -10,7 +10,8 @@ import pytest
 from ledger.models import Job, JobLog, JobSpec, JobTransition
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import jobs_by_step, load_runtime, run_until_idle
+from tests.support.jobs import jobs_by_step, run_until_idle
+from tests.support.runtime import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

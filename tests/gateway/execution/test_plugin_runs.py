@@ -11,7 +11,8 @@ import pytest
 
 from ledger.models import Job, JobStopwatch, PluginFact, PluginState
 from ledger.states import JobStatus
-from tests.support import last_log, last_response, last_result, run_job, wait_for
+from tests.support.jobs import last_log, last_response, last_result, run_job
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -16,8 +16,10 @@ from gateway.operations.accounts import save_account
 from ledger.models import Job
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import free_port, load_runtime, run_until_idle
 from tests.support.console_setup import console_roles
+from tests.support.jobs import run_until_idle
+from tests.support.network import free_port
+from tests.support.runtime import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

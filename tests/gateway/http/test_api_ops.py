@@ -28,7 +28,8 @@ from gateway.reports import events
 from gateway.reports.redaction import config_view
 from gateway.runtime import RUNTIME
 from ledger.models import EventRecord, JobStopwatch
-from tests.support import installed_runtime, wait_for
+from tests.support.runtime import installed_runtime
+from tests.support.waiting import wait_for
 from tests.support.webhooks import ENV, WEBHOOKS, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

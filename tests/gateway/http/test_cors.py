@@ -10,7 +10,8 @@ import pytest
 from django.test import Client, override_settings
 
 from gateway.config.errors import ConfigError
-from tests.support import ConfigDir, installed_runtime, load_runtime
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import installed_runtime, load_runtime
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

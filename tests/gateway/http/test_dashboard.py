@@ -16,7 +16,7 @@ from gateway.execution.dispatch import Executor
 from gateway.intake.events import publish_event
 from ledger.models import EventRecord, Job, JobSpec
 from ledger.submitters import Submitter
-from tests.support import load_runtime
+from tests.support.runtime import load_runtime
 
 pytestmark = [
     pytest.mark.postgres,

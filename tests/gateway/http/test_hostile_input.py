@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from gateway.runtime import RUNTIME
 from ledger.models import Job
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 from tests.support.webhooks import ENV, HUB, sign, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -18,7 +18,7 @@ from django.urls import include, path
 
 from gateway.daemon.config_snapshots import record_config
 from gateway.runtime import RUNTIME
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
 # Plain reads (the ORM's counts, one config_snapshots row): nothing differs by backend, so SQLite only.
 pytestmark = pytest.mark.django_db(transaction=True)

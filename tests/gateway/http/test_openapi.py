@@ -27,7 +27,8 @@ from schemathesis.core.result import Err
 from gateway.http.api.openapi import SwaggerDocs, expand_input_schema
 from gateway.runtime import RUNTIME
 from ledger.models import Job
-from tests.support import PLUGIN_ROOTS, load_runtime
+from tests.support.config_dirs import PLUGIN_ROOTS
+from tests.support.runtime import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -21,7 +21,7 @@ from gateway.relay import wire
 from gateway.reports import iso
 from ledger.models import AttemptOutcome, Job, RelayAcceptance
 from ledger.states import JobStatus
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
 
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

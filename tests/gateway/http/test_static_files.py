@@ -11,7 +11,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 from gateway.http.static_collection import MANIFEST, collection_needed
-from tests.support import ConfigDir, ductile
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile
 
 
 def test_collection_is_needed_when_nothing_is_collected_or_static_changed_since(tmp_path):

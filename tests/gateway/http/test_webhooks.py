@@ -20,7 +20,9 @@ from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.webhooks import DEFAULT_MAX_BODY_SIZE, Webhooks, parse_size
 from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import Job, JobLog, JobTransition
-from tests.support import ConfigDir, installed_runtime, run_until_idle
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import run_until_idle
+from tests.support.runtime import installed_runtime
 from tests.support.webhooks import DUCTILE, ENV, HUB, SECRET, WEBHOOKS, endpoint, sign, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

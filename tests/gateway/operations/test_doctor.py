@@ -7,7 +7,8 @@ import pytest
 
 from gateway.operations.doctor import ERROR, INFO, WARNING, diagnose
 from gateway.runtime import build_runtime
-from tests.support import ConfigDir, ductile_json
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile_json
 
 
 def findings(config_dir: ConfigDir) -> dict[str, list[tuple[str, str]]]:

@@ -28,7 +28,7 @@ from ledger.models import (
 )
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
 DAY = 86400.0
 STOPWATCH = {

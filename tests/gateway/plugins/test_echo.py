@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ledger.states import JobStatus
-from tests.support import ductile_json, last_response, load_runtime, run_jobs
+from tests.support.jobs import last_response, run_jobs
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -27,17 +27,12 @@ import pytest
 from gateway.plugins.environment import plugin_environment
 from ledger.models import Job, JobStopwatch
 from ledger.states import JobStatus
-from tests.support import (
-    REPO,
-    ConfigDir,
-    ductile,
-    ductile_json,
-    free_port,
-    http_server,
-    installed_runtime,
-    last_response,
-    run_job,
-)
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_response, run_job
+from tests.support.network import free_port, http_server
+from tests.support.processes import ductile, ductile_json
+from tests.support.runtime import installed_runtime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

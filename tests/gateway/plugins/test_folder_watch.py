@@ -16,7 +16,10 @@ import pytest
 
 from ledger.models import Job, PluginFact, PluginState
 from ledger.states import JobStatus
-from tests.support import ConfigDir, ductile_json, installed_runtime, jobs_by_step, last_response, run_job
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import jobs_by_step, last_response, run_job
+from tests.support.processes import ductile_json
+from tests.support.runtime import installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -11,16 +11,10 @@ import pytest
 from ledger.models import Job
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import (
-    ConfigDir,
-    ductile_json,
-    jobs_by_step,
-    last_response,
-    load_runtime,
-    run_job,
-    run_jobs,
-    run_until_idle,
-)
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import jobs_by_step, last_response, run_job, run_jobs, run_until_idle
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,7 +20,7 @@ from gateway.config.model import GatewayConfig, load_gateway_config
 from gateway.plugins.discovery import Discovery, discover_plugins
 from gateway.plugins.manifest import Manifest, ManifestInvalid, load_manifest
 from gateway.plugins.registry import Registry, build_registry
-from tests.support import REPO
+from tests.support.checkout import REPO
 
 BUNDLED = REPO / "plugins"
 DROP = object()  # a manifest key to leave out

@@ -20,7 +20,11 @@ import pytest
 
 from ledger.models import Job, JobLog
 from ledger.states import JobStatus
-from tests.support import ConfigDir, ductile_json, free_port, last_response, load_runtime, run_job
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_response, run_job
+from tests.support.network import free_port
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
 RESTIC = shutil.which("restic")
 pytestmark = [

@@ -13,7 +13,10 @@ import pytest
 
 from ledger.models import Job, JobStopwatch
 from ledger.states import JobStatus
-from tests.support import ConfigDir, ductile_json, last_log, last_response, load_runtime, run_job, run_jobs
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_log, last_response, run_job, run_jobs
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

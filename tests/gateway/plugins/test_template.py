@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, ductile_json
+from tests.support.checkout import REPO
+from tests.support.processes import ductile_json
 
 TEMPLATE = REPO / "plugins" / "_template"
 

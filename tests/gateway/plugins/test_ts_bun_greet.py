@@ -11,7 +11,10 @@ import pytest
 
 from ledger.models import PluginFact, PluginState
 from ledger.states import JobStatus
-from tests.support import ConfigDir, ductile_json, last_response, load_runtime, run_job
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_response, run_job
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
 BUN = shutil.which("bun")
 needs_bun = pytest.mark.skipif(BUN is None, reason="bun is not installed here (.ci/run installs it with npm)")

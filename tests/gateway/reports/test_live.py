@@ -19,7 +19,9 @@ from gateway.reports.runs import RecentRuns, run_steps
 from ledger.models import Job, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import load_runtime, run_until_idle, wait_for
+from tests.support.jobs import run_until_idle
+from tests.support.runtime import load_runtime
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.postgres,

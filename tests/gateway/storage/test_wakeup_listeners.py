@@ -9,7 +9,8 @@ import json
 import subprocess
 import sys
 
-from tests.support import REPO, script_env, start_script
+from tests.support.checkout import REPO
+from tests.support.processes import script_env, start_script
 
 LISTENER = """
 import json, sys, threading, time

@@ -17,8 +17,9 @@ from typing import Any
 from ductile_site.settings import WAL_AUTOCHECKPOINT_PAGES
 from gateway.storage.checkpoints import CHECKPOINT_PAGES, IDLE_AFTER, JOBS_BETWEEN, Activity, jobs_between
 from ledger.writes import BESIDE_CHECKPOINTER_PAGES
-from tests.support import REPO, script_env, start_script
+from tests.support.checkout import REPO
 from tests.support.output import Output
+from tests.support.processes import script_env, start_script
 
 # Every script's start: a process of the gateway on the test's config and SQLite file.
 SET_UP = """

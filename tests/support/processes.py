@@ -1,0 +1,195 @@
+"""Gateway processes a test starts as a user would (the CLI, `runworkers`, `system start`, `python -c`
+scripts), the processes under them, and the ledger they use, read or written from a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+
+
+def cli_env(config: ConfigDir, **extra: str) -> dict[str, str]:
+    drop = ("DATABASE_URL", "DUCTILE_DB_PATH", "DUCTILE_CONFIG_DIR", "DUCTILE_TEST_SQLITE_PATH")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    if config.database_url:
+        env["DATABASE_URL"] = config.database_url
+    env.update(extra)
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def ductile(
+    config: ConfigDir,
+    *args: str,
+    timeout: float = 60,
+    input: str | None = None,
+    limits: Callable[[], None] | None = None,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
+    """Run the `ductile` CLI in a subprocess, as a user would (`input` on its stdin; `limits` run
+    in the child before it starts, e.g. resource limits)."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), *args, "--config-dir", str(config.path)],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(config, **env),
+        cwd=REPO,
+        preexec_fn=limits,
+    )
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a process run with PYTHONPROFILEIMPORTTIME=1 imported, from its stderr."""
+    return {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+def ductile_json(config: ConfigDir, *args: str, **kw: Any) -> tuple[int, Any]:
+    proc = ductile(config, *args, "--json", **kw)
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except ValueError as exc:
+        raise AssertionError(f"not JSON (exit {proc.returncode}): {proc.stdout!r} {proc.stderr!r}") from exc
+
+
+def start_workers(config: ConfigDir, *args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "runworkers", "--config-dir", str(config.path), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_env(config, **env),
+        cwd=REPO,
+    )
+
+
+def script_env(config: ConfigDir, database: Path) -> dict[str, str]:
+    """The environment of a `python -c` script on `config` with its ledger in the SQLite file
+    `database` (a file of the test's own, so a script can show what other processes see)."""
+    config.write()
+    env = {k: v for k, v in os.environ.items() if k != "DUCTILE_DB_PATH"}
+    env.update(PYTHONPATH=str(REPO), DUCTILE_CONFIG_DIR=str(config.path), DATABASE_URL=f"sqlite:///{database}")
+    return env
+
+
+def start_script(script: str, env: Mapping[str, str]) -> subprocess.Popen[str]:
+    """A `python -c` script a test talks to over its stdin and stdout, line by line."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=dict(env),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def start_system(config: ConfigDir, *args: str) -> subprocess.Popen[str]:
+    """`system start` on `config`, its output (stderr merged) on the returned process's stdout."""
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "system", "start", *args, "--config-dir", str(config.path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_env(config),
+        cwd=REPO,
+    )
+
+
+def children(pid: int) -> list[int]:
+    """`pid`'s child processes now (none once it has exited)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def descendants(root: int) -> dict[int, str]:
+    """`root`'s descendant processes now, each with its command line."""
+    found: dict[int, str] = {}
+    pending = children(root)
+    while pending:
+        pid = pending.pop()
+        pending += children(pid)
+        try:
+            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            pass  # it exited meanwhile
+    return found
+
+
+def stop_gracefully(proc: subprocess.Popen[Any], timeout: float = 90) -> None:
+    """SIGTERM (the gateway drains), then SIGKILL if it outlives `timeout`; nothing left running."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+_SNIPPET = """
+import json, sys
+from gateway.bootstrap import prepare_process
+prepare_process(sys.argv[1])
+import django
+django.setup()
+from gateway.storage.database import ensure_schema
+ensure_schema()
+from ledger.models import Job, JobSpec, JobTransition
+from ledger.submitters import Submitter
+action = sys.argv[2]
+if action == "enqueue":
+    specs = json.loads(sys.stdin.read())
+    for spec in specs:
+        spec["submitter"] = Submitter(spec.pop("submitted_by", "cli"))
+    ids = [Job.objects.enqueue(JobSpec(**spec), default_dedupe_ttl=86400).job_id for spec in specs]
+    print(json.dumps(ids))
+elif action == "sql":
+    from django.db import connection
+    with connection.cursor() as cursor:
+        cursor.execute(json.loads(sys.stdin.read()))
+    print("null")
+else:
+    rows = list(Job.objects.order_by("created_at").values("id", "plugin", "command", "status", "attempt",
+                                                           "claimed_by", "last_error", "max_attempts"))
+    for row in rows:
+        row["transitions"] = list(JobTransition.objects.filter(job_id=row["id"]).order_by("id").values_list(
+            "to_status", "reason"))
+    print(json.dumps(rows))
+"""
+
+
+def ledger(config: ConfigDir, action: str = "jobs", specs: list[dict[str, Any]] | str | None = None) -> Any:
+    """Enqueue into, or read, the database a config's gateway processes use (in a subprocess);
+    action "sql" runs one statement (`specs`) there."""
+    # The database named directly, so this works even while the config itself is broken.
+    database = config.database_url or f"sqlite:///{config.db_path}"
+    proc = subprocess.run(
+        [sys.executable, "-c", _SNIPPET, str(config.path), action],
+        input=json.dumps(specs or []),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(config, DATABASE_URL=database),
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_sql(config: ConfigDir, statement: str) -> None:
+    """One SQL statement on the database a config's gateway processes use: how a test moves rows
+    back in time (a job finished days ago, a schedule due now)."""
+    ledger(config, "sql", statement)
