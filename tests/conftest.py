@@ -36,9 +36,17 @@ os.environ.setdefault("XDG_CACHE_HOME", str(_TMP / "cache"))
 
 import pytest  # noqa: E402
 
+from tests.support import processes  # noqa: E402
 from tests.support.browser import SCREENSHOTS, browser, page_as_text  # noqa: E402, F401 - the `browser` fixture
 from tests.support.config_dirs import ConfigDir  # noqa: E402
 from tests.support.runtime import installed_runtime  # noqa: E402
+
+# The `process` tests start processes of their own besides plugin runs: the CLI, daemons, servers,
+# `python -c` scripts of the gateway, a browser. Every test under tests/processes/ is one, and so
+# is every test that uses one of these fixtures; any other is marked where it is written (a test
+# that starts a gateway process unmarked fails: tests.support.processes).
+PROCESSES_DIR = Path(__file__).parent / "processes"
+PROCESS_FIXTURES = frozenset({"browser", "process_db"})
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +109,19 @@ def fresh_live_state(monkeypatch):
     monkeypatch.setattr(live, "CLOCK", clock)
     monkeypatch.setattr(live, "LIVE_FIGURES", live.LiveFigures(clock))
     monkeypatch.setattr(runs, "RECENT_RUNS", runs.RecentRuns())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the `process` tests the directory or the fixtures name, before `-m` selects."""
+    for item in items:
+        if item.path.is_relative_to(PROCESSES_DIR) or PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    processes.process_test_running = item.get_closest_marker("process") is not None
 
 
 @pytest.hookimpl(wrapper=True)

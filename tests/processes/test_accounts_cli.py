@@ -17,8 +17,6 @@ from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import live_api
 from tests.support.processes import ductile, ductile_json
 
-pytestmark = pytest.mark.slow
-
 PASSWORD = "correct horse battery"
 
 

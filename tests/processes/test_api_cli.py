@@ -18,7 +18,7 @@ from tests.support.network import free_port
 from tests.support.processes import cli_env, ductile, ductile_json
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow  # the API's database plays no part in a client; SQLite only
+# Not `postgres`: the API's database plays no part in a client; SQLite only.
 
 ADMIN, READER = "tok-admin", "tok-reader"
 

@@ -7,13 +7,9 @@ import http.client
 import json
 import threading
 
-import pytest
-
 from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import live_api
 from tests.support.processes import ductile, ductile_json
-
-pytestmark = pytest.mark.slow
 
 FLOOD, CONNECTIONS = 2000, 4
 

@@ -359,7 +359,6 @@ def test_restore_reseals_what_matched_the_seal_under_the_new_paths_and_nothing_e
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
 def test_a_backup_taken_while_the_daemon_runs_restores_and_starts_with_the_same_state(process_db, tmp_path):
     cfg = process_db
     cfg.plugins["stress"] = {

@@ -15,13 +15,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.support.checkout import REPO
 from tests.support.config_dirs import ConfigDir
 from tests.support.processes import ductile, ductile_json
-
-pytestmark = [pytest.mark.slow]
 
 COOKBOOK = REPO / "fixtures" / "cookbook"
 

@@ -17,7 +17,7 @@ from tests.support.output import Output
 from tests.support.processes import ductile, ledger, start_workers, stop_gracefully
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 
 def stress_jobs(n: int, marker: Path, **payload) -> list[dict]:

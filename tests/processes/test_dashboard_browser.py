@@ -17,8 +17,6 @@ from tests.support.live_api import LiveApi, live_api
 from tests.support.processes import ductile
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 PASSWORD = "correct horse battery"
 TOKEN = "tok-admin"  # tests.test_system_start.Api's default
 LIVE_WITHIN = 2.0  # the bound: the page shows a ledger change within 2 s, with no reload

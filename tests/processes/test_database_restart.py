@@ -11,7 +11,7 @@ import pytest
 from tests.support.live_api import live_api
 from tests.support.outages import PgServer
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-restart"
 AT_ONCE = 16  # requests in flight together: they are spread over the API processes' threads

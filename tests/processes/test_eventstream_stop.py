@@ -16,7 +16,7 @@ import pytest
 from tests.support.live_api import live_api
 from tests.support.processes import ductile
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-events"
 

@@ -26,8 +26,6 @@ from tests.support.checkout import REPO, fresh_clone
 from tests.support.network import free_port
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 # What a newcomer's shell has: none of this project's or of the test run's settings.
 _DROPPED = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
 

@@ -23,8 +23,6 @@ from tests.support.live_api import LiveApi, live_api
 from tests.support.processes import ductile
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow]
-
 TOKENS = [{"name": name, "token": f"tok-{name}", "scopes": ["*"]} for name in ("ada", "bob", "cyd")]
 CONNECTIONS_PER_PROCESS = 48
 MAX_STREAMS, PER_TOKEN = 24, 16

@@ -17,7 +17,6 @@ from tests.support.webhooks import HUB, call, listener_up, sign, start_listener,
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
 def test_a_big_signed_webhook_through_gunicorn_is_accepted(process_db, content_type):
     write_config(process_db, BIG_HOOK)

@@ -16,8 +16,6 @@ from tests.support.live_api import live_api
 from tests.support.processes import children, descendants
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow]
-
 
 def mapped(pid: int, fragment: str) -> bool:
     """Whether a shared object whose path contains `fragment` is mapped into `pid`."""

@@ -7,7 +7,7 @@ import pytest
 
 from tests.support.processes import ductile, ductile_json, ledger, start_workers
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 
 def enqueue(cfg, payload, max_attempts=1):

@@ -13,7 +13,7 @@ import pytest
 from tests.support.checkout import REPO
 from tests.support.processes import cli_env, ductile, ductile_json, ledger, start_workers
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 GATE = {"path": "payload.n", "op": "gte", "value": 3}
 PIPELINES = [

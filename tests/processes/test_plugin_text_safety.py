@@ -25,8 +25,6 @@ from tests.support.live_api import LiveApi, live_api
 from tests.support.processes import ductile, ductile_json, ledger
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 ADMIN_TOKEN = "tok-admin-5f0c9a7e31"
 READER_TOKEN = "tok-reader-2b8d4c6a90"  # an auditor's: jobs:ro and events:ro
 RELAY_SECRET = "relay-hmac-8e1d2f3a4b5c"

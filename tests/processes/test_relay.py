@@ -26,8 +26,6 @@ from tests.support.network import http_server
 from tests.support.processes import ductile, ductile_json, ledger
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 SECRET = "relay-shared-secret-9f2c"
 ADMIN = [{"name": "admin", "token": TOKEN, "scopes": ["*"]}]
 

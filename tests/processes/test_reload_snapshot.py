@@ -22,8 +22,6 @@ from tests.support.live_api import LiveApi, live_api
 from tests.support.processes import children, descendants, ductile_json
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow]
-
 TOKENS = [{"name": "admin", "token": "tok-admin", "scopes": ["*"]}]
 
 

@@ -12,7 +12,7 @@ from tests.support.output import Output
 from tests.support.processes import descendants, ledger, start_system
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 
 def scheduled(cfg, plugin: str) -> list[dict]:

@@ -20,8 +20,6 @@ import pytest
 
 from tests.support.checkout import REPO, fresh_clone
 
-pytestmark = pytest.mark.slow
-
 # Unused import (ruff check), no blank lines before the def (ruff format), a str in an int (mypy);
 # its one test passes.
 PLANTED = """import os

@@ -12,7 +12,7 @@ import pytest
 from tests.support.live_api import live_api
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-sync"
 

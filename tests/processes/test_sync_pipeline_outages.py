@@ -15,7 +15,7 @@ from tests.support.live_api import live_api
 from tests.support.outages import PgServer
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-sync"
 

@@ -24,7 +24,7 @@ from tests.support.network import free_port
 from tests.support.processes import children, cli_env, descendants, ductile, stop_gracefully
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 
 class SystemApi(Api):

@@ -16,7 +16,7 @@ from tests.support.checkout import REPO
 from tests.support.live_api import live_api
 from tests.support.processes import cli_env, ductile, ductile_json
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-watch"
 

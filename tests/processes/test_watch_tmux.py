@@ -21,7 +21,7 @@ from tests.support.config_dirs import ConfigDir
 from tests.support.processes import cli_env, ductile, ledger, run_sql
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 PROMPT = "ready$"  # capture-pane drops the space after it
 

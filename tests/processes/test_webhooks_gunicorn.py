@@ -16,7 +16,6 @@ from tests.support.webhooks import DUCTILE, ENV, HUB, call, chunked, endpoint, s
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.mark.slow
 def test_gunicorn_serves_the_listener_on_its_own_port(process_db: ConfigDir) -> None:
     write_config(process_db)
     port = free_port()
@@ -58,7 +57,6 @@ def test_gunicorn_serves_the_listener_on_its_own_port(process_db: ConfigDir) -> 
     assert jobs[0]["transitions"] == [["queued", "enqueued by webhook: endpoint github (/webhook/github)"]]
 
 
-@pytest.mark.slow
 def test_the_listener_refuses_to_start_on_a_bad_webhooks_yaml(process_db: ConfigDir) -> None:
     write_config(process_db, endpoint(secret_ref="nobody"))
     server = start_listener(process_db, free_port())

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.processes import ductile
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 # Nine levels of ten aliases each: 10^9 values once expanded, 300 bytes written.
 ALIAS_BOMB = """\

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.processes import ductile_json
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 
 def errors(cfg, *args: str) -> list[dict]:

@@ -17,7 +17,7 @@ from tests.support.checkout import REPO
 from tests.support.network import free_port
 from tests.support.processes import cli_env, ductile, ductile_json, ledger
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 
 # Two ledgers damaged in different places fail differently: on the first, SQLite cannot even open

@@ -20,7 +20,7 @@ from tests.support.network import free_port
 from tests.support.processes import ductile
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 TOKEN = "tok-disk"
 HOOK_SECRET = b"hook-secret"

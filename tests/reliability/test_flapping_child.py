@@ -15,7 +15,7 @@ from tests.support.waiting import wait_for
 
 # Not `postgres`: restarting a dying child is the supervisor's, the same on either database (34 s
 # of the PostgreSQL pass bought nothing).
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 TOKEN = "tok-flap"
 

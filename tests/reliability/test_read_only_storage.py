@@ -19,7 +19,7 @@ from tests.support.outages import can_make_immutable, immutable, ledger_files
 from tests.support.processes import ductile
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 TOKEN = "tok-ro"
 

@@ -15,8 +15,20 @@ from typing import Any
 from tests.support.checkout import REPO
 from tests.support.config_dirs import ConfigDir
 
+# Whether the running test is marked `process` (set before each test by tests/conftest.py). A test
+# that builds a gateway process's environment without the mark fails, so the in-process run
+# (`-m "not process"`) starts no gateway process, and a new process test cannot miss the mark.
+process_test_running = True
+
+
+def _process_test() -> None:
+    if not process_test_running:
+        raise AssertionError("this test starts a gateway process: mark it `process` (pytest.mark.process)")
+
 
 def cli_env(config: ConfigDir, **extra: str) -> dict[str, str]:
+    """The environment of a gateway process a test starts on `config`."""
+    _process_test()
     drop = ("DATABASE_URL", "DUCTILE_DB_PATH", "DUCTILE_CONFIG_DIR", "DUCTILE_TEST_SQLITE_PATH")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     if config.database_url:
@@ -75,6 +87,7 @@ def start_workers(config: ConfigDir, *args: str, **env: str) -> subprocess.Popen
 def script_env(config: ConfigDir, database: Path) -> dict[str, str]:
     """The environment of a `python -c` script on `config` with its ledger in the SQLite file
     `database` (a file of the test's own, so a script can show what other processes see)."""
+    _process_test()
     config.write()
     env = {k: v for k, v in os.environ.items() if k != "DUCTILE_DB_PATH"}
     env.update(PYTHONPATH=str(REPO), DUCTILE_CONFIG_DIR=str(config.path), DATABASE_URL=f"sqlite:///{database}")

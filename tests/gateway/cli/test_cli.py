@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.processes import ductile, ductile_json, imported_modules, ledger
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 
 @pytest.fixture

@@ -94,7 +94,7 @@ def console_script(cfg: Any, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_console_script_offers_the_noun_action_surface_and_django_under_its_own_noun(config_dir):
     config_dir.write()
     shown = console_script(config_dir, "--help")
@@ -125,7 +125,7 @@ def test_console_script_offers_the_noun_action_surface_and_django_under_its_own_
     assert "--no-input" in ductile(config_dir, "flush", "--help").stdout
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_legacy_section_11_6_spellings_run_the_noun_action_commands(config_dir):
     config_dir.write()
     ran = console_script(config_dir, "run", "echo", "--json")

@@ -143,7 +143,7 @@ def test_breaker_json_is_the_originals_shape_with_transitions(cfg):
     assert [b["command"] for b in system_json("breaker")["breakers"]] == ["poll"]  # every breaker
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_an_entry_without_timezone_reads_the_hosts_clock_and_an_explicit_one_wins(cfg):
     """Item 103: the default was UTC; the original (and 000's runbook) use the host's local time."""
     cfg.plugins["stress"]["schedules"] = [

@@ -11,6 +11,8 @@ from gateway.version import SOURCE, source_commit
 from tests.support.config_dirs import ConfigDir
 from tests.support.processes import ductile, ductile_json
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def cfg(tmp_path) -> ConfigDir:

@@ -17,6 +17,8 @@ from tests.support.checkout import REPO
 from tests.support.config_dirs import ConfigDir
 from tests.support.processes import ductile, ductile_json
 
+pytestmark = pytest.mark.process
+
 
 def test_check_lists_every_problem_with_file_line_and_key_and_exits_78(config_dir: ConfigDir) -> None:
     config_dir.service["max_workers"] = 0

@@ -25,6 +25,7 @@ def imports_jsonschema(config: ConfigDir, cache: Path, *args: str) -> tuple[bool
     return "jsonschema" in imported_modules(proc.stderr), proc.stdout + proc.stderr
 
 
+@pytest.mark.process
 def test_the_second_command_on_an_unchanged_config_does_not_import_jsonschema(
     config_dir: ConfigDir, tmp_path: Path
 ) -> None:
@@ -44,6 +45,7 @@ def test_the_second_command_on_an_unchanged_config_does_not_import_jsonschema(
     assert len(memo.read_text().splitlines()) >= 1 + 1 + 4 + 1
 
 
+@pytest.mark.process
 def test_a_config_edited_after_it_passed_is_validated_again_and_its_problem_named(
     config_dir: ConfigDir, tmp_path: Path
 ) -> None:

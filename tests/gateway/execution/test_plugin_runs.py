@@ -133,7 +133,6 @@ def test_ok_with_nonzero_exit_still_succeeds(runtime):
     assert job.status == JobStatus.SUCCEEDED
 
 
-@pytest.mark.slow
 def test_stdout_over_10_mib_fails_and_keeps_an_excerpt(runtime):
     job = run_job(runtime, "stress", payload={"mode": "big_stdout", "mib": 11})
     assert last_log(job).status == JobStatus.FAILED and "10 MiB" in (job.last_error or "")
@@ -153,7 +152,6 @@ def test_stderr_over_64_kib_is_truncated_and_the_job_succeeds(runtime):
     assert note == "stderr exceeded 64 KiB and was truncated"
 
 
-@pytest.mark.slow
 def test_hang_times_out_with_sigterm(config_dir):
     from gateway.runtime import RUNTIME
 
@@ -166,7 +164,6 @@ def test_hang_times_out_with_sigterm(config_dir):
     assert last_log(job).status == JobStatus.TIMED_OUT
 
 
-@pytest.mark.slow
 def test_term_trapping_grandchild_is_killed_with_the_group(config_dir, tmp_path):
     from gateway.runtime import RUNTIME
 

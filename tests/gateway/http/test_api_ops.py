@@ -466,6 +466,7 @@ def selfcheck_of(api) -> tuple[bool, dict[str, dict]]:
     return body["ok"], {c["name"]: c for c in body["checks"]}
 
 
+@pytest.mark.process
 def test_system_selfcheck_is_the_running_gateways_view(api, ops):
     """The lock held by the gateway this API belongs to is healthy, a live stranger's is not; the
     database checks wait for the gateway to stop; the config is the one on disk now."""

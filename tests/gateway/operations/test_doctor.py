@@ -86,6 +86,7 @@ def test_a_webhook_listener_on_the_api_port_is_an_error(config_dir):
     assert severity == ERROR and "share port 8099" in message
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("broken", [False, True])
 def test_the_cli_exits_1_on_errors_and_0_when_only_warnings_remain(config_dir, broken):
     if broken:

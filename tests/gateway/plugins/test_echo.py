@@ -13,6 +13,7 @@ from tests.support.runtime import load_runtime
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.process
 def test_poll_is_the_originals_write_command_and_mode_a_declared_config_key(config_dir):
     config_dir.plugins["echo"] = {"config": {"message": "hi", "mode": ""}}
     config_dir.extra = {"api": {"enabled": False}}

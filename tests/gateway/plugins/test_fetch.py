@@ -312,6 +312,7 @@ REFUSED = {
 }
 
 
+@pytest.mark.process
 def test_the_blocklist_refuses_internal_addresses_before_connecting():
     # The policy decides before any connection, so these run the plugin without a job or a
     # server, side by side.
@@ -380,6 +381,7 @@ def test_dns_is_resolved_once_and_the_connection_goes_to_the_checked_address(con
     assert lookups.read_text() == "rebind.test\n"
 
 
+@pytest.mark.process
 def test_https_names_the_host_in_sni_and_host_and_checks_the_certificate(config_dir, tmp_path, monkeypatch):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
@@ -530,6 +532,7 @@ def test_bad_config_and_a_missing_url_fail_without_retry_and_without_contacting_
         assert "events" not in response
 
 
+@pytest.mark.process
 def test_config_check_strict_passes_and_plugin_list_shows_health_from_init(process_db):
     config_dir = process_db
     config_dir.extra = {"api": {"enabled": False}}  # strict mode would also want an API token
@@ -551,6 +554,7 @@ def test_config_check_strict_passes_and_plugin_list_shows_health_from_init(proce
     assert "_lib" not in json.dumps(listed)
 
 
+@pytest.mark.process
 def test_the_gateway_interpreter_runs_fetch_when_the_python3_on_path_lacks_its_libraries(
     config_dir, tmp_path, monkeypatch
 ):

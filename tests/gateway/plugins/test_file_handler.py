@@ -151,6 +151,7 @@ def test_a_write_without_allowed_write_paths_is_refused_and_overwrite_false_keep
     assert list(dirs["outputs"].iterdir()) == [dirs["outputs"] / "keep.md"]
 
 
+@pytest.mark.process
 def test_health_names_a_default_output_dir_outside_the_granted_paths(config_dir, dirs):
     config_dir.plugins["bad"] = {
         "uses": "file_handler",

@@ -203,6 +203,7 @@ def test_health_names_a_watch_it_cannot_watch(config_dir, tmp_path, target):
     assert last_response(job)["result"] == "file_watch health OK (watches=1)"
 
 
+@pytest.mark.process
 def test_bad_config_is_refused_at_load_naming_file_line_and_key(config_dir, target):
     config_dir.extra = {"api": {"enabled": False}}
     config_dir.plugins["file_watch"] = {

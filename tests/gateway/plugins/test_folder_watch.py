@@ -396,6 +396,7 @@ def test_duplicate_watch_ids_are_refused_by_poll_and_health(config_dir, tree):
     assert job.last_error == "invalid folder_watch config: duplicate watch id: docs"
 
 
+@pytest.mark.process
 def test_bad_config_is_refused_at_load_naming_file_line_and_key(config_dir, tree):
     config_dir.extra = {"api": {"enabled": False}}
     bad = {"id": "docs", "root": str(tree), "strategy": "md5", "min_stable_age": "soon", "stratgy": "x"}
@@ -432,6 +433,7 @@ def test_bad_config_is_refused_at_load_naming_file_line_and_key(config_dir, tree
     )
 
 
+@pytest.mark.process
 def test_an_unknown_watch_key_is_a_warning_with_its_line(config_dir, tree):
     config_dir.plugins["folder_watch"] = {"config": {"watches": [watch(tree, stratgy="sha256")]}}
     config_dir.write()
@@ -443,6 +445,7 @@ def test_an_unknown_watch_key_is_a_warning_with_its_line(config_dir, tree):
     ), body["warnings"]
 
 
+@pytest.mark.process
 def test_plugin_list_shows_both_watchers(config_dir, tree, tmp_path):
     config_dir.plugins["folder_watch"] = {"config": {"watches": [watch(tree)]}}
     config_dir.plugins["file_watch"] = {
@@ -489,6 +492,7 @@ pipelines:
 """
 
 
+@pytest.mark.process
 def test_the_cookbook_astro_recipe_passes_strict_check_and_emits_its_event(config_dir, tmp_path):
     home = tmp_path / "home"
     summaries = home / "site" / "src" / "content" / "summaries"

@@ -81,6 +81,7 @@ def emitted(job: Job) -> list[dict[str, Any]]:
     return list(last_response(job).get("events") or [])
 
 
+@pytest.mark.process
 def test_the_specs_check_youtube_config_passes_the_strict_check_and_is_listed(config_dir):
     spec_config(config_dir)
     code, body = ductile_json(config_dir, "config", "check", "--strict")

@@ -28,6 +28,7 @@ from tests.support.runtime import load_runtime
 
 RESTIC = shutil.which("restic")
 pytestmark = [
+    pytest.mark.process,
     pytest.mark.skipif(RESTIC is None, reason="restic is not installed here (.ci/run installs Debian's restic)"),
     pytest.mark.django_db(transaction=True),
 ]

@@ -158,7 +158,6 @@ def test_a_payload_variable_too_big_for_exec_is_left_out_and_the_command_still_r
     assert any(m.startswith("DUCTILE_PAYLOAD left out") for m in logs)  # the whole payload too
 
 
-@pytest.mark.slow
 def test_a_command_past_its_timeout_is_killed_and_reported_before_the_gateway_steps_in(config_dir):
     config_dir.plugins["sleepy"] = {
         "uses": "sys_exec",
@@ -210,6 +209,7 @@ def test_health_passes_for_a_command_on_path(config_dir):
     }
 
 
+@pytest.mark.process
 def test_a_config_using_every_key_of_the_original_passes_the_strict_check(config_dir):
     config_dir.plugins["backup"] = {
         "uses": "sys_exec",

@@ -13,6 +13,8 @@ import pytest
 from tests.support.checkout import REPO
 from tests.support.processes import ductile_json
 
+pytestmark = pytest.mark.process
+
 TEMPLATE = REPO / "plugins" / "_template"
 
 

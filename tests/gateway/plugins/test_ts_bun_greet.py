@@ -52,6 +52,7 @@ def test_health_is_healthy_and_records_no_fact(config_dir: ConfigDir) -> None:
     assert not PluginFact.objects.filter(plugin_name="ts-bun-greet").exists()
 
 
+@pytest.mark.process
 @needs_bun
 def test_config_check_strict_passes_the_originals_example(config_dir: ConfigDir) -> None:
     config_dir.plugins = {"ts-bun-greet": EXAMPLE}
@@ -61,6 +62,7 @@ def test_config_check_strict_passes_the_originals_example(config_dir: ConfigDir)
     assert (code, body["errors"]) == (0, []), body
 
 
+@pytest.mark.process
 def test_without_bun_it_is_skipped_with_the_reason_in_plugin_list_doctor_and_strict_check(
     config_dir: ConfigDir, tmp_path: Path
 ) -> None:
