@@ -169,7 +169,7 @@ def test_nul_and_undecodable_bytes_on_stderr_are_stored_visibly(cfg):
     assert log["stderr"] == "nul \\x00 and \\xff\n", log["stderr"]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_a_valid_large_response_is_kept_in_full(runtime):
     from tests.support.jobs import last_response, run_job
 
@@ -219,7 +219,7 @@ def test_a_child_escaping_with_setsid_is_killed_and_reported(cfg, tmp_path):
     assert f"process {child} " in out and "setsid" in out, out
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_an_escaped_process_holding_stdout_delays_the_answer_by_a_second_at_most(config_dir, tmp_path):
     """Where no subreaper adopts it (a one-shot `plugin run`, or here, in-process), a process
     that left the group with stdout open cannot be killed: the answer is taken 1 s after the

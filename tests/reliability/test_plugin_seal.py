@@ -185,7 +185,7 @@ def test_plugin_lock_authorizes_one_plugin_and_blesses_nothing_else(cfg):
     assert code == 0 and not body["written"] and {p["name"] for p in body["plugins"]} == {"echo", "mine"}
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_an_edited_entrypoint_runs_init_again(cfg):
     from gateway.execution.lifecycle import schedule_inits
 

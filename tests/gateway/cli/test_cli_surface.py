@@ -43,7 +43,7 @@ def enqueue(job_id: str) -> str:
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_read_commands_take_output_json_as_their_json(runtime):
     """Spec 000 idiom 8 spells it `--output json`; the Handbook `--json`: both give the JSON."""
     enqueue("cea25d41-0000-4000-8000-000000000001")
@@ -58,7 +58,7 @@ def test_read_commands_take_output_json_as_their_json(runtime):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_job_verbs_take_a_unique_id_prefix_and_refuse_an_ambiguous_one(runtime):
     first = enqueue("cea25d41-0000-4000-8000-000000000001")
     second = enqueue("cea25d41-0000-4000-8000-000000000002")
@@ -186,7 +186,7 @@ def test_plugin_manifest_shows_what_the_manifest_declares(runtime):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the live server's thread reads on its own connection
 def test_plugin_list_api_url_lists_a_running_gateways_plugins(runtime, live_server):
     """As the original's `plugin list --api-url URL`: the gateway's own GET /plugins."""
     code, out, _ = run("plugin", "list", "--api-url", live_server.url, "--json")
@@ -203,7 +203,7 @@ def test_plugin_list_api_url_lists_a_running_gateways_plugins(runtime, live_serv
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_system_plugin_facts_shows_a_plugins_newest_facts_first(runtime):
     """Item 49, as the original's `system plugin-facts PLUGIN [--fact-type T] [--limit N]`."""
     for _ in range(2):  # two runs from one process: as two CLI runs that got the same pid
@@ -247,7 +247,7 @@ def stopwatch_row(plugin: str, status: str, age: timedelta, step: str | None = N
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_stopwatch_prune_deletes_old_rows_matching_its_filters(runtime):
     """The original's `stopwatch prune --older-than DUR [--plugin] [--step] [--status] [--dry-run]`."""
     old_echo = stopwatch_row("echo", "ok", timedelta(days=10))
@@ -271,7 +271,7 @@ def test_stopwatch_prune_deletes_old_rows_matching_its_filters(runtime):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the live server's thread reads on its own connection
 def test_plugin_run_api_url_enqueues_through_a_running_gateways_api(config_dir, live_server, monkeypatch):
     """As the original's `plugin run NAME --api-url URL --api-key KEY`: the gateway's
     POST /plugin/NAME/COMMAND enqueues the job; the CLI prints the API's answer."""

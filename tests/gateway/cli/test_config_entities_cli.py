@@ -68,7 +68,7 @@ def test_config_webhook_add_and_list_name_the_secret_never_show_it(cfg):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the backup reads the ledger on a connection of its own
 def test_config_backup_and_restore_are_system_backup_and_restore(cfg, tmp_path):
     code, out, _ = run("config", "backup", "--json")
     written = json.loads(out)

@@ -19,7 +19,7 @@ from ledger.models.breakers import record_scheduled_outcome
 from tests.support.processes import ductile_json
 from tests.support.runtime import installed_runtime
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 T0 = datetime(2026, 11, 28, 6, 11, 37, tzinfo=UTC)
 

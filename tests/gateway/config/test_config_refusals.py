@@ -97,7 +97,7 @@ def test_a_missing_plugin_root_is_an_error_naming_the_entry(config_dir: ConfigDi
 # -- the plugin environment ----------------------------------------------------------------------
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_a_plugin_gets_language_and_an_empty_passthrough_name_is_ignored(
     config_dir: ConfigDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:

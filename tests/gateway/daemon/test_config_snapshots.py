@@ -20,7 +20,7 @@ from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import ConfigSnapshot
 from tests.support.config_dirs import ConfigDir
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 SECRET = "sk-do-not-store-me"
 

@@ -21,6 +21,7 @@ from ledger.submitters import Submitter
 from tests.support.config_dirs import ConfigDir
 from tests.support.runtime import load_runtime
 
+# Real commits: the worker daemon's threads claim on connections of their own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 RECHECK = 0.05

@@ -14,6 +14,7 @@ from ledger.states import JobStatus
 from tests.support.jobs import last_log, last_response, last_result, run_job
 from tests.support.waiting import wait_for
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 

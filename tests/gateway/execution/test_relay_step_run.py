@@ -21,6 +21,7 @@ from tests.support.jobs import run_until_idle
 from tests.support.network import free_port
 from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 

@@ -16,6 +16,7 @@ from tests.support.config_dirs import ConfigDir
 from tests.support.jobs import run_until_idle
 from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 GATED = {

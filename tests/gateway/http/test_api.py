@@ -18,7 +18,7 @@ from ledger.models.jobs import AttemptOutcome
 from ledger.submitters import Submitter
 from tests.support.runtime import installed_runtime
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 TOKENS = {
     "admin": ["*"],

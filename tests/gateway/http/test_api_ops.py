@@ -32,7 +32,7 @@ from tests.support.runtime import installed_runtime
 from tests.support.waiting import wait_for
 from tests.support.webhooks import ENV, WEBHOOKS, write_config
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 TOKENS = {
     "admin": ["*"],

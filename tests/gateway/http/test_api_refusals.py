@@ -19,7 +19,7 @@ from gateway.logs import JsonFormatter
 from tests.support.runtime import installed_runtime
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from tests.support.runtime import installed_runtime
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 TOKENS = {"admin": ["*"], "reader": ["jobs:ro"], "plugin-ro": ["plugin:ro"]}
 

@@ -18,6 +18,7 @@ from ledger.models import EventRecord, Job, JobSpec
 from ledger.submitters import Submitter
 from tests.support.runtime import load_runtime
 
+# Real commits: the live server answers from a thread of its own, on its own connection.
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.django_db(transaction=True),

@@ -30,6 +30,8 @@ from ledger.models import Job
 from tests.support.config_dirs import PLUGIN_ROOTS
 from tests.support.runtime import load_runtime
 
+# Real commits: schemathesis calls the WSGI app, which closes the database connection at each
+# request's end as in production (Django's test client does not), ending a test's transaction.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ADMIN = "Bearer tok-admin"

@@ -16,6 +16,8 @@ from django.core.handlers.wsgi import WSGIHandler
 
 from tests.support.runtime import installed_runtime
 
+# Real commits: the API's write transactions as they run in production (inside a test's rolled-back
+# transaction they become savepoints, with objects of their own).
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TOKEN = "tok-cycles"

@@ -10,6 +10,7 @@ from tests.support.jobs import last_response, run_jobs
 from tests.support.processes import ductile_json
 from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 

@@ -34,6 +34,7 @@ from tests.support.network import free_port, http_server
 from tests.support.processes import ductile, ductile_json
 from tests.support.runtime import installed_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ENTRYPOINT = REPO / "plugins" / "fetch" / "run.py"

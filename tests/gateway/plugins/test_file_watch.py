@@ -21,6 +21,7 @@ from tests.support.jobs import last_response, run_job
 from tests.support.processes import ductile_json
 from tests.support.runtime import installed_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 OLD = time.time() - 3600  # an mtime well past any min_stable_age below

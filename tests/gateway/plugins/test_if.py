@@ -16,6 +16,7 @@ from tests.support.jobs import jobs_by_step, last_response, run_job, run_jobs, r
 from tests.support.processes import ductile_json
 from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # Spec 000, cookbook "Route YouTube vs Web URLs", as printed, with §8.4's `uses: if`: the

@@ -27,6 +27,7 @@ from tests.support.processes import ductile_json
 from tests.support.runtime import load_runtime
 
 RESTIC = shutil.which("restic")
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [
     pytest.mark.process,
     pytest.mark.skipif(RESTIC is None, reason="restic is not installed here (.ci/run installs Debian's restic)"),

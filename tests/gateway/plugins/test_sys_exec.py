@@ -18,6 +18,7 @@ from tests.support.jobs import last_log, last_response, run_job, run_jobs
 from tests.support.processes import ductile_json
 from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # The keys of the original's sys_exec.completed payload (plus timed_out on a timeout).

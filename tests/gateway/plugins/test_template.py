@@ -18,7 +18,7 @@ pytestmark = pytest.mark.process
 TEMPLATE = REPO / "plugins" / "_template"
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_plugin_list_neither_loads_nor_warns_about_underscore_directories(config_dir):
     config_dir.write()
     code, body = ductile_json(config_dir, "plugin", "list")

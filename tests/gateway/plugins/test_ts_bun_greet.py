@@ -24,7 +24,7 @@ EXAMPLE = {"enabled": True, "schedules": [{"every": "1m"}], "config": {"greeting
 
 
 @needs_bun
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_poll_answers_as_py_greet_does_and_records_a_snapshot_fact(config_dir: ConfigDir) -> None:
     config_dir.plugins["ts-bun-greet"] = EXAMPLE
     config_dir.plugins["py-greet"] = {"config": EXAMPLE["config"]}
@@ -44,7 +44,7 @@ def test_poll_answers_as_py_greet_does_and_records_a_snapshot_fact(config_dir: C
 
 
 @needs_bun
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_health_is_healthy_and_records_no_fact(config_dir: ConfigDir) -> None:
     config_dir.plugins["ts-bun-greet"] = {"config": {}}
     job = run_job(load_runtime(config_dir), "ts-bun-greet", command="health")
