@@ -309,6 +309,8 @@ def timings(ops):
         ),
         ("", 23, (12, 10_000, 10_000, 10_000), None),  # every command: 23 samples, #12 and #22, #23
     ],
+    # Named, not by the query: `since` is a time of the run, and xdist's workers must collect alike.
+    ids=["command", "limit", "since", "every-command"],
 )
 def test_stopwatch_percentiles(api, timings, query, count, plugin_ms, gateway_us):
     response = as_(api, "reader").get(f"/stopwatch/echo{query}")
