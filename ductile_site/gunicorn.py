@@ -61,7 +61,7 @@ _START_CHECK = (
 
 # How long gunicorn's loops sleep when nothing wakes them: its master and each worker otherwise
 # wake every second, half of an idle gateway's wake-ups, and on a small VM each wake-up of an
-# idle process costs ~1-3 ms of CPU (docs/performance.md, item 36). What wakes them sooner is
+# idle process costs ~1-3 ms of CPU (docs/performance-history.md, item 36). What wakes them sooner is
 # unchanged: a signal (the master's queue; a worker's stop defers a call to its poller), a
 # connection, a finished request. The loops' timed duties have longer deadlines: the master's
 # check of worker heartbeats (`timeout`, 330 s), a worker's heartbeat, its close of idle
@@ -96,7 +96,7 @@ def post_worker_init(worker: Any) -> None:
     _freeze_startup_objects()
     # Imported here, in the worker: ledger.writes loads Django, which the master never does.
     from gateway.storage.checkpoints import CheckpointThread
-    from ledger.writes import hand_the_gil_back_sooner, share_transactions
+    from ledger.writes.group_commit import hand_the_gil_back_sooner, share_transactions
 
     hand_the_gil_back_sooner()  # a write-gate holder gets the GIL back within 0.5 ms, not 5
     share_transactions()  # many request threads enqueue at once: one writer thread commits them together

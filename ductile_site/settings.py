@@ -101,7 +101,7 @@ TEMPLATES = [
 # The automatic checkpoint is a backstop: `runworkers` and the API's workers checkpoint off the
 # commit path (gateway/storage/checkpoints.py), and a checkpoint inside a COMMIT holds the write
 # gate. While a `runworkers` of the host does, the other processes' write connections raise it to
-# ledger.writes.BESIDE_CHECKPOINTER_PAGES; this is for writes no daemon follows.
+# ledger.writes.autocheckpoint.BESIDE_CHECKPOINTER_PAGES; this is for writes no daemon follows.
 WAL_AUTOCHECKPOINT_PAGES = 4000
 SQLITE_OPTIONS: dict[str, Any] = {
     "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;"

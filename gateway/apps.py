@@ -11,8 +11,8 @@ from gateway.http.cors import origin_allowed
 from gateway.logs import apply_service_logging
 from gateway.runtime import RUNTIME
 from gateway.storage.hangups import drop_connections_the_server_ended
-from gateway.storage.wakeup import poke_local_waiters, poke_local_workers
-from ledger import wakeups
+from gateway.storage.wake_listener import poke_local_waiters, poke_local_workers
+from ledger import job_notifications
 
 
 class GatewayConfig(AppConfig):
@@ -40,8 +40,8 @@ class GatewayConfig(AppConfig):
         # ~0.2 ms on a VM, about what the enqueue's commit takes, and the woken thread then waits
         # for the write gate, which the enqueuer releases after its commit (docs/performance.md,
         # "Pipelines": the root hop).
-        wakeups.add_listener(poke_local_workers, wakeups.ENQUEUED, at_once=True)
-        wakeups.add_listener(poke_local_waiters, wakeups.FINISHED)
+        job_notifications.add_listener(poke_local_workers, job_notifications.ENQUEUED, at_once=True)
+        job_notifications.add_listener(poke_local_waiters, job_notifications.FINISHED)
 
         check_request_enabled.connect(origin_allowed, dispatch_uid="ductile-cors")
 

@@ -58,7 +58,7 @@ def run_gateway_command(argv: list[str]) -> None:
     Django's default logging, whose handlers print to the console under DEBUG and mail the admins
     a request's error (their import loads django.core.mail, the debug views and the template
     engine's filters). About 15 ms of the worker's ~0.2 s start, which the throughput benchmark
-    counts (docs/performance.md, item 46), and of every such CLI call. Every line the command writes goes
+    counts (docs/performance-history.md, item 46), and of every such CLI call. Every line the command writes goes
     through settings.LOGGING, applied here as Django applies it. `--settings` and `--pythonpath`
     are honoured before the settings are read, as Django's own start does."""
     # Not at import: ~20 ms (django.core.management, django.apps) that the web processes and

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.terminal import CONTROLS
+from ledger.timestamps import rfc3339
 
 _EXTRA_KEYS = (
     "plugin",
@@ -52,9 +53,7 @@ class JsonFormatter(logging.Formatter):
     def fields(self, record: logging.LogRecord) -> dict[str, Any]:
         scrub = _scrub
         line: dict[str, Any] = {
-            "timestamp": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
+            "timestamp": rfc3339(datetime.fromtimestamp(record.created, UTC), "milliseconds"),
             "level": record.levelname,
             "component": getattr(record, "component", record.name.removeprefix("ductile.")),
             "message": scrub(record.getMessage()),

@@ -34,17 +34,18 @@ from gateway.config.model import GatewayConfig, typed_config
 from gateway.config.redaction import Scrubber, secret_values
 from gateway.config.tokens import TokenRegistry, load_tokens
 from gateway.config.validity import process_memo, schema_errors
-from gateway.config.webhooks import Webhooks, parse_webhooks
+from gateway.config.webhooks import Webhooks, serve_webhooks
 from gateway.logs import apply_service_logging, hide_secrets
 from gateway.plugins.discovery import Discovery, discover_plugins
 from gateway.plugins.environment import plugin_environment
 from gateway.plugins.registry import Registry, build_registry
 from gateway.plugins.seal import PluginSeal, verify_plugins
+from ledger.caps import Cap
 from pipelines.dsl import RELAY, SWITCH, PipelineErrors, PipelineSet, compile_pipelines
-from pipelines.routing import RouteRule, RoutingTable
+from pipelines.routes import RouteRule, RoutingTable
 
 if TYPE_CHECKING:
-    from gateway.config.relay import Relay
+    from gateway.config.relay_endpoints import Relay
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class Runtime:
         once per loaded runtime (a process that never shows plugin text never makes it)."""
         return Scrubber(secret_values(self.config.document))
 
-    def claim_caps(self) -> dict[str, int]:
+    def claim_caps(self) -> dict[str, Cap]:
         """What a worker may claim: the registry's caps, plus `relay:` steps' sends when this
         gateway has somewhere to relay to (each waits on the network, as a plugin would)."""
         caps = self.registry.claim_caps()
@@ -118,7 +119,7 @@ def _assemble(
     relay = None
     if "instances" in config.document or "remote_ingress" in config.document:
         # Imported here: every process loads a config at its start, and few relay.
-        from gateway.config.relay import parse_relay
+        from gateway.config.relay_endpoints import parse_relay
 
         relay, relay_problems = parse_relay(config, tokens.secrets)
         problems += relay_problems
@@ -131,8 +132,13 @@ def _assemble(
         problems += plugin_seal.problems
     problems += strict_refusals(config, registry, tokens)
     # webhooks.yaml is a high-security file: a bad one stops every process (exit 78).
-    webhooks, webhook_problems = parse_webhooks(config, plugin_commands(registry), tokens.secrets)
-    problems += webhook_problems
+    webhooks = serve_webhooks(
+        config.webhooks,
+        plugin_commands(registry),
+        tokens.secrets,
+        tokens.unset,
+        lambda path, message: problems.append(config.problem(path, message)),
+    )
     if problems:
         raise ConfigError(problems)
     env = plugin_environment(config.service.plugin_env_passthrough)

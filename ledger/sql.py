@@ -23,6 +23,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import signals
 from django.db.models.base import ModelState
 
+from ledger.django_internals import connection_set
+
 Adapter = Callable[[Any], Any]
 
 
@@ -33,7 +35,7 @@ def current() -> BaseDatabaseWrapper:
     """This thread's connection. Django's look-up goes through asgiref's Local (~1 µs, and a job's
     statements made fifteen); it is kept per thread, for as long as Django keeps the same set of
     connections (a settings change in a test replaces the set)."""
-    handler_set = connections._connections  # type: ignore[attr-defined]
+    handler_set = connection_set()
     kept: tuple[object, BaseDatabaseWrapper] | None = getattr(_thread, "kept", None)
     if kept is not None and kept[0] is handler_set:
         return kept[1]
@@ -327,7 +329,7 @@ def look(plugin_count: int, vendor: str) -> str:
     queued job of the `plugin_count` plugins is due, and whether any is queued at all (parameters:
     the plugins, now, the plugins again). Two probes of the queued-jobs partial index in one
     statement; the ORM's `.exists()` cost ten times its CPU, paid by every idle thread at every
-    wake-up (docs/hot-path-profile.md, 1.2a)."""
+    wake-up (docs/hot-path-profile-history.md, 1.2a)."""
     placeholders = ", ".join(["%s"] * plugin_count)
     queued = f"SELECT 1 FROM job_queue WHERE status = 'queued' AND plugin IN ({placeholders})"
     return native(
@@ -335,7 +337,20 @@ def look(plugin_count: int, vendor: str) -> str:
     )
 
 
-RUNNING_COUNTS = "SELECT plugin, COUNT(*) FROM job_queue WHERE status = 'running' GROUP BY plugin"
+RUNNING_COUNTS = (
+    "SELECT plugin, COUNT(*), SUM(CASE WHEN claimed_by = %s THEN 1 ELSE 0 END)"
+    " FROM job_queue WHERE status = 'running' GROUP BY plugin"
+)
+
+
+@cache
+def running_counts(vendor: str) -> str:
+    """Each plugin's running jobs across the ledger, and those of one worker (parameter: its id):
+    the caps across nodes and on the claiming node (ledger.caps.Cap), in one scan of the running
+    rows."""
+    return native(RUNNING_COUNTS, vendor)
+
+
 # Read by JobQuerySet.recover_lost: one probe of (status, created_at)'s `running` range.
 ANY_RUNNING = "SELECT 1 FROM job_queue WHERE status = 'running' LIMIT 1"
 
@@ -352,7 +367,7 @@ def claim(plugin_count: int, only: bool, vendor: str, returning: str) -> str:
     # Why name the index on SQLite: without statistics its planner takes (status, created_at) for
     # the equality on status and then sorts every queued job of the oldest created_at by id, and
     # the jobs of one batch (a scheduler tick, a bulk enqueue) share their created_at: 3,000 of
-    # them made a claim's transaction ~580 µs instead of ~50 (docs/performance.md, item 43). The
+    # them made a claim's transaction ~580 µs instead of ~50 (docs/performance-history.md, item 43). The
     # partial index of queued jobs is already in (created_at, id) order. INDEXED BY also makes a
     # claim fail loudly, rather than slow down unseen, if that index is ever gone.
     pinned = "INDEXED BY job_queue_claim_idx" if vendor == "sqlite" else ""

@@ -16,8 +16,8 @@ class JobStatus(models.TextChoices):
 
 ALLOWED_TRANSITIONS: dict[str | None, frozenset[str]] = {
     None: frozenset({JobStatus.QUEUED}),
-    # queued -> dead: a job whose plugin was removed or disabled on reload is cancelled, or one
-    # the router stopped (route depth). queued -> failed: a pipeline step whose own baggage claim
+    # queued -> dead: a job whose plugin was removed or disabled on reload is cancelled, or a
+    # successor stopped at its route depth. queued -> failed: a pipeline step whose own baggage claim
     # failed never runs (003 §3.7: "Missing source paths fail the job").
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.FAILED, JobStatus.DEAD}),
     JobStatus.RUNNING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.DEAD}),

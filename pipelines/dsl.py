@@ -23,12 +23,12 @@ from pipelines.baggage import BaggageError, BaggageSpec
 from pipelines.baggage import parse as parse_baggage
 
 if TYPE_CHECKING:
-    from pipelines.relay import RelaySpec
+    from pipelines.relay_step import RelaySpec
 
 HOOK_SIGNALS = ("job.completed", "job.failed", "job.timed_out", "job.dead")
 DEFAULT_MAX_DEPTH = 20
 SWITCH = "core.switch"
-RELAY = "core.relay"  # the hop a `relay:` step compiles to (pipelines/relay.py)
+RELAY = "core.relay"  # the hop a `relay:` step compiles to (pipelines/relay_step.py)
 SWITCH_TRUE, SWITCH_FALSE = "ductile.switch.true", "ductile.switch.false"
 STEP_SUCCEEDED = "ductile.step.succeeded"
 SWITCH_SUFFIX = "__switch"
@@ -505,7 +505,7 @@ class _Builder:
     def relay(self, raw: Any, path: KeyPath, node_id: str) -> tuple[list[str], Exits]:
         """A `relay:` step: one `core.relay` hop that sends, then moves the pipeline on."""
         # Imported here: every process compiles pipelines at its start, and few relay.
-        from pipelines import relay as relay_step
+        from pipelines import relay_step
 
         try:
             spec = relay_step.parse(raw)

@@ -8,10 +8,8 @@ otherwise; invalid conditions fail at load time with the path of the offending n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
-
-import re2
 
 from pipelines.paths import MISSING, ROOTS, resolve, split_path
 
@@ -100,7 +98,7 @@ class _Validator:
         if op == "regex":
             try:
                 compiled_regex(value)
-            except re2.error as exc:
+            except _re2().error as exc:
                 detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
                 raise self.fail((*path, "value"), f"invalid regex (RE2 syntax, as Go's regexp): {detail}") from exc
 
@@ -110,15 +108,28 @@ class _Validator:
             raise self.fail(path, f"unexpected keys {', '.join(extra)}")
 
 
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # the refusal message says it; RE2's own log would go to stderr
+@cache
+def _re2() -> Any:  # google-re2 has no type stubs
+    """google-re2, imported at the first `regex` condition: the library is ~2 ms of the start of
+    every process that loads a config (the workers', the CLI's), most of whose pipelines match no
+    regex."""
+    import re2
+
+    return re2
+
+
+@cache
+def _re2_options() -> Any:
+    options = _re2().Options()
+    options.log_errors = False  # the refusal message says it; RE2's own log would go to stderr
+    return options
 
 
 @lru_cache(maxsize=512)
 def compiled_regex(pattern: str) -> Any:
     """RE2, the syntax and guarantees of the original's Go regexp: linear time whatever the input,
     so a pattern matched against webhook payloads cannot stall a worker (no backtracking)."""
-    return re2.compile(pattern, _RE2_OPTIONS)
+    return _re2().compile(pattern, _re2_options())
 
 
 def atom_paths(condition: Any) -> list[str]:

@@ -1,8 +1,8 @@
 """`pipeline dry-run`: walk a pipeline (or a published event's fan-out) without running anything.
 Pure, no I/O.
 
-Each hop is computed exactly as the dispatcher would: the same router, `with:` remap, baggage
-accretion, predicates and depth guard. What cannot be known without running plugins is assumed:
+Each hop is computed exactly as the dispatcher would: the same successors (pipelines.successors),
+`with:` remap, baggage accretion, predicates and depth guard. What cannot be known without running plugins is assumed:
 every plugin step succeeds without emitting events, so the synthetic `ductile.step.succeeded`
 carries its (remapped) payload on. Downstream of a plugin, a `with:` path the payload lacks is
 shown as `<from upstream output: PATH>` rather than a failure, and a switch whose condition
@@ -16,12 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from pipelines.completion import switch_branch, upstream
 from pipelines.dsl import SWITCH, SWITCH_FALSE, SWITCH_TRUE, PipelineSet
 from pipelines.paths import MISSING, resolve
-from pipelines.predicates import atom_paths, evaluate
-from pipelines.relay import RelaySpec, RelayStepError, project
-from pipelines.router import Position, Successor, carry_forward, stamp_upstream, successors, synthetic_success
-from pipelines.routing import RoutingTable
+from pipelines.predicates import atom_paths
+from pipelines.relay_step import RelaySpec, RelayStepError, project
+from pipelines.routes import RoutingTable
+from pipelines.successors import Position, Successor, carry_forward, successors, synthetic_success
 from pipelines.templates import TemplateError, remap
 
 # A runaway fan-out is cut here; the depth guard stops chains long before in any sane config.
@@ -86,10 +87,7 @@ def dry_run(
         for nxt in successors(
             source_plugin=found.plugin, position=position, events=stamped, routes=routes, pipelines=pipelines
         ):
-            event = {
-                **nxt.event,
-                "payload": stamp_upstream(nxt.event.get("payload") or {}, found.plugin, found.pipeline),
-            }
+            event = upstream(nxt.event, found.plugin, found.pipeline)
             queue.append((replace(nxt, event=event), hop.index, assumed or found.plugin != SWITCH))
     return hops, False
 
@@ -150,9 +148,8 @@ def _step(
         if assumed and any(resolve(scope, p) is MISSING for p in atom_paths(node.condition) if p.startswith("payload")):
             branches = [{"type": t, "payload": payload} for t in (SWITCH_TRUE, SWITCH_FALSE)]
             return replace(hop, decision="unknown"), branches
-        decision = evaluate(node.condition, scope)
-        event = {"type": SWITCH_TRUE if decision else SWITCH_FALSE, "payload": payload}
-        return replace(hop, decision=str(decision).lower()), [event]
+        event = switch_branch(node.condition, scope)
+        return replace(hop, decision=str(event["type"] == SWITCH_TRUE).lower()), [event]
     if node is not None and node.relay is not None:
         return _relay_hop(hop, node.relay, found, payload, context, assumed), [
             synthetic_success({"payload": payload}, None)

@@ -33,6 +33,7 @@ the gateway checks, no more. An unknown key is a warning (an error under `strict
 `validate_config_on_boot`), named with its file and line by `ductile config check`.
 
 A **duration** is {duration}
+A **size** is {size}
 """
 
 
@@ -44,8 +45,11 @@ def type_of(node: dict[str, Any], defs: dict[str, Any]) -> str:
         values = [v for v in node["enum"] if not (isinstance(v, str) and v.isupper())]
         return " | ".join(f"`{v}`" for v in values)
     kind = node.get("type")
+    if isinstance(kind, list) and "null" in kind:
+        # An empty value (`tokens:` with every entry commented out) is accepted where it means none.
+        return type_of({**node, "type": [k for k in kind if k != "null"]}, defs)
     if isinstance(kind, list):
-        return " or ".join(kind)
+        return " or ".join(type_of({**node, "type": k}, defs) for k in kind)
     if kind == "array":
         items = node.get("items")
         if items and items.get("type") == "object" and "properties" in items:
@@ -71,9 +75,15 @@ def resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return defs[node["$ref"].rsplit("/", 1)[-1]] if "$ref" in node else node
 
 
+def _kinds(node: dict[str, Any]) -> list[str]:
+    kind = node.get("type")
+    return kind if isinstance(kind, list) else [str(kind)]
+
+
 def sections(path: str, node: dict[str, Any], defs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Every object with properties under `node`, depth first, each with its dotted path."""
-    if node.get("type") == "array" and isinstance(node.get("items"), dict):
+    # A mapping that may also be written as a bare list (`webhooks:`) is shown as the mapping.
+    if "array" in _kinds(node) and isinstance(node.get("items"), dict) and "properties" not in node:
         return sections(f"{path}[]", resolve(node["items"], defs), defs)
     extra = node.get("additionalProperties")
     if isinstance(extra, dict) and "$ref" in extra:
@@ -102,7 +112,8 @@ def table(path: str, node: dict[str, Any], defs: dict[str, Any]) -> str:
 
 def render(schema: dict[str, Any]) -> str:
     defs = schema["$defs"]
-    parts = [HEADER.replace("{duration}", defs["duration"]["description"] + ".")]
+    header = HEADER.replace("{duration}", defs["duration"]["description"] + ".")
+    parts = [header.replace("{size}", defs["size"]["description"] + ".")]
     for path, node in sections("", schema, defs):
         parts.append(table(path, node, defs))
     return "\n".join(parts)

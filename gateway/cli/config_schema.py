@@ -14,7 +14,7 @@ import yaml
 
 from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, Exit
 from gateway.config.model import config_schema
-from gateway.config.validity import describe, schema_errors
+from gateway.config.validity import describe_all, schema_errors
 from gateway.config.yamlsrc import Yaml12Loader, dotted
 from gateway.plugins.manifest import manifest_schema
 
@@ -54,8 +54,8 @@ def run_validate(command: DuctileCommand, file: str, name: str) -> None:
         raise Exit(EXIT_FAILED, f"{path} is not valid YAML: {exc}", {"valid": False}) from exc
     problems = []
     for error in schema_errors(SCHEMAS[name](), {} if document is None else document):
-        where, message = describe(error)
-        problems.append({"path": dotted(where) or "(the document)", "message": message})
+        for where, message in describe_all(error):
+            problems.append({"path": dotted(where) or "(the document)", "message": message})
     problems.sort(key=lambda p: p["path"])
     data = {"file": str(path), "schema": name, "valid": not problems, "problems": problems}
     if problems:

@@ -33,7 +33,7 @@ def strip_config_dir(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None, *, whole_django: bool = False) -> int:
     """`whole_django`: `manage.py`, which offers Django's commands beside the gateway's."""
     # Start-up (~800 modules, Django's set-up, the config) allocates a great deal and frees little:
-    # the collector's passes over it are wasted, ~30 ms of a daemon's start (docs/performance.md,
+    # the collector's passes over it are wasted, ~30 ms of a daemon's start (docs/performance-history.md,
     # item 30). It is switched back on when Django's apps are ready (gateway.apps), before any
     # command runs; the imports are here, after it, for the same reason.
     gc.disable()
@@ -73,7 +73,10 @@ def main(argv: Sequence[str] | None = None, *, whole_django: bool = False) -> in
     from django.core.management import execute_from_command_line
     from django.db import DatabaseError
 
-    from gateway.storage.database import describe_database, described
+    from gateway.storage.database import begin_integrity_check, describe_database, described
+
+    if surface.checks_the_ledger_first(args):
+        begin_integrity_check()  # on a thread, beside the rest of the start
 
     # The gateway's own commands report these themselves (gateway.cli.base); this is for Django's
     # (`migrate`, `createsuperuser`, `shell`): a sentence naming what is wrong, not a traceback.

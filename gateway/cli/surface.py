@@ -126,6 +126,12 @@ def runs_on_ledger_apps(args: Sequence[str]) -> bool:
     return noun is not None and noun.runs_on_ledger_apps(args[2] if len(args) > 2 else None)
 
 
+def checks_the_ledger_first(args: Sequence[str]) -> bool:
+    """Whether the command `args` names (translated) refuses a corrupted ledger before it starts
+    (`DuctileCommand.open_ledger(check_integrity=True)`): the daemons and `system start`."""
+    return args[1:2] in (["runworkers"], ["runscheduler"]) or args[1:3] == ["system", "start"]
+
+
 # `version`'s flags the console script answers itself (gateway.cli.main); any other goes to the command.
 VERSION_FLAGS = {(): False, ("--json",): True, ("--output", "json"): True, ("--output", "text"): False}
 

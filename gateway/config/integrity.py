@@ -29,6 +29,8 @@ from pathlib import Path
 import blake3
 import yaml
 
+from ledger.timestamps import rfc3339
+
 from .atomic import write_atomic
 from .errors import ConfigProblem
 
@@ -321,7 +323,7 @@ def reseal(config_dir: Path, files: Iterable[Path]) -> bool:
 def _write_seal(path: Path, hashes: Mapping[str, str], plugins: Iterable[PluginFingerprint] | None) -> None:
     body: dict[str, object] = {
         "version": MANIFEST_VERSION,
-        "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_at": rfc3339(datetime.now(UTC), "seconds"),
         "hashes": dict(hashes),
     }
     if plugins is not None:

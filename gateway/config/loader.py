@@ -49,6 +49,9 @@ class MergedConfig:
     warnings: list[ConfigProblem] = field(default_factory=list)
     # The seal's verdict on every file read; the loader's caller decides strictness.
     integrity: Verdict = field(default_factory=Verdict)
+    # DATABASE_URL names the ledger (PostgreSQL): several nodes may share it, so a plugin's
+    # cluster-wide `parallelism` may exceed one node's `max_workers`.
+    shared_ledger: bool = False
 
     def origin_of(self, path: KeyPath) -> Origin | None:
         while path:
@@ -96,6 +99,7 @@ def load_config_tree(
     env = _environment(reader, environ)
     merged = MergedConfig(config_dir, {}, {}, [d.file for d in reader.docs], reader.env_files, reader.warnings)
     merged.integrity = integrity
+    merged.shared_ledger = bool(environ.get("DATABASE_URL"))
     problems: list[ConfigProblem] = [*reader.problems, *(integrity.refusals if check_seal else ())]
     for doc in reader.docs:
         _interpolate(doc, doc.data, (), env, problems)
@@ -263,7 +267,7 @@ def _environment(reader: _TreeReader, environ: Mapping[str, str]) -> dict[str, s
     env: dict[str, str] = {}
     if reader.env_files:
         # Imported here: python-dotenv is ~7 ms of every process's start, and most config
-        # directories have no `.env` (docs/performance.md, "Where the start-up goes").
+        # directories have no `.env` (docs/performance-history.md, "Where the start-up goes").
         from dotenv import dotenv_values
 
         for env_file in reader.env_files:

@@ -22,7 +22,8 @@ from .errors import ConfigError, ConfigProblem
 from .frozen import freeze
 from .loader import MergedConfig, load_config_tree
 from .schedules import Schedule, parse_schedules
-from .validity import describe, schema_errors, unknown_keys
+from .validity import describe_all, schema_errors, unknown_keys
+from .webhooks import WebhooksConfig, webhooks_config
 from .yamlsrc import KeyPath, coerce_yaml11_booleans
 
 DEFAULT_TIMEOUTS: Mapping[str, float] = {"poll": 60.0, "handle": 120.0, "health": 10.0, "init": 30.0}
@@ -152,7 +153,10 @@ class PluginConfig:
     uses: str
     enabled: bool
     config: Mapping[str, Any]
+    # The plugin's cap across every node sharing the ledger (an external API's or a licence's
+    # limit), and the cap on what one node runs of it; None when not configured.
     parallelism: int | None
+    node_parallelism: int | None
     timeouts: Mapping[str, float]
     retry: RetryPolicy
     notify_on_complete: bool
@@ -185,9 +189,8 @@ class GatewayConfig:
     routes: tuple[Route, ...]
     pipelines: tuple[Mapping[str, Any], ...]
     api: ApiConfig
-    # The raw `webhooks:` mapping: its endpoints refer to plugins and secrets, so it is parsed
-    # with them (gateway.config.webhooks, called by gateway.runtime).
-    webhooks: Any
+    # Served with the secrets and commands they name by gateway.runtime (Runtime.webhooks).
+    webhooks: WebhooksConfig
     document: Mapping[str, Any]
     files: tuple[Path, ...]
     env_files: tuple[Path, ...]
@@ -267,25 +270,28 @@ def typed_config(
     # Schema problems are the whole story only when the typed checks have nothing to add:
     # report theirs too (parallelism over max_workers, retention under dedupe_ttl, ...), once per key.
     reported = {p.key for p in problems}
+    builder = _Builder(merged, gates)
     try:
-        _Builder(merged, gates).build()
-    except ConfigError as exc:
-        problems.extend(p for p in exc.problems if p.key not in reported)
-    except (TypeError, ValueError, KeyError, AttributeError):
-        pass  # a document the schema refused can trip the builder; the schema problems say why
+        builder.build()
+    except (ConfigError, TypeError, ValueError, KeyError, AttributeError):
+        # A document the schema refused can trip the builder (the schema problems say why):
+        # what it found before it tripped (`api` and `webhooks` are typed last) is reported too.
+        pass
+    problems.extend(p for p in builder.problems if p.key not in reported)
     raise ConfigError([*refused, *problems])
 
 
 def _schema_problems(merged: MergedConfig) -> tuple[list[ConfigProblem], list[KeyPath]]:
     """The schema's refusals, and the paths of the keys it does not know."""
-    problems = []
+    found = []
     coerce_yaml11_booleans(config_schema(), merged.data, _deref)
-    for error in sorted(schema_errors(config_schema(), merged.data), key=lambda e: list(map(str, e.absolute_path))):
-        path, message = describe(error)
-        if error.validator == "additionalProperties" or error.validator == "propertyNames":
-            message = f"invalid name: {error.message}"
-        problems.append(merged.problem(path, message))
-    return problems, unknown_keys(config_schema(), merged.data)
+    for error in schema_errors(config_schema(), merged.data):
+        for path, message in describe_all(error):
+            if error.validator == "propertyNames":
+                message = f"invalid name: {error.message}"
+            found.append((path, message))
+    found.sort(key=lambda problem: list(map(str, problem[0])))
+    return [merged.problem(path, message) for path, message in found], unknown_keys(config_schema(), merged.data)
 
 
 def _deref(schema: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -314,7 +320,8 @@ class _Builder:
         for root in self.data.get("plugin_roots") or []:
             if Path(root) not in roots:
                 roots.append(Path(root))
-        api = self._api()
+        api = api_config(self.data.get("api") or {})
+        webhooks = webhooks_config(self.data.get("webhooks") or {})
         if self.problems:
             raise ConfigError(self.problems)
         return GatewayConfig(
@@ -326,17 +333,13 @@ class _Builder:
             routes=routes,
             pipelines=freeze(self.data.get("pipelines") or []),
             api=api,
-            webhooks=freeze(self.data.get("webhooks")),
+            webhooks=webhooks,
             document=freeze(self.data),
             files=tuple(self.merged.files),
             env_files=tuple(self.merged.env_files),
             warnings=tuple(self.merged.warnings),
             merged=self.merged,
         )
-
-    def _api(self) -> ApiConfig:
-        raw = self.data.get("api") or {}
-        return api_config(raw, lambda path, message: self.problems.append(self.merged.problem(path, message)))
 
     def _duration(self, path: KeyPath, raw: Any, default: float) -> float:
         if raw is None:
@@ -465,12 +468,24 @@ class _Builder:
             backoff_base=self._duration((*p, "retry", "backoff_base"), retry_raw.get("backoff_base"), 30.0),
         )
         parallelism = raw.get("parallelism")
-        if parallelism is not None and parallelism > service.max_workers:
+        # One node (SQLite) runs at most max_workers at once; nodes sharing a PostgreSQL ledger
+        # add theirs, so only what one node runs (node_parallelism) is bounded by its slots.
+        if parallelism is not None and parallelism > service.max_workers and not self.merged.shared_ledger:
             self.problems.append(
                 self.merged.problem(
                     (*p, "parallelism"),
                     f"parallelism {parallelism} exceeds service.max_workers {service.max_workers}"
-                    " (must be between 1 and max_workers)",
+                    " (must be between 1 and max_workers on one node; with DATABASE_URL it is the cap"
+                    " across every node)",
+                )
+            )
+        node_parallelism = raw.get("node_parallelism")
+        if node_parallelism is not None and node_parallelism > service.max_workers:
+            self.problems.append(
+                self.merged.problem(
+                    (*p, "node_parallelism"),
+                    f"node_parallelism {node_parallelism} exceeds service.max_workers {service.max_workers}"
+                    " (a node runs at most max_workers jobs at once)",
                 )
             )
         cb_raw = raw.get("circuit_breaker") or {}
@@ -494,6 +509,7 @@ class _Builder:
             enabled=raw.get("enabled", True),
             config=freeze(raw.get("config") or {}),
             parallelism=parallelism,
+            node_parallelism=node_parallelism,
             timeouts=freeze(timeouts),
             retry=retry,
             notify_on_complete=raw.get("notify_on_complete", False),

@@ -60,6 +60,8 @@ class TokenRegistry:
     tokens: tuple[ApiToken, ...] = ()
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     problems: tuple[str, ...] = ()  # refused registry entries, for the log and `system doctor`
+    # tokens.yaml entries whose key is empty (an unset `${VAR}`): a secret_ref to one says so.
+    unset: frozenset[str] = frozenset()
 
     def authenticate(self, presented: str) -> ApiToken | None:
         """The token whose secret equals `presented`. Every candidate is compared, in constant
@@ -94,6 +96,7 @@ def load_tokens(config: GatewayConfig) -> TokenRegistry:
     tokens: list[ApiToken] = []
     problems: list[str] = []
     secrets: dict[str, str] = {}
+    unset: set[str] = set()
     for index, inline in enumerate(config.api.tokens):
         if not inline.token:
             problems.append(f"api.auth.tokens[{index}]: empty token (is its ${{VAR}} set?); refused")
@@ -104,6 +107,7 @@ def load_tokens(config: GatewayConfig) -> TokenRegistry:
         key = str(entry.get("key") or "")
         if not key:
             problems.append(f"tokens[{index}] ({name}): empty key (is its ${{VAR}} set?); refused")
+            unset.add(name)
             continue
         secrets[name] = key
         if "scopes_file" not in entry and "scopes" not in entry:
@@ -115,7 +119,7 @@ def load_tokens(config: GatewayConfig) -> TokenRegistry:
         tokens.append(ApiToken(name, key, scopes))
     for problem in problems:
         log.warning("API token refused: %s", problem)
-    return TokenRegistry(tuple(tokens), secrets, tuple(problems))
+    return TokenRegistry(tuple(tokens), secrets, tuple(problems), frozenset(unset))
 
 
 def _registry_scopes(config_dir: Path, entry: Mapping[str, Any], name: str) -> frozenset[str] | str:

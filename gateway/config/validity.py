@@ -1,7 +1,7 @@
 """JSON Schema validation that remembers which documents passed: a config, a manifest, the pipelines.
 
 Why: importing jsonschema is ~30 ms of every gateway process's start (a worker's ~0.2 s, each CLI
-command's; docs/performance.md, item 38), and the documents it checks rarely change between
+command's; docs/performance-history.md, item 38), and the documents it checks rarely change between
 two starts. Validation is a function of the schema, the validator and the document alone, so a
 document that passed once passes again: its digest is remembered, and jsonschema is imported only
 for a document not seen before. A document that failed is never remembered: its problems are
@@ -179,18 +179,45 @@ def schema_errors(schema: Mapping[str, Any], document: Any, *, foreign: bool = F
 
 def describe(error: Any) -> tuple[tuple[str | int, ...], str]:
     """Where and what, for one jsonschema error: a missing key is named itself (not the mapping
-    that lacks it), a constant says what it wants, and an `anyOf` with a `description` says the
-    value it got against that description (an `anyOf`'s, or a `pattern`'s in words)."""
+    that lacks it), a constant says what it wants, an `anyOf` with a `description` says the
+    value it got against that description (an `anyOf`'s, or a `pattern`'s in words), and a `not`
+    says why in its own `description` (a webhook path that is not /healthz)."""
     path = tuple(error.absolute_path)
     if error.validator == "required" and isinstance(error.instance, dict):
-        missing = [key for key in error.validator_value if key not in error.instance]
+        # One error per missing key: the one this error's message names.
+        missing = [k for k in error.validator_value if k not in error.instance and error.message.startswith(repr(k))]
         if missing:
             return (*path, missing[0]), f"missing required key {missing[0]!r}"
     if error.validator == "const":
         return path, f"must be {error.validator_value!r}, got {error.instance!r}"
     if error.validator in ("anyOf", "pattern") and "description" in error.schema:
         return path, f"expected {error.schema['description']}, got {error.instance!r}"
+    if (
+        error.validator == "not"
+        and isinstance(error.validator_value, Mapping)
+        and "description" in error.validator_value
+    ):
+        return path, str(error.validator_value["description"])
     return path, str(error.message)
+
+
+def describe_all(error: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    """`describe`, with each key `additionalProperties: false` refuses named on its own, at its
+    own line: the schema's `x-refused-keys` says why, else the keys that are known are listed."""
+    path = tuple(error.absolute_path)
+    if (
+        error.validator == "additionalProperties"
+        and error.validator_value is False
+        and isinstance(error.instance, dict)
+    ):
+        known = error.schema.get("properties", {})
+        why = error.schema.get("x-refused-keys", {})
+        return [
+            ((*path, key), why.get(key) or f"unknown key {key!r} (expected {', '.join(known)})")
+            for key in error.instance
+            if key not in known
+        ]
+    return [describe(error)]
 
 
 class SchemaUnusable(ValueError):

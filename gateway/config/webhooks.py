@@ -1,9 +1,11 @@
 """Webhook endpoints from `webhooks:` (spec 000 §10.1, "Webhooks", Configuration Specification §4.3).
 
-The loader merges the bare-list form into `webhooks: {listen, endpoints}`, so this reads one shape.
-Parsed once per config load (gateway.runtime keeps the result); what an endpoint refers to comes in
-as plain data, the commands of each plugin and the secrets of tokens.yaml, so the config layer
-imports nothing above it.
+The loader merges the bare-list form into `webhooks: {listen, endpoints}`; the schema
+(config.schema.json) checks every key, type and pattern of it and refuses unknown keys;
+`webhooks_config` types what passed (GatewayConfig.webhooks). What a schema cannot know is checked
+by `serve_webhooks` as the runtime is built (gateway.runtime), with what the endpoints refer to as
+plain data (the commands of each plugin, the secrets of tokens.yaml), so the config layer imports
+nothing above it: a configured plugin, a declared command, a defined secret, one endpoint per path.
 webhooks.yaml is a high-security file: an endpoint that cannot be served exactly as written (an
 unknown key, plugin or command, a secret_ref tokens.yaml does not define, two endpoints on one
 path) refuses the whole config, naming file, line and key, instead of leaving a hole in the listener.
@@ -12,40 +14,47 @@ path) refuses the whole config, naming file, line and key, instead of leaving a 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from gateway.config.api import Listen, parse_listen
-from gateway.config.errors import ConfigProblem
-from gateway.config.frozen import thaw
-from gateway.config.model import GatewayConfig
 from gateway.config.yamlsrc import KeyPath, dotted
 
 DEFAULT_COMMAND = "handle"
 DEFAULT_MAX_BODY_SIZE = 1024 * 1024  # the spec's "1 MB", read as the original reads it: 1048576
-HEALTH_PATH = "/healthz"
-
-_ENDPOINT_KEYS = ("name", "path", "plugin", "command", "secret_ref", "signature_header", "max_body_size")
-_TOP_KEYS = ("listen", "endpoints")
 _SIZE = re.compile(r"\s*(\d+)\s*([kmg]?b)?\s*", re.IGNORECASE)
 _UNIT = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
-# Letters, digits and dashes: all a header name can hold once it has passed through gunicorn, which
-# drops headers spelled with underscores.
-_HEADER = re.compile(r"[A-Za-z0-9-]+")
+
+Problem = Callable[[KeyPath, str], None]
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class WebhookEndpoint:
+    """One entry of `webhooks.endpoints` as configured."""
+
     name: str
     path: str
     plugin: str
     command: str
     secret_ref: str
-    secret: str = field(repr=False)
     signature_header: str
-    max_body_size: int
+    max_body_size: int  # bytes
+
+
+@dataclass(frozen=True)
+class WebhooksConfig:
+    listen: Listen | None = None  # where the listener serves; None when the config names none
+    endpoints: tuple[WebhookEndpoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class Endpoint(WebhookEndpoint):
+    """An endpoint as the listener serves it: with the secret its secret_ref names. A type of its
+    own, so nothing can verify a signature with an endpoint of the config, which has no secret."""
+
+    secret: str = field(repr=False, kw_only=True)
 
 
 # Plugin name -> the commands its manifest declares; None for a plugin skipped at load (no manifest
@@ -73,147 +82,71 @@ def parse_size(value: object) -> int:
     return size
 
 
-def parse_webhooks(
-    config: GatewayConfig, commands: Commands, secrets: Mapping[str, str]
-) -> tuple[Webhooks, list[ConfigProblem]]:
-    """The configured listener and endpoints, and every problem with them."""
-    return _Parser(config, commands, secrets).parse()
+def webhooks_config(raw: Mapping[str, Any]) -> WebhooksConfig:
+    """`raw` is the merged `webhooks:` mapping, which the schema has passed, typed."""
+    listen = parse_listen(raw["listen"], default_port=0) if "listen" in raw else None
+    return WebhooksConfig(listen, tuple(_endpoint(entry) for entry in raw.get("endpoints") or ()))
 
 
-class _Parser:
-    def __init__(self, config: GatewayConfig, commands: Commands, secrets: Mapping[str, str]):
-        self.config = config
-        self.commands = commands
-        self.secrets = secrets
-        self.problems: list[ConfigProblem] = []
+def _endpoint(raw: Mapping[str, Any]) -> WebhookEndpoint:
+    return WebhookEndpoint(
+        name=raw.get("name", raw["path"]),
+        path=raw["path"],
+        plugin=raw["plugin"],
+        command=raw.get("command", DEFAULT_COMMAND),
+        secret_ref=raw["secret_ref"],
+        signature_header=raw["signature_header"],
+        max_body_size=parse_size(raw.get("max_body_size", DEFAULT_MAX_BODY_SIZE)),
+    )
 
-    def problem(self, path: KeyPath, message: str) -> None:
-        self.problems.append(self.config.problem(path, message))
 
-    def parse(self) -> tuple[Webhooks, list[ConfigProblem]]:
-        raw = thaw(self.config.webhooks) or {}
-        self.unknown_keys(("webhooks",), raw, _TOP_KEYS)
-        listen = None
-        if raw.get("listen") is not None:
-            listen = parse_listen(raw["listen"], default_port=0) if ":" in str(raw["listen"]) else None
-            if listen is None:
-                self.problem(
-                    ("webhooks", "listen"), f"expected host:port such as 127.0.0.1:8081, got {raw['listen']!r}"
-                )
-        entries = raw.get("endpoints")
-        if entries is None:
-            entries = []
-        elif not isinstance(entries, list):
-            self.problem(("webhooks", "endpoints"), f"expected a list of endpoints, got {entries!r}")
-            entries = []
-        by_path: dict[str, Endpoint] = {}
-        first_use: dict[tuple[str, str], KeyPath] = {}  # ("path" or "name", value) -> its first endpoint
-        for index, entry in enumerate(entries):
-            at: KeyPath = ("webhooks", "endpoints", index)
-            endpoint = self.endpoint(at, entry)
-            if endpoint is None:
-                continue
-            # `/hook/a` and `/hook/a/` are one path to a sender (the original's conflict check
-            # trims the trailing slash too): two endpoints on it would make the slash choose.
-            same_path = endpoint.path.rstrip("/") or "/"
-            for kind, value in (("path", same_path), ("name", endpoint.name)):
-                if (kind, value) in first_use:
-                    other = dotted(first_use[kind, value])
-                    shown = endpoint.path if kind == "path" else value
-                    self.problem((*at, kind), f"{kind} {shown!r} is already used by {other}")
-                    endpoint = None
-                    break
-                first_use[kind, value] = at
-            if endpoint is not None:
-                by_path[endpoint.path] = endpoint
-        return Webhooks(listen, MappingProxyType(by_path)), self.problems
-
-    def unknown_keys(self, at: KeyPath, raw: Mapping[str, Any], known: tuple[str, ...]) -> None:
-        for key in raw:
-            if key in known:
-                continue
-            if key == "secret":
-                message = "an inline secret is not accepted: define it in tokens.yaml and name it in secret_ref"
-            else:
-                message = f"unknown key {key!r} (expected {', '.join(known)})"
-            self.problem((*at, key), message)
-
-    def endpoint(self, at: KeyPath, raw: Any) -> Endpoint | None:
-        if not isinstance(raw, dict):
-            self.problem(at, f"expected an endpoint mapping (path, plugin, secret_ref, ...), got {raw!r}")
-            return None
-        before = len(self.problems)
-        self.unknown_keys(at, raw, _ENDPOINT_KEYS)
-        path = self.path(at, raw.get("path"))
-        plugin = self.plugin(at, raw.get("plugin"))
-        command = self.command(at, plugin, raw.get("command") or DEFAULT_COMMAND)
-        secret_ref, secret = self.secret(at, raw.get("secret_ref"))
-        header = self.header(at, raw.get("signature_header"))
-        size = DEFAULT_MAX_BODY_SIZE
-        if "max_body_size" in raw:
-            try:
-                size = parse_size(raw["max_body_size"])
-            except ValueError as exc:
-                self.problem((*at, "max_body_size"), str(exc))
-        name = raw.get("name", path)
-        if "name" in raw and (not isinstance(name, str) or not name):
-            self.problem((*at, "name"), f"expected a non-empty string, got {name!r}")
-        if len(self.problems) > before:
-            return None
-        return Endpoint(name, path, plugin, command, secret_ref, secret, header, size)
-
-    def required_string(self, at: KeyPath, key: str, value: Any, what: str) -> str:
-        if value is None:
-            self.problem((*at, key), f"missing required key {key!r} ({what})")
-        elif not isinstance(value, str) or not value:
-            self.problem((*at, key), f"expected {what}, got {value!r}")
+def serve_webhooks(
+    config: WebhooksConfig,
+    commands: Commands,
+    secrets: Mapping[str, str],
+    unset: Collection[str],
+    problem: Problem,
+) -> Webhooks:
+    """The listener's endpoints by path, each with its secret. `commands` has every configured
+    plugin; `unset` names the tokens.yaml entries whose key is empty. Refused through `problem`,
+    all at once: a plugin that is not configured, a command its manifest does not declare, a
+    secret_ref naming no secret, and a path or name an earlier endpoint already has."""
+    by_path: dict[str, Endpoint] = {}
+    first_use: dict[tuple[str, str], KeyPath] = {}  # ("path" or "name", value) -> its first endpoint
+    for index, endpoint in enumerate(config.endpoints):
+        at: KeyPath = ("webhooks", "endpoints", index)
+        refused = _refusals(endpoint, commands, secrets, unset)
+        for key, message in refused:
+            problem((*at, key), message)
+        if refused:
+            continue
+        # `/hook/a` and `/hook/a/` are one path to a sender (the original's conflict check trims
+        # the trailing slash too): two endpoints on it would make the slash choose.
+        same_path = endpoint.path.rstrip("/") or "/"
+        for kind, value in (("path", same_path), ("name", endpoint.name)):
+            if (kind, value) in first_use:
+                shown = endpoint.path if kind == "path" else value
+                problem((*at, kind), f"{kind} {shown!r} is already used by {dotted(first_use[kind, value])}")
+                break
+            first_use[kind, value] = at
         else:
-            return value
-        return ""
+            by_path[endpoint.path] = Endpoint(**vars(endpoint), secret=secrets[endpoint.secret_ref])
+    return Webhooks(config.listen, MappingProxyType(by_path))
 
-    def path(self, at: KeyPath, value: Any) -> str:
-        path = self.required_string(at, "path", value, "the URL path, such as /webhook/github")
-        if not path:
-            return path
-        if not path.startswith("/") or any(c in path for c in "?# "):
-            self.problem((*at, "path"), f"expected a URL path such as /webhook/github (no ?, # or space), got {path!r}")
-        elif path == HEALTH_PATH:
-            self.problem((*at, "path"), f"{HEALTH_PATH} is the listener's health endpoint")
-        return path
 
-    def plugin(self, at: KeyPath, value: Any) -> str:
-        plugin = self.required_string(at, "plugin", value, "the name of a configured plugin")
-        if plugin and plugin not in self.config.plugins:
-            known = ", ".join(sorted(self.config.plugins)) or "none"
-            self.problem((*at, "plugin"), f"unknown plugin {plugin!r} (configured plugins: {known})")
-        return plugin
-
-    def command(self, at: KeyPath, plugin: str, value: Any) -> str:
-        command = self.required_string(at, "command", value, "a command name")
-        declared_commands = self.commands.get(plugin)
-        if command and declared_commands is not None and command not in declared_commands:
-            declared = ", ".join(declared_commands)
-            self.problem(
-                (*at, "command"), f"plugin {plugin!r} has no command {command!r} (manifest declares {declared})"
-            )
-        return command
-
-    def secret(self, at: KeyPath, value: Any) -> tuple[str, str]:
-        ref = self.required_string(at, "secret_ref", value, "the name of a tokens.yaml entry holding the HMAC secret")
-        if not ref:
-            return ref, ""
-        secret = self.secrets.get(ref)
-        if secret is None:
-            defined = any(
-                isinstance(t, Mapping) and t.get("name") == ref for t in self.config.document.get("tokens") or ()
-            )
-            reason = "has an empty key (is its ${VAR} set?)" if defined else "is not defined"
-            self.problem((*at, "secret_ref"), f"secret_ref {ref!r}: tokens.yaml entry {ref!r} {reason}")
-            return ref, ""
-        return ref, secret
-
-    def header(self, at: KeyPath, value: Any) -> str:
-        header = self.required_string(at, "signature_header", value, "the request header carrying the signature")
-        if header and not _HEADER.fullmatch(header):
-            self.problem((*at, "signature_header"), f"expected a header name of letters, digits and -, got {header!r}")
-        return header
+def _refusals(
+    endpoint: WebhookEndpoint, commands: Commands, secrets: Mapping[str, str], unset: Collection[str]
+) -> list[tuple[str, str]]:
+    """What the endpoint refers to that does not exist, as (its key, why)."""
+    found = []
+    if endpoint.plugin not in commands:
+        known = ", ".join(sorted(commands)) or "none"
+        found.append(("plugin", f"unknown plugin {endpoint.plugin!r} (configured plugins: {known})"))
+    elif (declared := commands[endpoint.plugin]) is not None and endpoint.command not in declared:
+        what = f"plugin {endpoint.plugin!r} has no command {endpoint.command!r}"
+        found.append(("command", f"{what} (manifest declares {', '.join(declared)})"))
+    if endpoint.secret_ref not in secrets:
+        ref = endpoint.secret_ref
+        reason = "has an empty key (is its ${VAR} set?)" if ref in unset else "is not defined"
+        found.append(("secret_ref", f"secret_ref {ref!r}: tokens.yaml entry {ref!r} {reason}"))
+    return found

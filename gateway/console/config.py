@@ -50,7 +50,7 @@ def config_context() -> dict[str, Any]:
                 status=status,
                 why=registry.skipped.get(name, ""),
                 manifest=instance.manifest if instance else registry.discovery.manifests.get(plugin.uses),
-                parallelism=instance.parallelism if instance else None,
+                parallelism=instance.shown_parallelism if instance else None,
                 health=health.get(name),
             )
         )

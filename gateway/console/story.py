@@ -13,7 +13,7 @@ from gateway.console.render import capped
 from gateway.console.safety import Safe
 from gateway.reports import added_paths, claims_only, depth_first, parse_response, tree_root
 from ledger.models import EventContext, EventRecord, Job, JobLog, JobStopwatch, JobTransition, PluginFact
-from pipelines.router import CONTROL
+from pipelines.successors import CONTROL
 
 # Rows of a tree shown on one page (a split can fan out to thousands).
 TREE_CAP = 300

@@ -35,7 +35,6 @@ from gateway.config.frozen import thaw
 from gateway.config.schedules import CatchUp, IfRunning, Kind, Schedule
 from gateway.intake.events import announce
 from gateway.logs import logger
-from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.scheduler.timing import catch_up, every_run, first_due, next_run, overdue
 from gateway.storage.database import ensure_schema
@@ -53,7 +52,8 @@ from ledger.models import (
 from ledger.models.schedules import Take
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.timestamps import rfc3339
+from ledger.writes.transaction import writing
 
 log = logger("scheduler")
 
@@ -192,7 +192,7 @@ def skipped_event(due: Due, skip: Skip) -> dict[str, Any]:
         "command": schedule.command,
         "reason": skip.reason,
         "message": skip.message,
-        "next_run_at": iso(due.following) if due.following else None,
+        "next_run_at": rfc3339(due.following) if due.following else None,
     }
     return {"type": "scheduler.skipped", "payload": payload}
 

@@ -68,7 +68,7 @@ STOP_GRACE = 60.0
 # The supervisor's longest sleep between passes, when no restart or demand question is due sooner.
 # Whatever needs it sooner wakes it: signals (`signal.set_wakeup_fd`), a child process's death
 # (SIGCHLD) among them, and a resident loop's end (`Resident`'s `on_end`). Why not shorter: each
-# pass of an idle supervisor is a wake-up, which costs CPU (docs/performance.md, item 37).
+# pass of an idle supervisor is a wake-up, which costs CPU (docs/performance-history.md, item 37).
 MAX_PASS = 30.0
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,32 +13,25 @@ from django.utils import timezone
 
 from gateway import intake
 from gateway.config.frozen import thaw
+from gateway.execution.announcements import endings, preflight_event, signals
 from gateway.execution.leases import Leases
 from gateway.execution.protocol import build_request, judge, stored_stderr
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
 from gateway.plugins.registry import PluginInstance
-from gateway.reports import iso
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.database import unavailable_reason
-from ledger import wakeups
+from ledger import job_notifications
 from ledger.ids import new_id
 from ledger.models import AttemptOutcome, EventContext, Job, JobSpec, LostJob, PluginState
-from ledger.models.jobs import Ending, backoff_seconds
+from ledger.models.jobs import Ending
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from ledger.writes import writing
-from pipelines.dsl import RELAY, STEP_SUCCEEDED, SWITCH, SWITCH_FALSE, SWITCH_TRUE, Node
-from pipelines.predicates import evaluate
-from pipelines.router import (
-    Position,
-    carry_forward,
-    entry_matches,
-    entry_successors,
-    successors,
-    synthetic_success,
-)
-from pipelines.routing import stamp_event
+from ledger.timestamps import rfc3339
+from ledger.writes.transaction import writing
+from pipelines.completion import Finished, aftermath, relayed_event, switch_branch
+from pipelines.dsl import RELAY, SWITCH, SWITCH_TRUE, Node
+from pipelines.successors import Position
 from pipelines.templates import TemplateError, remap
 
 log = logger("dispatch")
@@ -94,7 +86,7 @@ class Executor:
         try:
             # A retry or a dead end is announced here too (job.retry_scheduled, job.dead, hooks):
             # an internal error must not make a job's end silent.
-            self._announce_ending(job, outcome, runtime)
+            conclude(runtime, job, outcome, Position(depth=job.route_depth))
         except Exception:
             log.exception("announcing the failed attempt failed too", extra={"plugin": job.plugin, "job_id": job.id})
             outcome = AttemptOutcome(JobStatus.FAILED, error=outcome.error)
@@ -131,7 +123,7 @@ class Executor:
             state=job.claim_reads.state if job.claim_reads else PluginState.current(instance.name),
             context=self._context(job, instance, position),
             event=event,
-            deadline_at=iso(now + timedelta(seconds=timeout)),
+            deadline_at=rfc3339(now + timedelta(seconds=timeout)),
             instance=instance.name,
         )
         # The plugin's code again, as late as can be (issue 12: trust and seal checked at load only
@@ -160,11 +152,9 @@ class Executor:
             backoff_base=instance.config.retry.backoff_base,
         )
         outcome.events.append(preflight_event(job, "run", ""))
+        emitted = None
         if verdict.status == JobStatus.SUCCEEDED:
-            events = verdict.events
-            if not events and position.pipeline:
-                events = [synthetic_success(event, verdict.result)]
-            self._route(job, events, runtime, position, outcome)
+            emitted = verdict.events
             if verdict.state_updates is not None:
                 rule = instance.manifest.fact_rule(job.command)
                 outcome.state_write = (instance.name, rule.fact_type if rule else None, verdict.state_updates)
@@ -179,7 +169,7 @@ class Executor:
             "subs_json": verdict.subs,
             "runtime_post_ns": time.perf_counter_ns() - post_started,
         }
-        return self._record(job, outcome, runtime)
+        return self._record(job, outcome, runtime, position, emitted=emitted, result=verdict.result, ran_with=event)
 
     # -- preflight -------------------------------------------------------------------------
 
@@ -234,13 +224,12 @@ class Executor:
             "context": dict(position.context or {}),
             "config": thaw(gated_plugin.config.config) if gated_plugin else {},
         }
-        decision = evaluate(node.condition, scope)
-        event = {"type": SWITCH_TRUE if decision else SWITCH_FALSE, "payload": dict(payload)}
-        response = {"status": "ok", "result": f"condition is {str(decision).lower()}", "events": [event]}
+        event = switch_branch(node.condition, scope)
+        decision = str(event["type"] == SWITCH_TRUE).lower()
+        response = {"status": "ok", "result": f"condition is {decision}", "events": [event]}
         outcome = AttemptOutcome(JobStatus.SUCCEEDED, response_text=json.dumps(response))
         outcome.events.append(preflight_event(job, "run", ""))
-        self._route(job, [event], runtime, position, outcome)
-        return self._record(job, outcome, runtime)
+        return self._record(job, outcome, runtime, position, emitted=[event])
 
     # -- core.relay --------------------------------------------------------------------------
 
@@ -253,7 +242,7 @@ class Executor:
         # pipelines relay needs the sender (with urllib.request).
         from gateway.relay.sender import RelayFailed, send
         from gateway.relay.wire import Envelope
-        from pipelines.relay import RelayStepError, project
+        from pipelines.relay_step import RelayStepError, project
 
         node = self._node(runtime, position)
         if node is None or node.relay is None:
@@ -277,24 +266,19 @@ class Executor:
             outcome = AttemptOutcome(JobStatus.FAILED, error=f"core.relay: {exc}", retryable=exc.retryable)
             outcome.events.append(preflight_event(job, "run", ""))
             return self._record(job, outcome, runtime)
-        event = {
-            "type": STEP_SUCCEEDED,
-            "payload": {
-                "relay_to": spec.to,
-                "relay_event_type": spec.event,
-                "relay_receiver_event_id": accepted.receiver_event_id,
-                "relay_receiver_peer": accepted.peer,
-                "relay_receiver_job_id": accepted.job_id,
-                "relay_acceptance_status": accepted.status,
-            },
-        }
+        event = relayed_event(
+            spec,
+            status=accepted.status,
+            peer=accepted.peer,
+            receiver_event_id=accepted.receiver_event_id,
+            job_id=accepted.job_id,
+        )
         result = {"status": "relayed", "to": spec.to, "event": spec.event, "accepted": accepted.as_dict()}
         outcome = AttemptOutcome(
             JobStatus.SUCCEEDED, response_text=json.dumps({"status": "ok", "result": result, "events": [event]})
         )
         outcome.events.append(preflight_event(job, "run", ""))
-        self._route(job, [event], runtime, position, outcome)
-        return self._record(job, outcome, runtime)
+        return self._record(job, outcome, runtime, position, emitted=[event])
 
     def _refuse(self, job: Job, runtime: Runtime, error: str) -> Job | None:
         """An in-process step that cannot run as configured: failed for good, with why."""
@@ -302,81 +286,26 @@ class Executor:
         outcome.events.append(preflight_event(job, "fail", error))
         return self._record(job, outcome, runtime)
 
-    # -- routing -----------------------------------------------------------------------------
-
-    def _route(
-        self, job: Job, events: list[dict[str, Any]], runtime: Runtime, position: Position, outcome: AttemptOutcome
-    ) -> None:
-        """Stamp the job's events, log them, and add every successor to the outcome."""
-        if not events:
-            return
-        stamped = self._stamp(job, events, position)
-        outcome.events += stamped
-        self._follow(job, stamped, runtime, position, outcome)
-
-    def _stamp(self, job: Job, events: list[dict[str, Any]], position: Position) -> list[dict[str, Any]]:
-        timestamp = iso(timezone.now())
-        input_payload = (job.event or {}).get("payload") or {}
-        return [
-            stamp_event(
-                carry_forward(input_payload, e) if position.pipeline else e,
-                source=job.plugin,
-                timestamp=timestamp,
-                event_id=new_id(),
-            )
-            for e in events
-        ]
-
-    def _follow(
-        self, job: Job, stamped: list[dict[str, Any]], runtime: Runtime, position: Position, outcome: AttemptOutcome
-    ) -> None:
-        found = successors(
-            source_plugin=job.plugin,
-            position=position,
-            events=stamped,
-            routes=runtime.routing,
-            pipelines=runtime.pipelines,
+    def _record(
+        self,
+        job: Job,
+        outcome: AttemptOutcome,
+        runtime: Runtime,
+        position: Position | None = None,
+        *,
+        emitted: list[dict[str, Any]] | None = None,
+        result: Any = None,
+        ran_with: dict[str, Any] | None = None,
+    ) -> Job | None:
+        conclude(
+            runtime,
+            job,
+            outcome,
+            position or Position(depth=job.route_depth),
+            emitted=emitted,
+            result=result,
+            ran_with=ran_with,
         )
-        if not found:
-            log.debug("no route matched %d event(s)", len(stamped), extra={"plugin": job.plugin, "job_id": job.id})
-        outcome.children += [
-            intake.successor(runtime, s, parent=job, upstream_pipeline=position.pipeline) for s in found
-        ]
-
-    def _announce(self, job: Job, outcome: AttemptOutcome, runtime: Runtime, final: str | None) -> None:
-        """The events of how this attempt ends that are not lifecycle hooks: `job.retry_scheduled`
-        (with the time the retry is due, fixed here so the event and the row agree) or
-        `job.retry_exhausted`, and `poll.started`/`poll.completed` around a scheduled poll. Each is
-        logged and starts whatever listens for it (`on:` pipelines, `routes:`), as an emitted
-        event does, but never moves the job's own pipeline on: a retry is not a step's result."""
-        polled = job.command == "poll" and job.submitter is Submitter.SCHEDULER
-        if final not in (None, JobStatus.DEAD) and not polled:
-            return  # the common case: nothing to announce
-        position = Position(depth=job.route_depth)
-        announced: list[dict[str, Any]] = []
-        if final is None:
-            delay = backoff_seconds(job.attempt, outcome.backoff_base)
-            outcome.retry_at = timezone.now() + timedelta(seconds=delay)
-            announced.append(retry_scheduled_event(job, outcome, delay))
-        elif final == JobStatus.DEAD:
-            announced.append(retry_exhausted_event(job, outcome))
-        if polled:
-            # poll.started opens the attempt's story in event_log, before its preflight decision.
-            started = self._stamp(job, [poll_event(job, outcome, "poll.started")], position)
-            outcome.events[:0] = started
-            self._follow(job, started, runtime, position, outcome)
-            announced.append(poll_event(job, outcome, "poll.completed"))
-        self._route(job, announced, runtime, position, outcome)
-
-    def _announce_ending(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> None:
-        """Everything the outcome announces: its retry or dead end, its poll events, its hooks."""
-        final = outcome.final_status(job.attempt, job.max_attempts)
-        self._announce(job, outcome, runtime, final)
-        if final is not None:
-            announce_end(runtime, job, outcome, final)
-
-    def _record(self, job: Job, outcome: AttemptOutcome, runtime: Runtime) -> Job | None:
-        self._announce_ending(job, outcome, runtime)
         instance = runtime.registry.instances.get(job.plugin)
         if job.submitter is Submitter.SCHEDULER and instance is not None:
             outcome.breaker_threshold = instance.config.circuit_breaker.threshold
@@ -420,7 +349,7 @@ class Executor:
 
         if self.claim_next is not None:
             try:
-                with writing(), wakeups.tallying_enqueues() as tally:
+                with writing(), job_notifications.tallying_enqueues() as tally:
                     record()
                     following = self.claim_next()
                     # A child of this job was enqueued in this transaction: no other thread needs
@@ -453,7 +382,7 @@ class Executor:
         log.warning(
             "recording the outcome failed: %s; keeping it and trying again while this worker's lease lasts (until %s)",
             unavailable_reason(error),
-            iso(lease),
+            rfc3339(lease),
             extra=extra,
         )
         began, attempts, pause = time.monotonic(), 1, RECORD_RETRY_FIRST
@@ -524,156 +453,58 @@ def routed(children: Sequence[JobSpec]) -> str:
     return f"; routed {', '.join(targets)}{more}"
 
 
-def preflight_event(job: Job, decision: str, reason: str) -> dict[str, Any]:
-    """DSL reference §6.4: every job records what preflight decided."""
-    payload = {"job_id": job.id, "plugin": job.plugin, "command": job.command, "decision": decision, "reason": reason}
-    return {"type": "job.preflight", "source": "core", "payload": payload}
-
-
-def announce_end(runtime: Runtime, job: Job, outcome: AttemptOutcome, final: str, *, recovery: bool = False) -> None:
-    """Lifecycle hooks (DSL reference §8-§9): when a root job of a plugin that opted in with
-    `notify_on_complete` ends for good, its signals are logged and matching `on-hook` pipelines
-    start as fresh roots. `job.dead` is logged for every job that ends dead, opted in or not
-    (003 §9). `recovery`: the job was lost with its worker and ended by lease recovery (the
-    ledger's `recover_lost` calls this through `recovery_ending`)."""
-    instance = runtime.registry.instances.get(job.plugin)
-    # Only roots (and hook-started roots) signal hooks.
-    signals_hooks = (
-        instance is not None
-        and instance.config.notify_on_complete
-        and runtime.pipelines.has_hooks()
-        and (not job.parent_job_id or job.submitter is Submitter.HOOK)
+def conclude(
+    runtime: Runtime,
+    job: Job,
+    outcome: AttemptOutcome,
+    position: Position,
+    *,
+    emitted: list[dict[str, Any]] | None = None,
+    result: Any = None,
+    ran_with: dict[str, Any] | None = None,
+    recovery: bool = False,
+) -> None:
+    """Add to `outcome`, before it is recorded, what its end announces and every job that follows:
+    `pipelines.completion` decides them, the intake builds each job. `recovery`: a lost job that
+    lease recovery ends (its hooks fire with `recovery: true`; no retry is announced)."""
+    final = outcome.final_status(job.attempt, job.max_attempts)
+    opening, announced = ([], []) if recovery else endings(job, outcome, final)
+    logged, hooks = signals(runtime, job, outcome, final, recovery=recovery)
+    finished = Finished(
+        plugin=job.plugin,
+        position=position,
+        event=job.event or {},
+        emitted=emitted,
+        result=result,
+        ran_with=ran_with,
+        announced=announced,
+        opening=opening,
+        signals=logged,
+        hooks=hooks,
+        hook_depth=int((job.event or {}).get("hook_depth") or 0),
     )
-    if final != JobStatus.DEAD and not signals_hooks:
-        return  # nothing to log or start: the common case costs nothing more
-    signals = lifecycle_signals(job, outcome, final, recovery=recovery)
-    if not signals_hooks:
-        outcome.events += [s for s in signals if s["type"] == "job.dead"]
-        return
-    outcome.events += signals
-    hook_depth = int((job.event or {}).get("hook_depth") or 0)
-    outcome.children += hook_children(runtime, job, signals, hook_depth)
+    after = aftermath(
+        finished,
+        routes=runtime.routing,
+        pipelines=runtime.pipelines,
+        hook_max_depth=runtime.config.service.hook_max_depth,
+        clock=lambda: rfc3339(timezone.now()),
+        new_id=new_id,
+    )
+    outcome.events[:0] = after.opening
+    outcome.events += after.events
+    routed_events = len(after.opening) + len(after.events) - len(logged)
+    if routed_events and not after.successors:
+        log.debug("no route matched %d event(s)", routed_events, extra={"plugin": job.plugin, "job_id": job.id})
+    outcome.children += [intake.successor(runtime, s, parent=job) for s in after.successors]
+    for why in after.unstarted_hooks:
+        log.warning(why, extra={"plugin": job.plugin, "job_id": job.id})
 
 
 def recovery_ending(runtime: Runtime) -> Ending:
     """What announces a lost job that lease recovery ends dead: its hooks, with `recovery: true`."""
 
     def ending(job: Job, outcome: AttemptOutcome) -> None:
-        announce_end(runtime, job, outcome, JobStatus.DEAD, recovery=True)
+        conclude(runtime, job, outcome, Position(depth=job.route_depth), recovery=True)
 
     return ending
-
-
-def hook_children(runtime: Runtime, job: Job, signals: list[dict[str, Any]], hook_depth: int) -> list[JobSpec]:
-    """The entry jobs of every `on-hook` pipeline one of `signals` starts, as fresh roots whose
-    parent is `job`, one hook generation deeper (stopped at `service.hook_max_depth`)."""
-    children = []
-    for signal in signals:
-        for pipeline in runtime.pipelines.hooks(signal["type"]):
-            if hook_depth >= runtime.config.service.hook_max_depth:
-                log.warning(
-                    "hook %s not started: hook depth %d reached service.hook_max_depth",
-                    pipeline.name,
-                    hook_depth,
-                    extra={"plugin": job.plugin, "job_id": job.id},
-                )
-                continue
-            if not entry_matches(pipeline, job.plugin, signal, {}):
-                continue
-            for found in entry_successors(pipeline, signal, {}, 1):
-                spec = intake.successor(runtime, found, parent=None, submitter=Submitter.HOOK)
-                event = {**spec.event, "hook_depth": hook_depth + 1} if spec.event else None
-                children.append(replace(spec, parent_job_id=job.id, event=event))
-    return children
-
-
-def lifecycle_signals(job: Job, outcome: AttemptOutcome, final: str, *, recovery: bool = False) -> list[dict[str, Any]]:
-    """`job.completed` for every end, plus `job.failed` or `job.timed_out`, plus `job.dead` for a
-    job that ends dead (payload fields of 003 §9.1). `recovery`: the job was lost with its worker
-    and ended by lease recovery, not by an answer of its plugin."""
-    started = job.started_at or job.created_at
-    payload: dict[str, Any] = {
-        "job_id": job.id,
-        "plugin": job.plugin,
-        "command": job.command,
-        "status": final,
-        "attempt": job.attempt,
-        "duration_ms": int((timezone.now() - started).total_seconds() * 1000) if started else None,
-    }
-    if final != JobStatus.SUCCEEDED:
-        message = f"Job {final.replace('_', ' ')} [{job.plugin}]: {outcome.error or 'no error message'}"
-        payload.update(message=message, text=message, error=outcome.error)
-    if final == JobStatus.DEAD:
-        payload.update(reason=ATTEMPTS_EXHAUSTED, max_attempts=job.max_attempts)
-    if recovery:
-        payload["recovery"] = True
-    names = ["job.completed"]
-    if final != JobStatus.SUCCEEDED:
-        names.append("job.timed_out" if outcome.status == JobStatus.TIMED_OUT else "job.failed")
-    if final == JobStatus.DEAD:
-        names.append("job.dead")
-    return [{"type": name, "source": job.plugin, "event_id": new_id(), "payload": dict(payload)} for name in names]
-
-
-# The original's words for why a retryable failure was not retried again.
-ATTEMPTS_EXHAUSTED = "attempts_exhausted"
-
-
-def _retry_reason(outcome: AttemptOutcome) -> str:
-    return "timeout" if outcome.status == JobStatus.TIMED_OUT else "plugin_error"
-
-
-def retry_scheduled_event(job: Job, outcome: AttemptOutcome, delay: float) -> dict[str, Any]:
-    """A failed attempt that will be tried again: which, when, and why it failed."""
-    assert outcome.retry_at is not None
-    payload = {
-        "job_id": job.id,
-        "plugin": job.plugin,
-        "command": job.command,
-        "status": outcome.status,
-        "attempt": job.attempt,
-        "next_attempt": job.attempt + 1,
-        "max_attempts": job.max_attempts,
-        "backoff_ms": int(delay * 1000),
-        "next_retry_at": iso(outcome.retry_at),
-        "reason": _retry_reason(outcome),
-        "error": outcome.error,
-    }
-    return {"type": "job.retry_scheduled", "payload": payload}
-
-
-def retry_exhausted_event(job: Job, outcome: AttemptOutcome) -> dict[str, Any]:
-    """A retryable failure on the last attempt: the job ends `dead` (000 §3.3)."""
-    payload = {
-        "job_id": job.id,
-        "plugin": job.plugin,
-        "command": job.command,
-        "status": outcome.status,
-        "attempts": job.attempt,
-        "max_attempts": job.max_attempts,
-        "final_error": outcome.error,
-        "reason": ATTEMPTS_EXHAUSTED,
-        "retry_decision_reason": _retry_reason(outcome),
-    }
-    return {"type": "job.retry_exhausted", "payload": payload}
-
-
-def poll_event(job: Job, outcome: AttemptOutcome, kind: str) -> dict[str, Any]:
-    """`poll.started` / `poll.completed` of one attempt of a scheduled poll (the original's fields;
-    the schedule is named by the scheduler's dedupe key `<plugin>:<command>:<schedule id>`)."""
-    prefix = f"{job.plugin}:{job.command}:"
-    key = job.dedupe_key or ""
-    payload: dict[str, Any] = {
-        "job_id": job.id,
-        "plugin": job.plugin,
-        "command": job.command,
-        "schedule_id": key[len(prefix) :].split(":")[0] if key.startswith(prefix) else "",
-        "submitted_by": job.submitted_by,
-        "attempt": job.attempt,
-        "started_at": iso(job.started_at) if job.started_at else None,
-    }
-    if kind == "poll.completed":
-        started = job.started_at or job.created_at
-        payload.update(status=outcome.status, outcome=outcome.status, error=outcome.error)
-        payload["duration_ms"] = int((timezone.now() - started).total_seconds() * 1000) if started else None
-    return {"type": kind, "payload": payload}

@@ -2,7 +2,7 @@
 another thread says so (a worker thread that ended).
 
 Why not a short fixed sleep: an idle daemon's CPU is its wake-ups, and on a small VM each costs
-far more than the work it does (docs/performance.md item 31), so the passes are spaced as far as
+far more than the work it does (docs/performance-history.md item 31), so the passes are spaced as far as
 their duties allow and whatever cannot wait wakes the sleeper.
 """
 

@@ -22,7 +22,7 @@ from gateway.version import PROTOCOL_VERSION
 from ledger.models import EventRecord
 from ledger.models.facts import STATE_SIZE_LIMIT
 from ledger.storable import not_json
-from pipelines.routing import valid_event
+from pipelines.event_envelope import valid_event
 
 # What the ledger stores of an event: a longer type or dedupe key is refused by PostgreSQL's
 # columns (and would fail the whole completion), and kept whole by SQLite's; either way the

@@ -32,7 +32,7 @@ AFTER_EXIT = 1.0
 _EXIT_POLL = 0.05
 # Plugins run this much nicer than the gateway (and start their own children so): on a busy
 # host the API answering an agent, and the daemon holding the ledger's write lock, are never
-# starved by plugin processes (docs/performance.md, "API while workers drain"). An idle CPU
+# starved by plugin processes (docs/performance-history.md, "API while workers drain"). An idle CPU
 # still runs a plugin at full speed.
 PLUGIN_NICENESS = 10
 _READ_CHUNK = 65536
@@ -181,7 +181,7 @@ def _lower_priority(pid: int) -> None:
     not answer at once; a batch task never preempts another when it wakes. Why first: lowering
     the niceness of a just-spawned plugin under the normal policy took this thread off its CPU
     for 0.5-0.6 ms per spawn on a 2-core VM (as if the CPU went to the plugin until it blocked;
-    throughput -10 %, docs/performance.md item 22); once the plugin is a batch task, neither call
+    throughput -10 %, docs/performance-history.md item 22); once the plugin is a batch task, neither call
     waits."""
     try:
         os.sched_setscheduler(pid, os.SCHED_BATCH, os.sched_param(0))

@@ -27,11 +27,12 @@ from gateway.execution.runner import kill_live_groups
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
 from gateway.storage.checkpoints import Activity, Checkpointer
-from gateway.storage.database import describe_database, ensure_schema
+from gateway.storage.database import describe_database
 from gateway.storage.outage import Outage
-from gateway.storage.wakeup import WakeListener
+from gateway.storage.wake_listener import WakeListener
+from ledger.caps import Cap
 from ledger.models import Job, WorkerInstance
-from ledger.writes import Announcement, checkpoints_elsewhere
+from ledger.writes.autocheckpoint import Announcement, checkpoints_elsewhere
 
 log = logger("workers")
 
@@ -99,7 +100,9 @@ class WorkerDaemon:
     # -- lifecycle -------------------------------------------------------------------------
 
     def run(self) -> int:
-        ensure_schema()
+        """On a ledger whose schema is current: `runworkers` checked it (DuctileCommand.open_ledger)
+        with the ledger's integrity, before this; checked again here, it was read twice at every
+        start."""
         runtime = self.holder.get()
         instance = WorkerInstance.objects.register(
             self.worker_id,
@@ -115,7 +118,7 @@ class WorkerDaemon:
         # What start-up built lives as long as the daemon: out of the collector's walk, so a full
         # collection under load does not hold the GIL through Django's objects (as in the API's
         # workers, ductile_site/gunicorn.py). Frozen as it is: a full collection first took ~35 ms
-        # of the start and found a dozen unreachable objects (docs/performance.md, item 30).
+        # of the start and found a dozen unreachable objects (docs/performance-history.md, item 30).
         gc.freeze()
         # Enqueues of this process call self.wake directly, others' come through its socket.
         listener = WakeListener(self.wake, on_poke=self.poked)
@@ -166,7 +169,7 @@ class WorkerDaemon:
         while any(t.is_alive() for t in pool):
             # Four passes a second while jobs are claimed; idle, only when a heartbeat or recovery
             # pass is due, IDLE_PASS at most. Why: each wake-up of an idle process costs CPU, ~1-3 ms
-            # on a cold core of a 2-core VM (docs/performance.md item 31). A signal, a worker
+            # on a cold core of a 2-core VM (docs/performance-history.md item 31). A signal, a worker
             # thread's end or a checkpoint due (`_wake_for_checkpoint`) wakes it at once.
             tick = 0.25
             if self.claimed == seen:
@@ -224,7 +227,7 @@ class WorkerDaemon:
         back what its jobs left when that is much, then lets them checkpoint again. Why: a daemon
         that claims nothing (its plugins at their caps, jobs it does not serve) checkpoints nothing,
         and an API enqueueing meanwhile would let the log grow to BESIDE_CHECKPOINTER_PAGES before
-        one of its COMMITs copied it all, with the write gate held (docs/performance.md, item 44)."""
+        one of its COMMITs copied it all, with the write gate held (docs/performance-history.md, item 44)."""
         if busy:
             announcement.hold(True)
             self._checkpoints.after(self.claimed)
@@ -304,7 +307,7 @@ class WorkerDaemon:
         at a time re-checks the database every `recheck` seconds, for what no wake-up announces (a
         retry time that came due, a lost poke); the others sleep until woken. Why not all: each
         wake-up of an idle process costs CPU, ~1-3 ms on a cold core of a 2-core VM, and the
-        threads woke together, so the looks also contended for the GIL (docs/performance.md,
+        threads woke together, so the looks also contended for the GIL (docs/performance-history.md,
         item 31)."""
         me = threading.get_ident()
         if self._looker is None or self._looker == me:
@@ -352,7 +355,7 @@ class WorkerDaemon:
             # A finished job may have freed a slot of its plugin's cap, which an idle thread can
             # take; not when this thread took it again for the next job of the same plugin. (The
             # children it routed wake the idle threads through their enqueue, unless this thread
-            # took the only one: ledger.wakeups.EnqueueTally.)
+            # took the only one: ledger.job_notifications.EnqueueTally.)
             if following is None or following.plugin != job.plugin:
                 self.wake()
         return following
@@ -401,7 +404,7 @@ class WorkerDaemon:
     def _wake_for_checkpoint(self) -> None:
         """After a claim: the main loop checkpoints every few hundred claims (Checkpointer), which
         at hundreds of jobs a second may come sooner than its next pass (four a second); left to
-        its passes, the WAL grew past the automatic checkpoint's length (docs/performance.md,
+        its passes, the WAL grew past the automatic checkpoint's length (docs/performance-history.md,
         item 42)."""
         pause = self._pause
         if pause is not None and self._checkpoints.due(self.claimed):
@@ -419,7 +422,7 @@ class WorkerDaemon:
             return None
         return self._queue.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl)
 
-    def _caps(self, runtime: Runtime) -> dict[str, int]:
+    def _caps(self, runtime: Runtime) -> dict[str, Cap]:
         caps = runtime.claim_caps()
         if self.plugins is not None:
             caps = {name: cap for name, cap in caps.items() if name in self.plugins}

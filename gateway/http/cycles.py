@@ -8,7 +8,7 @@ each reaching the others (and the view itself, through its `head`). A cycle outl
 last outside reference until the collector finds it, so ~80 objects of every API request were
 left to it: under 500 requests/s an API worker ran a young-generation collection every ~10
 requests, each holding the GIL (every thread of the worker stopped) for ~0.3 ms and, now and
-then, 10-15 ms; ~75 µs of CPU per request in all (docs/performance.md, item 47). Cut when the
+then, 10-15 ms; ~75 µs of CPU per request in all (docs/performance-history.md, item 47). Cut when the
 response closes, they go when the response's last reference does.
 """
 

@@ -41,14 +41,14 @@ from gateway.http.streamseats import Refusal, seats_beside
 from gateway.logs import logger
 from gateway.reports import events, live
 from gateway.reports.events import BATCH, EventCursor, row_data
-from gateway.storage.wakeup import WakeListener
-from ledger import wakeups
+from gateway.storage.wake_listener import WakeListener
+from ledger import job_notifications
 from ledger.models import EventRecord
 
 log = logger("streams")
 
 # Within the 1 s the live views promise (issue 14), and no oftener: each wake-up of an idle stream
-# costs CPU (docs/performance.md item 31).
+# costs CPU (docs/performance-history.md item 31).
 POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0
 # A finished job wakes the streams at once, but a stream polls at most this often for it: at
@@ -69,7 +69,7 @@ class Bell:
     """Rings every open stream of this process when a job finishes anywhere (a same-host socket or
     LISTEN on PostgreSQL, started with the first stream and stopped with the last) or in-process."""
 
-    def __init__(self, channel: str = wakeups.FINISHED):
+    def __init__(self, channel: str = job_notifications.FINISHED):
         self.channel = channel
         self._lock = threading.Lock()
         self._waiters: set[Waiter] = set()

@@ -1,9 +1,9 @@
 """One front door for every job (ARCHITECTURE, "One intake").
 
 Every producer hands its request here: the API's triggers, webhooks, the CLI, root events and
-pipelines, the scheduler, plugin `init`, the router's successors of a finished job, lifecycle
-hooks and replays. The intake resolves the target once (one refusal message for every caller),
-builds the job with its `Submitter`, applies the retry default (the target's
+pipelines, the scheduler, plugin `init`, the successors of a finished job (pipeline hops, routes,
+lifecycle hooks: `pipelines.completion`) and replays. The intake resolves the target once (one
+refusal message for every caller), builds the job with its `Submitter`, applies the retry default (the target's
 `retry.max_attempts`) and the dedupe default (`service.dedupe_ttl`), checks that the ledger can
 store what it was given (`ledger.storable`, the same answer on SQLite and PostgreSQL), and
 enqueues through the ledger's write methods, which take whatever lock the backend needs. No
@@ -23,9 +23,9 @@ from ledger.models import EnqueueResult, Job, JobSpec
 from ledger.states import JobStatus
 from ledger.storable import Unstorable, check_storable, storable_text
 from ledger.submitters import Submitter
-from ledger.writes import shared
+from ledger.writes.group_commit import shared
 from pipelines.dsl import RELAY
-from pipelines.router import Successor, stamp_upstream
+from pipelines.successors import Successor
 
 DEDUPE_KEY_MAX = int(Job._meta.get_field("dedupe_key").max_length or 512)
 # `init` runs once per plugin fingerprint and is never retried (spec 000 §5.2).
@@ -188,18 +188,20 @@ def successor(
     found: Successor,
     *,
     parent: Job | None,
-    upstream_pipeline: str | None = None,
     submitter: Submitter = Submitter.ROUTE,
+    actor: str | None = None,
 ) -> JobSpec:
-    """A router successor (a pipeline hop, a route's target, a hook's or a root event's entry
-    step). Never refused here: its parent's outcome is recorded whatever it is. A target that
-    cannot run fails at its preflight (gateway.execution.dispatch) with `refusal`'s words; one the router
-    refused (depth, baggage) is recorded `dead` with the router's reason."""
-    payload = found.event.get("payload") or {}
-    if parent is not None:
-        payload = stamp_upstream(payload, parent.plugin, upstream_pipeline)
-    event = {**found.event, "payload": dict(payload)}
-    context_id = parent.event_context_id if parent else None
+    """A successor `pipelines.completion` or the router found: a pipeline hop, a route's target,
+    a root event's entry step, or a hook's (a fresh root whose parent is the job that signalled,
+    submitted by `hook`). Never refused here: its parent's outcome is recorded whatever it is. A
+    target that cannot run fails at its preflight (gateway.execution.dispatch) with `refusal`'s
+    words; one the router refused (depth, baggage) is recorded `dead` with the router's reason."""
+    hook = found.hook_depth is not None
+    event = {**found.event, "payload": dict(found.event.get("payload") or {})}
+    if hook:
+        event["hook_depth"] = found.hook_depth
+        submitter = Submitter.HOOK
+    context_id = parent.event_context_id if parent is not None and not hook else None
     root = None
     if found.root is not None:
         if found.opens_root:
@@ -209,6 +211,7 @@ def successor(
         plugin=found.plugin,
         command=found.command,
         submitter=submitter,
+        actor=actor,
         payload=event["payload"],
         event=event,
         dedupe_key=found.dedupe_key,

@@ -13,15 +13,15 @@ from gateway import intake
 from gateway.config.frozen import thaw
 from gateway.intake.trees import TreeOutcome, TreeWaiter
 from gateway.logs import logger
-from gateway.reports import iso
 from gateway.runtime import Runtime
 from ledger.ids import new_id
 from ledger.models import EventRecord, JobSpec
 from ledger.submitters import Submitter
+from ledger.timestamps import rfc3339
 from pipelines.dsl import Pipeline
-from pipelines.router import MAX_CONTEXT_BYTES, Position, Successor, entry_successors, successors
-from pipelines.routing import stamp_event
+from pipelines.event_envelope import stamp_event
 from pipelines.simulate import ASSUMPTION, dry_run
+from pipelines.successors import MAX_CONTEXT_BYTES, Position, Successor, entry_successors, successors
 
 log = logger("events")
 
@@ -30,7 +30,7 @@ def root_event(event_type: str, payload: dict[str, Any], source: str, dedupe_key
     raw: dict[str, Any] = {"type": event_type, "payload": payload}
     if dedupe_key:
         raw["dedupe_key"] = dedupe_key
-    return stamp_event(raw, source=source, timestamp=iso(timezone.now()), event_id=new_id())
+    return stamp_event(raw, source=source, timestamp=rfc3339(timezone.now()), event_id=new_id())
 
 
 def event_starts(
@@ -74,7 +74,9 @@ def pipeline_starts(
     return entry_successors(pipeline, event, {}, 1)
 
 
-def as_roots(runtime: Runtime, starts: list[Successor], submitter: Submitter) -> list[JobSpec]:
+def as_roots(
+    runtime: Runtime, starts: list[Successor], submitter: Submitter, *, actor: str | None = None
+) -> list[JobSpec]:
     """The root jobs of a trigger. One its payload cannot start (an entry step's baggage claim
     whose source is missing, or a context over the cap) refuses the whole trigger, enqueueing
     nothing (spec 000, baggage rules: "Missing source paths fail the job or trigger"): the caller
@@ -86,7 +88,7 @@ def as_roots(runtime: Runtime, starts: list[Successor], submitter: Submitter) ->
             "; ".join(stopped) + "; nothing was enqueued",
             too_large=None if largest is None else (largest, MAX_CONTEXT_BYTES),
         )
-    return [intake.successor(runtime, s, parent=None, submitter=submitter) for s in starts]
+    return [intake.successor(runtime, s, parent=None, submitter=submitter, actor=actor) for s in starts]
 
 
 def publish_event(

@@ -23,8 +23,8 @@ from django.db import DatabaseError, InterfaceError, connection
 
 from gateway.reports import job_read, latest_result
 from gateway.storage.database import unavailable_reason
-from gateway.storage.wakeup import WakeListener
-from ledger import wakeups
+from gateway.storage.wake_listener import WakeListener
+from ledger import job_notifications
 from ledger.models import Job
 from ledger.states import JobStatus
 from pipelines.dsl import SWITCH
@@ -106,7 +106,7 @@ class TreeWaiter:
 
     def __init__(self) -> None:
         self._changed = threading.Event()
-        self._listener = WakeListener(self._changed.set, wakeups.FINISHED)
+        self._listener = WakeListener(self._changed.set, job_notifications.FINISHED)
 
     def __enter__(self) -> TreeWaiter:
         self._listener.start()  # jobs finished by this very process call back directly

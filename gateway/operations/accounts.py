@@ -18,8 +18,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
 
-from gateway.reports import iso, ts
+from gateway.reports import ts
 from ledger.roles import ROLES
+from ledger.timestamps import rfc3339
 
 
 class AccountError(Exception):
@@ -77,7 +78,7 @@ class Lockout:
     until: datetime
 
     def as_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "failures": self.failures, "until": iso(self.until)}
+        return {"address": self.address, "failures": self.failures, "until": rfc3339(self.until)}
 
 
 def _cool_off() -> timedelta:

@@ -29,6 +29,7 @@ from gateway.config.tokens import ADMIN, FINER, RESOURCES
 from gateway.config.yamlsrc import KeyPath, Yaml12Loader
 from gateway.plugins.seal import lock_config
 from gateway.runtime import build_runtime
+from ledger.timestamps import rfc3339
 
 STARTER = Path(__file__).resolve().parents[1] / "config" / "starter"  # `config init`'s templates
 _TOKEN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -182,7 +183,7 @@ def plan_token(
     if variable in os.environ:
         raise ChangeRefused(f"{variable} is set in this process's environment and would override the new secret")
     secret = secrets.token_hex(32)
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = rfc3339(datetime.now(UTC), "seconds")
     scope_doc = {"scopes": list(scopes), "metadata": {"description": description, "created_at": now}}
     scope_text = json.dumps(scope_doc, indent=2) + "\n"
     entry = {

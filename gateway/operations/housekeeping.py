@@ -79,7 +79,7 @@ def prune(*, job_queue_retention: float, job_log_retention: float, batch: int = 
         "event_log": drain(EventRecord.objects.expired(log_cutoff), batch),
         # The history of configs, on the job history's clock; the config in force is kept.
         "config_snapshots": drain(ConfigSnapshot.objects.expired(log_cutoff), batch),
-        # Past its own window (ledger/models/relay.py): no replay or retry is answered from it.
+        # Past its own window (ledger/models/relay_acceptances.py): no replay or retry is answered from it.
         "relay_acceptances": drain(RelayAcceptance.objects.expired(now), batch),
     }
     if any(deleted.values()):

@@ -42,6 +42,7 @@ from gateway.reports import ts
 from gateway.runtime import RUNTIME, build_runtime
 from gateway.storage.database import describe_database, integrity_finding, pending_migrations
 from ledger.models import Job
+from ledger.timestamps import rfc3339
 
 SKIPPED_RUNNING = "skipped: active gateway holds PID lock — quiesce before selfcheck"
 SCHEMA_APPS = ("ledger", "django_q")
@@ -231,10 +232,11 @@ def _freshness(where: str, retention: float) -> Check:
     if not count:
         return Check("queue_terminal_freshness", "ok", f"no terminal job_queue rows older than {window}", where)
     oldest = stale.order_by("completed_at").values_list("completed_at", flat=True).first()
+    assert oldest is not None  # counted above, and `expired` rows are those finished before a time
     return Check(
         "queue_terminal_freshness",
         "fail",
-        f"{count} terminal job_queue rows older than {window} (oldest finished {oldest:%Y-%m-%dT%H:%M:%SZ}): "
+        f"{count} terminal job_queue rows older than {window} (oldest finished {rfc3339(oldest, 'seconds')}): "
         "retention pruning has not run; is the housekeeping cluster running (system start)?",
         where,
     )

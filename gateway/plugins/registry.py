@@ -13,6 +13,7 @@ from gateway.config.errors import ConfigProblem
 from gateway.config.frozen import thaw
 from gateway.config.model import GatewayConfig, PluginConfig
 from gateway.config.validity import SchemaUnusable, describe, schema_errors, unknown_keys
+from ledger.caps import Cap
 from pipelines.dsl import SWITCH
 
 from .discovery import Discovery
@@ -24,7 +25,20 @@ class PluginInstance:
     name: str
     config: PluginConfig
     manifest: Manifest
-    parallelism: int
+    # How many of its jobs may run at once across every node sharing the ledger (None: no cap
+    # there), and on one node (spec §4.2.1's `parallelism`, per node).
+    parallelism: int | None
+    node_parallelism: int
+
+    @property
+    def cap(self) -> Cap:
+        return Cap(self.parallelism, self.node_parallelism)
+
+    @property
+    def shown_parallelism(self) -> int:
+        """What `plugin list` and the console show: the cap across nodes, or where there is none
+        what one node runs (on one node, the spec's `parallelism` either way)."""
+        return self.parallelism or self.node_parallelism
 
     def command(self, name: str) -> CommandSpec | None:
         return self.manifest.commands.get(name)
@@ -41,14 +55,14 @@ class Registry:
     # verdict): what strict mode refuses the config with.
     refusals: Mapping[str, tuple[ConfigProblem, ...]]
 
-    def parallelism_caps(self) -> dict[str, int]:
-        return {name: inst.parallelism for name, inst in self.instances.items()}
+    def parallelism_caps(self) -> dict[str, Cap]:
+        return {name: inst.cap for name, inst in self.instances.items()}
 
-    def claim_caps(self) -> dict[str, int]:
-        """What a worker may claim: every plugin at its cap, plus the internal `if:` hops, which
-        run in-process in microseconds, so any worker may take one."""
+    def claim_caps(self) -> dict[str, Cap]:
+        """What a worker may claim: every plugin at its caps, plus the internal `if:` hops, which
+        run in-process in microseconds, so any worker may take one (no cap across nodes)."""
         caps = self.parallelism_caps()
-        caps[SWITCH] = max(caps.values(), default=1)
+        caps[SWITCH] = Cap(None, max((c.node for c in caps.values()), default=1))
         return caps
 
 
@@ -74,10 +88,11 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
                 roots = ", ".join(str(r) for r in config.plugin_roots) or "(no plugin_roots configured)"
                 skipped[name] = f"no plugin named {plugin.uses!r} found in plugin roots {roots}"
             continue
+        cap = _parallelism(config, plugin, manifest)
         if not plugin.enabled:
             # Disabled by the operator: listed as such, its config not held against it.
             disabled[name] = PluginInstance(
-                name=name, config=plugin, manifest=manifest, parallelism=_parallelism(config, plugin, manifest)
+                name=name, config=plugin, manifest=manifest, parallelism=cap.cluster, node_parallelism=cap.node
             )
             continue
         if manifest.cannot_run:
@@ -106,7 +121,7 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
                         )
                     )
         instances[name] = PluginInstance(
-            name=name, config=plugin, manifest=manifest, parallelism=_parallelism(config, plugin, manifest)
+            name=name, config=plugin, manifest=manifest, parallelism=cap.cluster, node_parallelism=cap.node
         )
     for name, reason in skipped.items():
         warnings.append(ConfigProblem(f"plugin {name!r} skipped: {reason}", key=f"plugins.{name}"))
@@ -144,6 +159,12 @@ def _schema_verdict(
     return problems, unknown
 
 
-def _parallelism(config: GatewayConfig, plugin: PluginConfig, manifest: Manifest) -> int:
-    """Spec §4.2.1: the operator's `parallelism`, else 1 for `concurrency_safe: false`, else max_workers."""
-    return plugin.parallelism or (config.service.max_workers if manifest.concurrency_safe else 1)
+def _parallelism(config: GatewayConfig, plugin: PluginConfig, manifest: Manifest) -> Cap:
+    """Spec §4.2.1 on each node: the operator's `parallelism`, else 1 for `concurrency_safe:
+    false`, else max_workers. Across nodes: the operator's `parallelism` (on one node the same
+    cap), else 1 for a plugin that is not concurrency-safe, else none: each node added runs
+    max_workers more. `node_parallelism` caps one node below that."""
+    workers = config.service.max_workers
+    cluster = plugin.parallelism or (None if manifest.concurrency_safe else 1)
+    node = plugin.node_parallelism or min(cluster or workers, workers)
+    return Cap(cluster, node)

@@ -9,28 +9,28 @@ a replay of the captured request (its signature, while its timestamp is inside t
 window) or a sender's retry of the event (its type and dedupe key, or without a key
 `relay:<peer>:<origin instance>:<origin event id>`, within `service.dedupe_ttl`), whatever the
 first delivery's jobs have come to. The answer is the original's 202, as it answers a duplicate:
-the first acceptance's event and job ids (ledger/models/relay.py keeps them, in the database, for
+the first acceptance's event and job ids (ledger/models/relay_acceptances.py keeps them, in the database, for
 every API process and node).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
 from gateway import intake
-from gateway.config.relay import RelayIngress, RelayPeer
+from gateway.config.relay_endpoints import RelayIngress, RelayPeer
 from gateway.intake.events import as_roots, root_event
 from gateway.logs import logger
 from gateway.relay import wire
 from gateway.runtime import Runtime
 from ledger.models import RelayAcceptance
 from ledger.submitters import Submitter
-from pipelines.router import MAX_CONTEXT_BYTES, Position, context_size, successors
+from pipelines.successors import MAX_CONTEXT_BYTES, Position, context_size, successors
 
 log = logger("relay")
 
@@ -105,7 +105,7 @@ def receive(
         baggage = intake.checked(allowed, "baggage")  # stored with the root step's context
     except intake.Refused as exc:
         return Answer(exc.status, exc.body())
-    # The router measures a context when a step claims into it; a peer's baggage is the first
+    # The successors measure a context when a step claims into it; a peer's baggage is the first
     # context of the run, so it is measured here, against the same cap.
     size = context_size(baggage)
     if size > MAX_CONTEXT_BYTES:
@@ -120,7 +120,7 @@ def receive(
         pipelines=runtime.pipelines,
     )
     try:
-        specs = [replace(spec, actor=peer.name) for spec in as_roots(runtime, starts, Submitter.RELAY)]
+        specs = as_roots(runtime, starts, Submitter.RELAY, actor=peer.name)
     except intake.Refused as exc:
         return Answer(exc.status, exc.body())
     delivery = RelayAcceptance.of(

@@ -10,7 +10,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gateway.config.relay import Relay
+from gateway.config.relay_endpoints import Relay
 from gateway.relay import wire
 
 # Read at most this much of an answer: a receiver's is a small JSON object.

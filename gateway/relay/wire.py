@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.reports import iso
-from pipelines.relay import EVENT_TYPE
+from ledger.timestamps import rfc3339
+from pipelines.relay_step import EVENT_TYPE
 
 PEER, KEY_ID, TIMESTAMP, SIGNATURE = "X-Ductile-Peer", "X-Ductile-Key-Id", "X-Ductile-Timestamp", "X-Ductile-Signature"
 
@@ -87,7 +87,7 @@ def signature_matches(method: str, path: str, timestamp: str, body: bytes, prese
 
 
 def now_stamp() -> str:
-    return iso(datetime.now(UTC))
+    return rfc3339(datetime.now(UTC))
 
 
 # Unix seconds are a 64-bit integer to the original: more digits are no timestamp at all.

@@ -40,16 +40,13 @@ from ledger.models import (
     WorkerInstance,
 )
 from ledger.states import STATUS_ALIASES, JobStatus
-from pipelines.router import CONTROL
-
-
-def iso(value: datetime) -> str:
-    """RFC 3339 in UTC with `Z`, as every timestamp the gateway writes or shows."""
-    return value.isoformat().replace("+00:00", "Z")
+from ledger.timestamps import rfc3339
+from pipelines.successors import CONTROL
 
 
 def ts(value: datetime | None) -> str | None:
-    return iso(value) if value else None
+    """A field's time (ledger.timestamps.rfc3339), or None for a time not reached."""
+    return rfc3339(value) if value else None
 
 
 def parse_rfc3339(raw: str) -> datetime:
@@ -449,7 +446,7 @@ def schedule_when(schedule: Schedule) -> str:
     if schedule.cron is not None:
         return schedule.cron
     if schedule.at is not None:
-        return iso(schedule.at)
+        return rfc3339(schedule.at)
     assert schedule.after is not None
     return format_duration(schedule.after.total_seconds())
 

@@ -40,6 +40,7 @@ from datetime import UTC, date, datetime, timedelta
 from blake3 import blake3
 
 from gateway.config.schedules import CatchUp, Kind, Schedule
+from ledger.timestamps import rfc3339
 
 from .constraints import allowed, allowed_until, constrained, next_allowed
 from .localtime import first_instant_at, is_repeat
@@ -140,7 +141,7 @@ def overdue(entry: Schedule, due: datetime, now: datetime) -> bool:
 
 def catch_up_dedupe_key(entry: Schedule, nominal: datetime) -> str:
     """Spec: catch-up jobs use a `catchup`-scoped key, one per missed run (the original's format)."""
-    return f"{entry.dedupe_key}:catchup:{nominal.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+    return f"{entry.dedupe_key}:catchup:{rfc3339(nominal, 'seconds')}"
 
 
 def _plus_intervals(entry: Schedule, instant: datetime, count: int) -> datetime:

@@ -3,18 +3,18 @@
 In WAL mode SQLite copies the log back into the database file (a checkpoint, with an fsync) inside
 the COMMIT that finds the log past `wal_autocheckpoint` pages: one commit in a few hundred took
 7-9 ms instead of 0.5, with the ledger's write gate held, so every writer of the host waited with
-it. That was the whole tail of a pipeline's per-hop overhead (docs/performance.md, "Pipeline").
+it. That was the whole tail of a pipeline's per-hop overhead (docs/performance-history.md, "Pipeline").
 
 So `runworkers`, the process that writes most, checkpoints on its main thread once the log has
 grown to about CHECKPOINT_PAGES (`Checkpointer`; its worker threads wake the main loop when one is
-due), and its own COMMITs never do (`ledger.writes.checkpoints_elsewhere`). A PASSIVE checkpoint
+due), and its own COMMITs never do (`ledger.writes.autocheckpoint.checkpoints_elsewhere`). A PASSIVE checkpoint
 waits for no reader or writer, and writers go on appending meanwhile; what they appended is copied
 by a second pass with the write gate held, which is short (the first pass copied the rest and
 synced the log), so that the whole log is in the file and the next writer starts the log over.
 Without that second pass a busy daemon's log only ever grew: a pass never caught up with writers
 that never stopped, and the log started over only after a checkpoint inside a COMMIT
-(docs/performance.md, item 42). While a daemon checkpoints, the other processes' COMMITs keep an
-automatic checkpoint far past its length (`ledger.writes.BESIDE_CHECKPOINTER_PAGES`), a backstop;
+(docs/performance-history.md, item 42). While a daemon checkpoints, the other processes' COMMITs keep an
+automatic checkpoint far past its length (`ledger.writes.autocheckpoint.BESIDE_CHECKPOINTER_PAGES`), a backstop;
 without one, the settings' (`ductile_site.settings.WAL_AUTOCHECKPOINT_PAGES`, four times SQLite's
 default), for the writes no daemon follows: a CLI's. The API's gunicorn workers, whose many
 threads' writes one writer thread commits, checkpoint as the daemon does on a thread of their own
@@ -29,7 +29,8 @@ import time
 
 from django.db import DatabaseError, connection
 
-from ledger.writes import another_process_checkpoints, checkpoints_elsewhere, count_commits, holding_gate
+from ledger.writes.autocheckpoint import another_process_checkpoints, checkpoints_elsewhere, count_commits
+from ledger.writes.gate import holding_gate
 
 log = logging.getLogger("ductile.checkpoints")
 
@@ -38,7 +39,7 @@ log = logging.getLogger("ductile.checkpoints")
 # jobs of one interval share most of the pages it copies (their tables' last pages, their indexes'
 # leaves). Every 50 jobs (~1,150 pages) the checkpoints took ~6 % of a drain's throughput, every
 # ~350 (this length) ~2.5 %; longer, the WAL file grows past what other COMMITs must never reach
-# (docs/performance.md, item 44).
+# (docs/performance-history.md, item 44).
 CHECKPOINT_PAGES = 8000
 # Jobs are counted, not pages (a page count would cost a look at the log per job): the first
 # checkpoint after FIRST_AFTER_JOBS claims, the next ones after as many as the last interval's
@@ -104,7 +105,7 @@ class Activity:
     """Whether the daemon claims jobs, seen from its main loop's passes. Not one pass without a
     claim: a pass woken early (a checkpoint due, a thread's end) may see none while jobs flow, and
     each let-go of the announcement had the API's COMMITs checkpoint meanwhile (its p99 beside
-    the workers went from 17 to 36 ms; docs/performance.md, item 44)."""
+    the workers went from 17 to 36 ms; docs/performance-history.md, item 44)."""
 
     def __init__(self, claimed: int, now: float):
         self._claimed, self._at = claimed, now
@@ -124,9 +125,9 @@ class CheckpointThread:
     gunicorn workers), on a thread of its own, counted in the process's write transactions and
     sized in pages as the daemon's (`Checkpointer`). Why: their COMMITs checkpointed whenever the
     log passed the settings' backstop, with the write gate held and every request waiting for
-    that commit (one writer thread commits them together, `ledger.writes.shared`): at 500
+    that commit (one writer thread commits them together, `ledger.writes.group_commit.shared`): at 500
     requests/s every ~0.7 s, for 10-30 ms, nearly all of the API's slowest 1 %
-    (docs/performance.md, item 48). None while a daemon of the host announces its own: they copy
+    (docs/performance-history.md, item 48). None while a daemon of the host announces its own: they copy
     this process's pages too."""
 
     def __init__(self) -> None:
@@ -142,7 +143,7 @@ class CheckpointThread:
             count_commits(cls().committed)
 
     def committed(self) -> None:
-        """After each write transaction of the process (`ledger.writes.count_commits`)."""
+        """After each write transaction of the process (`ledger.writes.autocheckpoint.count_commits`)."""
         self._commits += 1
         if self._checkpointer.due(self._commits):
             self._due.set()

@@ -10,19 +10,21 @@ import importlib.util
 import os
 import pkgutil
 import sqlite3
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError, connection
-from django.db.migrations import Migration
-from django.db.migrations.executor import MigrationExecutor
-from django.db.migrations.loader import MigrationLoader
 
 from gateway.bootstrap import restart_with_every_app
+
+if TYPE_CHECKING:
+    from django.db.migrations import Migration
 
 
 class SchemaBehind(Exception):
@@ -58,6 +60,8 @@ def ensure_schema() -> str:
         plan = pending_migrations()
         if not plan:
             return "current"  # another process migrated it while we waited
+        from django.db.migrations.executor import MigrationExecutor  # see _migration_plan
+
         if not MigrationExecutor(connection).loader.applied_migrations and not connection.introspection.table_names():
             call_command("migrate", interactive=False, verbosity=0)
             return "migrated"
@@ -122,16 +126,63 @@ def checked_by_the_starter(path: str) -> bool:
     return stamp is not None and stamp == file_stamp(path)
 
 
+class _EarlyCheck:
+    """START_CHECK of one SQLite file on a thread of its own, begun by `begin_integrity_check`.
+    Read-only (`mode=ro`): it writes nothing, not even the checkpoint a last connection's close
+    makes, and creates no file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.stamp = file_stamp(path)
+        self.passed = False
+        self._thread = threading.Thread(target=self._check, name="ductile-ledger-check", daemon=True)
+        self._thread.start()
+
+    def _check(self) -> None:
+        try:
+            with closing(sqlite3.connect(f"{Path(self.path).as_uri()}?mode=ro", uri=True)) as db:
+                self.passed = db.execute(f"PRAGMA {START_CHECK}").fetchall() == [("ok",)]
+        except (sqlite3.Error, ValueError):
+            pass  # unreadable here (a relative path, a WAL file it may not open): checked again
+
+    def vouches_for(self, path: str) -> bool:
+        """Whether it passed on `path` as the file is now; waits for it to end."""
+        self._thread.join()
+        return self.passed and path == self.path and self.stamp is not None and self.stamp == file_stamp(path)
+
+
+_early_checks: dict[str, _EarlyCheck] = {}
+
+
+def begin_integrity_check() -> None:
+    """Begin the start-up check of the SQLite file `prepare_process` chose (DUCTILE_DB_PATH) now,
+    on a thread, for a process whose command runs `verify_integrity` later (gateway.cli.main:
+    the daemons and `system start`). Why: SQLite reads and checks the pages without the GIL, on
+    the other core, while this process goes on importing Django's ORM, models and command (~0.1
+    s); run after them, the check added its whole time to the start (~3 ms on the throughput
+    benchmark's ledger of 2,000 jobs, ~1 s on a 1 GB one). `verify_integrity` takes its answer
+    only when it passed on the file as the file still is; any other (a finding, an error, a file
+    changed since), and it checks again on Django's connection, whose finding it reports."""
+    path = os.environ.get("DUCTILE_DB_PATH")
+    if os.environ.get("DATABASE_URL") or not path or not os.path.isfile(path) or checked_by_the_starter(path):
+        return
+    _early_checks[path] = _EarlyCheck(path)
+
+
 def verify_integrity() -> None:
     """The start-up check of the daemons and `system start` (gunicorn's master has its own,
     `gateway.http.start_check.ledger_refusal`): a corrupted SQLite file is refused before anything runs
     on it (issue 12: runworkers ran 45 jobs on one). Raises DatabaseCorrupt with the finding. Not
     on PostgreSQL, whose server checks its own pages, nor on an in-memory database, nor on a file
-    the starting `system start` checked as it is now (CHECKED_ENV)."""
+    the starting `system start` checked as it is now (CHECKED_ENV), nor on one this process's own
+    check, begun early (`begin_integrity_check`), passed as it is now."""
     from gateway.storage.sqlite3.base import is_file_database  # not at import: the backend loads Django's
 
     name = str(connection.settings_dict["NAME"] or "")
     if connection.vendor != "sqlite" or not is_file_database(name) or checked_by_the_starter(name):
+        return
+    early = _early_checks.pop(name, None)
+    if early is not None and early.vouches_for(name):
         return
     finding = integrity_finding(connection, START_CHECK)
     if finding is not None:
@@ -162,7 +213,11 @@ def pending_migrations() -> list[tuple[Migration, bool]]:
 
 
 def _migration_plan() -> list[tuple[Migration, bool]]:
-    """The exact check: every migration module imported and the graph built."""
+    """The exact check: every migration module imported and the graph built. Imported here, as
+    django.db.migrations is (~2 ms of every start), only where a migration is found unapplied or
+    the quick look cannot tell (`_every_migration_file_applied`)."""
+    from django.db.migrations.executor import MigrationExecutor
+
     executor = MigrationExecutor(connection)
     return executor.migration_plan(executor.loader.graph.leaf_nodes())
 
@@ -177,7 +232,7 @@ def _every_migration_file_applied() -> bool:
     the exact check, so it can only say what that check would say."""
     on_disk: set[tuple[str, str]] = set()
     for app in apps.get_app_configs():
-        module_name, _ = MigrationLoader.migrations_module(app.label)
+        module_name = migrations_package(app.label, app.name)
         if module_name is None:
             continue
         try:
@@ -200,6 +255,19 @@ def _every_migration_file_applied() -> bool:
     except DatabaseError:
         return False  # no table yet: a fresh database
     return on_disk <= applied
+
+
+def migrations_package(label: str, name: str) -> str | None:
+    """The package Django's migration loader reads the app `label` (package `name`) from
+    (`MigrationLoader.migrations_module`): its entry in settings.MIGRATION_MODULES (None: the app
+    has no migrations), else the app's own `migrations`. The loader's rule, restated: importing
+    the loader imports all of django.db.migrations, ~2 ms of every daemon's start and every CLI
+    call's, where the schema is current (tests/ledger/test_migrations_in_step.py holds this to the
+    loader's answer)."""
+    if label in settings.MIGRATION_MODULES:
+        module: str | None = settings.MIGRATION_MODULES[label]
+        return module
+    return f"{name}.migrations"
 
 
 # Any fixed 64-bit number: it only has to be the same in every gateway process.

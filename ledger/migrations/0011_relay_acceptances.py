@@ -1,5 +1,5 @@
 """`relay_acceptances`: the relayed deliveries accepted, kept while a replay or a sender's retry of
-one may come, so that it is answered as the first was and starts nothing (ledger/models/relay.py).
+one may come, so that it is answered as the first was and starts nothing (ledger/models/relay_acceptances.py).
 """
 
 from django.db import migrations, models

@@ -16,7 +16,7 @@ from ledger.models.jobs import (
     JobTransition,
     LostJob,
 )
-from ledger.models.relay import RelayAcceptance
+from ledger.models.relay_acceptances import RelayAcceptance
 from ledger.models.schedules import ScheduleEntry, ScheduleStatus
 from ledger.models.telemetry import JobStopwatch
 from ledger.models.workers import PluginInstanceRecord, WorkerInstance

@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.ids import new_id
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 
 class BreakerState(models.TextChoices):

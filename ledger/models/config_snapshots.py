@@ -17,7 +17,7 @@ from typing import Any
 from django.db import IntegrityError, models
 
 from ledger.models.retention import PrunableQuerySet
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 
 class ConfigSnapshotQuerySet(PrunableQuerySet["ConfigSnapshot"]):

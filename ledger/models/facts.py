@@ -14,7 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from ledger import sql
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 STATE_SIZE_LIMIT = 1024 * 1024  # spec §5.9: 1 MB per plugin_state row, and per emitted snapshot
 

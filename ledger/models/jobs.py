@@ -19,7 +19,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger import sql
+from ledger.caps import Cap
 from ledger.ids import new_id
+from ledger.job_notifications import notify_enqueued, notify_finished
 from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.models.context import EventContext
@@ -30,8 +32,8 @@ from ledger.models.telemetry import JobStopwatch
 from ledger.models.workers import PluginInstanceRecord
 from ledger.states import TERMINAL, ActionRefused, JobStatus, check_transition
 from ledger.submitters import Submitter
-from ledger.wakeups import notify_enqueued, notify_finished
-from ledger.writes import writing
+from ledger.timestamps import rfc3339
+from ledger.writes.transaction import writing
 
 log = logging.getLogger("ductile.queue")
 
@@ -175,6 +177,14 @@ class AttemptOutcome:
 Ending = Callable[["Job", AttemptOutcome], None]
 
 
+def _below(cap: Cap | int, running: tuple[int, int]) -> bool:
+    """Whether one more job of a plugin may start: (running everywhere, running on this node)."""
+    everywhere, mine = running
+    if isinstance(cap, int):
+        return everywhere < cap
+    return (cap.cluster is None or everywhere < cap.cluster) and mine < cap.node
+
+
 def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
     """Spec §5.7: base * 2^(attempt-1) + random(0, base), `attempt` being the one that failed."""
     return float(base * 2 ** (attempt - 1) + (rng or random).uniform(0, base))
@@ -188,7 +198,7 @@ def trigger_event(spec: JobSpec, job_id: str, now: datetime) -> dict[str, Any]:
         "type": f"{spec.submitter.value}.trigger",
         "payload": dict(spec.payload or {}),
         "source": spec.submitter.value,
-        "timestamp": now.isoformat().replace("+00:00", "Z"),
+        "timestamp": rfc3339(now),
         "event_id": new_id(),
     }
     if spec.dedupe_key:
@@ -342,7 +352,7 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         self,
         *,
         worker_id: str,
-        caps: Mapping[str, int],
+        caps: Mapping[str, Cap | int],
         lease_ttl: float,
         now: datetime | None = None,
         only: str | None = None,
@@ -350,7 +360,9 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         """Take the oldest runnable job for one of `caps`' plugins (FIFO with smart dequeue).
 
         Skipped, never starved behind: jobs waiting for `next_retry_at`, jobs of a plugin at its
-        parallelism cap, and jobs whose same-key same-target twin is running (spec §3.5, §3.6).
+        parallelism cap across the nodes or on this worker's node, and jobs whose same-key
+        same-target twin is running (spec §3.5, §3.6). A cap given as a number is one node's view
+        (the spec's `parallelism`): the same limit across nodes and on this one.
         One write transaction; the pick and the compare-and-set are a single UPDATE.
         """
         now = now or timezone.now()
@@ -359,10 +371,10 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         with writing(savepoint=False):
             if postgres:
                 sql.execute(sql.CLAIM_LOCK, [], conn).close()  # why: at sql.CLAIM_LOCK
-            cursor = sql.execute(sql.RUNNING_COUNTS, [], conn)
-            running = dict(cursor.fetchall())
+            cursor = sql.execute(sql.running_counts(conn.vendor), [worker_id], conn)
+            running = {plugin: (everywhere, mine) for plugin, everywhere, mine in cursor.fetchall()}
             cursor.close()
-            open_plugins = [p for p, cap in caps.items() if running.get(p, 0) < cap]
+            open_plugins = [p for p, cap in caps.items() if _below(cap, running.get(p, (0, 0)))]
             if not open_plugins:
                 return None
             params: list[Any] = [
@@ -439,8 +451,8 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         for job in list(self.lost(now=now, dead_workers=dead_workers)):
             reason = (
                 f"worker {job.claimed_by} is gone (process exited)"
-                if job.claimed_by in dead_workers
-                else f"lease of worker {job.claimed_by} expired at {job.lease_until:%Y-%m-%dT%H:%M:%S}Z"
+                if job.claimed_by in dead_workers or job.lease_until is None  # `lost`: one or the other
+                else f"lease of worker {job.claimed_by} expired at {rfc3339(job.lease_until, 'seconds')}"
             )
             try:
                 with writing():
@@ -730,11 +742,12 @@ class Job(models.Model):
         ending: Ending | None = None,
         default_dedupe_ttl: float = 0.0,
     ) -> None:
-        """A lost job (its worker died): this attempt failed, the next one is queued at once."""
+        """A lost job (its worker died): this attempt failed, the next one is queued at once, or the
+        job ends `dead` by the same rule as any failed attempt (`AttemptOutcome.final_status`)."""
         owner = self.claimed_by
         outcome = AttemptOutcome(status=JobStatus.FAILED, error=reason)
-        exhausted = self.attempt >= self.max_attempts
-        if exhausted and ending is not None:
+        final = outcome.final_status(self.attempt, self.max_attempts)
+        if final is not None and ending is not None:
             ending(self, outcome)
         for child in outcome.children:
             Job.objects.enqueue(child, default_dedupe_ttl=default_dedupe_ttl, now=now)
@@ -753,8 +766,8 @@ class Job(models.Model):
         JobLog.record(self, outcome, now=now, worker=owner)
         if outcome.events:
             EventRecord.record(outcome.events, job_id=self.id, now=now)
-        if exhausted:
-            self.move(JobStatus.DEAD, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
+        if final is not None:
+            self.move(final, f"{reason}; max attempts ({self.max_attempts}) exhausted", now=now)
             notify_finished()
         else:
             self.move(

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from django.db import models
 
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 _M = TypeVar("_M", bound=models.Model)
 

@@ -16,7 +16,8 @@ from django.utils import timezone
 from ledger import sql
 from ledger.models.jobs import Job
 from ledger.states import ActionRefused
-from ledger.writes import writing
+from ledger.timestamps import rfc3339
+from ledger.writes.transaction import writing
 
 
 class ScheduleStatus(models.TextChoices):
@@ -237,7 +238,7 @@ class ScheduleEntry(models.Model):
         """`schedule pause` and the console's Pause: kept across restarts and reloads."""
         if not self.can_pause:
             raise ActionRefused(f"{self.address} is {self.status}; only an active entry can be paused")
-        self.pause(f"paused by {by} at {now:%Y-%m-%dT%H:%M:%SZ}", manual=True, now=now)
+        self.pause(f"paused by {by} at {rfc3339(now, 'seconds')}", manual=True, now=now)
 
     def pause(self, reason: str, *, manual: bool, now: datetime) -> None:
         self.status = ScheduleStatus.PAUSED_MANUAL if manual else ScheduleStatus.PAUSED_INVALID

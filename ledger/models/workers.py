@@ -10,7 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from ledger import sql
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 
 class WorkerState(models.TextChoices):
@@ -34,7 +34,7 @@ class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
     def dead_on_host(self, hostname: str, *, exclude: str) -> list[str]:
         """Ids of workers on this host whose process is gone: their claims need no lease wait."""
         # Hand-written: every daemon asks every few seconds, idle ones too, and the ORM's query cost
-        # ~1 ms of CPU to build (docs/performance.md item 31).
+        # ~1 ms of CPU to build (docs/performance-history.md item 31).
         others = sql.fetch_rows(ALIVE_ON_HOST, [hostname, exclude])
         return [worker_id for worker_id, pid in others if not pid_alive(pid)]
 

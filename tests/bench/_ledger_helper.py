@@ -34,7 +34,7 @@ from django.db import transaction  # noqa: E402
 from gateway.storage.database import ensure_schema  # noqa: E402
 from ledger.models import Job, JobSpec  # noqa: E402
 from ledger.submitters import Submitter  # noqa: E402
-from ledger.writes import writing  # noqa: E402
+from ledger.writes.transaction import writing  # noqa: E402
 
 
 def enqueue(count: int, plugin: str) -> dict[str, object]:

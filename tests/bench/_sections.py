@@ -101,7 +101,7 @@ def request() -> Iterator[None]:
 
 
 class _TimedLock:
-    """ledger.writes._lock with its acquisition timed (the in-process half of the write gate)."""
+    """ledger.writes.gate.process_lock with its acquisition timed (the in-process half of the write gate)."""
 
     def __init__(self, lock: Any):
         self._inner = lock
@@ -115,7 +115,7 @@ class _TimedLock:
 
 
 class _Fcntl:
-    """`fcntl` as ledger.writes sees it, with its `flock` timed; every other name is fcntl's."""
+    """`fcntl` as ledger.writes.gate sees it, with its `flock` timed; every other name is fcntl's."""
 
     flock = staticmethod(section("write gate: flock", fcntl.flock))
 
@@ -129,14 +129,15 @@ def install_ledger() -> None:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
 
-    from ledger import wakeups, writes
+    from ledger import job_notifications
+    from ledger.writes import gate
 
     patch(SQLiteWrapper, "_start_transaction_under_autocommit", "sqlite: BEGIN IMMEDIATE")
     patch(BaseDatabaseWrapper, "commit", "sqlite: COMMIT")
-    patch(wakeups, "_call_listeners", "wake-ups: on_commit pokes (datagram sockets)")
+    patch(job_notifications, "_call_listeners", "wake-ups: on_commit pokes (datagram sockets)")
     patch(logging.Logger, "_log", "logging (format, JSON, write)")
-    writes._lock = _TimedLock(writes._lock)  # type: ignore[assignment]
-    writes.fcntl = _Fcntl()  # type: ignore[assignment]
+    gate.process_lock = _TimedLock(gate.process_lock)  # type: ignore[assignment]
+    gate.fcntl = _Fcntl()  # type: ignore[assignment]
 
 
 def report() -> dict[str, Any]:

@@ -8,7 +8,7 @@ and appends one JSON line per completed job to $BENCH_TRACE_FILE:
 - `job`, `enter_ns`: time.time_ns() when Executor._record is called (it opens the completion's
   write transaction; Job.record_outcome's `now` inside it becomes the job's completed_at and its
   children's created_at), then the worker's next job is claimed in the same transaction;
-- `commit_ns`: when the first wake-up callback of that transaction starts (ledger.wakeups'
+- `commit_ns`: when the first wake-up callback of that transaction starts (ledger.job_notifications'
   `_call_listeners`, looked up by name when it runs): COMMIT has returned and the write gate is
   released;
 - `return_ns`: when _record returns: every wake-up after the commit has run (the in-process
@@ -40,13 +40,13 @@ from django.core.management import execute_from_command_line  # noqa: E402
 
 from gateway.cli.main import strip_config_dir  # noqa: E402
 from gateway.execution.dispatch import Executor  # noqa: E402
-from ledger import wakeups  # noqa: E402
+from ledger import job_notifications  # noqa: E402
 
 _out = open(os.environ["BENCH_TRACE_FILE"], "a", buffering=1)  # noqa: SIM115 - lives as long as the process
 _out_lock = threading.Lock()
 _local = threading.local()
 _record = Executor._record
-_call_listeners = wakeups._call_listeners
+_call_listeners = job_notifications._call_listeners
 
 
 def record(self, job, outcome, runtime):  # type: ignore[no-untyped-def]
@@ -69,6 +69,6 @@ def call_listeners(channel):  # type: ignore[no-untyped-def]
 
 
 Executor._record = record  # type: ignore[method-assign]
-wakeups._call_listeners = call_listeners
+job_notifications._call_listeners = call_listeners
 
 execute_from_command_line(strip_config_dir(argv))

@@ -68,7 +68,7 @@ the wake-up dispatch to read the clock at COMMIT and when the job's recording is
                           (the child itself on a sequential pipeline), COMMIT).
 - on_commit_callbacks   = the wake-up callbacks after the commit (in-process worker wake-up,
                           the finish poke to tree waiters) and the job's log lines. Other
-                          processes' workers are poked before the commit (ledger.wakeups).
+                          processes' workers are poked before the commit (ledger.job_notifications).
 - parent_commit_to_claim (hops b, c) = parent's COMMIT returned -> child's started_at. Negative
                           when the finishing thread claims the child inside the parent's own
                           transaction (the usual case): the claim then comes before that COMMIT.

@@ -213,7 +213,7 @@ def tick_child(config_dir: str, history: int, sync_repeat: int, seed: int) -> di
     from ledger.models import Job, JobSpec, ScheduleEntry
     from ledger.states import JobStatus
     from ledger.submitters import Submitter
-    from ledger.writes import writing
+    from ledger.writes.transaction import writing
 
     ensure_schema()
     if RUNTIME.error:

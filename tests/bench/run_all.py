@@ -208,11 +208,11 @@ def figures(results: dict[str, Any], quick: bool) -> list[Figure]:
     ratio = t["ours_over_ceiling"]
     add(
         Figure(
-            "throughput, runworkers / raw-spawn ceiling",
+            "throughput with start-up, runworkers / raw-spawn ceiling",
             ratio,
             "",
-            ">= 0.7",
-            at_least(ratio, 0.7),
+            "- (diagnostic: the headline is the steady state, start-up its own figure; issue 37)",
+            None,
             note=f"ours {t['ours_jobs_per_s']}/s, start-up included; each repetition's own ratio"
             f" {', '.join(map(str, t['ours_over_ceiling_each_run']))}; {same_run}",
         )
@@ -223,11 +223,22 @@ def figures(results: dict[str, Any], quick: bool) -> list[Figure]:
             "throughput, steady state (start-up excluded) / ceiling",
             steady,
             "",
-            ">= 0.7",
-            at_least(steady, 0.7),
+            ">= 0.8",
+            at_least(steady, 0.8),
             note=f"ours steady {t['ours_steady_jobs_per_s']}/s",
         ),
         floor(">=", "ours_steady_over_ceiling"),
+    )
+    startup = t["ours_startup_seconds"]
+    add(
+        Figure(
+            "daemon start-up, exec to its first claim",
+            startup,
+            "s",
+            "<= 0.15",
+            at_most(startup, 0.15),
+            note="the first job's started_at minus the exec of runworkers, median of the throughput runs",
+        )
     )
     djq = t.get("ours_over_djq")
     add(

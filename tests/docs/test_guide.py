@@ -121,7 +121,7 @@ def defaults(node: dict[str, Any], defs: dict[str, Any], path: str = "") -> dict
 def test_the_defaults_the_reference_states_are_the_loaders(config_dir: ConfigDir) -> None:
     """The page says what the schema says; this holds the schema's `default`s to what the loader
     actually fills in, so the reference cannot promise a default the gateway does not apply."""
-    from gateway.config import relay
+    from gateway.config import relay_endpoints, webhooks
     from gateway.config.durations import parse_duration
     from gateway.config.model import BackupPolicy
 
@@ -144,21 +144,33 @@ def test_the_defaults_the_reference_states_are_the_loaders(config_dir: ConfigDir
         "plugins.<name>.circuit_breaker.threshold": echo.circuit_breaker.threshold,
         "plugins.<name>.circuit_breaker.reset_after": echo.circuit_breaker.reset_after,
         "routes[].command": config.routes[0].command,
-        "instances[].timeout": relay.DEFAULT_TIMEOUT,
-        "remote_ingress.listen_path": relay.DEFAULT_LISTEN_PATH,
-        "remote_ingress.allowed_clock_skew": relay.DEFAULT_CLOCK_SKEW,
+        "instances[].timeout": relay_endpoints.DEFAULT_TIMEOUT,
+        "remote_ingress.listen_path": relay_endpoints.DEFAULT_LISTEN_PATH,
+        "remote_ingress.allowed_clock_skew": relay_endpoints.DEFAULT_CLOCK_SKEW,
+        **{f"api.{k}": v for k, v in vars(config.api).items()},
+        "api.listen": str(config.api.listen),
+        # Endpoints are typed where the config is (gateway/config/webhooks.py), with these defaults,
+        # in `webhooks.endpoints` and in the bare list webhooks.yaml may hold.
+        "webhooks.endpoints[].command": webhooks.DEFAULT_COMMAND,
+        "webhooks.endpoints[].max_body_size": webhooks.DEFAULT_MAX_BODY_SIZE,
+        "webhooks[].command": webhooks.DEFAULT_COMMAND,
+        "webhooks[].max_body_size": webhooks.DEFAULT_MAX_BODY_SIZE,
     }
     schema = json.loads((REPO / "gateway" / "config" / "config.schema.json").read_text())
     stated = defaults(schema, schema["$defs"])
     # `enabled: true` of relay instances and peers is read where their entries are built
-    # (gateway/config/relay.py), which needs a whole relay set-up; the rest is checked.
+    # (gateway/config/relay_endpoints.py), which needs a whole relay set-up; the rest is checked.
     unchecked = {"instances[].enabled", "remote_ingress.peers[].enabled"}
     unknown = set(stated) - unchecked - set(loaded)
     assert not unknown, f"a default the schema states and this test does not check: {unknown}"
     for path, default in stated.items():
         if path in unchecked:
             continue
-        expected = parse_duration(default) if isinstance(default, str) and isinstance(loaded[path], float) else default
+        expected = default
+        if isinstance(default, str) and isinstance(loaded[path], float):
+            expected = parse_duration(default)
+        elif isinstance(default, str) and isinstance(loaded[path], int):
+            expected = webhooks.parse_size(default)
         assert loaded[path] == expected, f"{path}: the schema says {default!r}, the loader uses {loaded[path]!r}"
 
 

@@ -1,4 +1,4 @@
-"""Group commit (ledger.writes.shared): in a process that shares its write transactions (the API's
+"""Group commit (`ledger.writes.group_commit.shared`): in a process that shares its write transactions (the API's
 gunicorn workers), the writes many threads ask for at once go into one transaction on one writer
 thread; each caller gets its own answer, or its own error, after the commit (issue 16)."""
 
@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from ledger import writes
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
+from ledger.writes import group_commit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def sharing() -> Iterator[None]:
-    writes.share_transactions()
+    group_commit.share_transactions()
     yield
-    writes.stop_sharing()
+    group_commit.stop_sharing()
 
 
 def enqueue() -> str:
@@ -41,7 +41,7 @@ def in_one_batch(calls: list[Callable[[], object]]) -> None:
         entered.set()
         gate.wait(10)
 
-    holder = threading.Thread(target=writes.shared, args=(hold,))
+    holder = threading.Thread(target=group_commit.shared, args=(hold,))
     holder.start()
     # Why wait: a call queued before `hold` would be taken into the writer's batch with it, and
     # never counted as waiting below.
@@ -50,7 +50,11 @@ def in_one_batch(calls: list[Callable[[], object]]) -> None:
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + 10
-    while writes._writer is not None and writes._writer._calls.qsize() < len(calls) and time.monotonic() < deadline:
+    while (
+        group_commit._writer is not None
+        and group_commit._writer._calls.qsize() < len(calls)
+        and time.monotonic() < deadline
+    ):
         threading.Event().wait(0.01)
     gate.set()
     for thread in [holder, *threads]:
@@ -67,7 +71,7 @@ def test_calls_waiting_together_are_committed_in_one_transaction_each_with_its_a
     results: dict[int, str] = {}
 
     def record(n: int) -> None:
-        results[n] = writes.shared(lambda: one(n))
+        results[n] = group_commit.shared(lambda: one(n))
 
     in_one_batch([functools.partial(record, n) for n in range(5)])
 
@@ -89,7 +93,7 @@ def test_one_callers_error_is_its_own(sharing: None) -> None:
 
     def call(fn: Callable[[], str]) -> None:
         try:
-            answers.append(writes.shared(fn))
+            answers.append(group_commit.shared(fn))
         except ValueError as exc:
             errors.append(exc)
 
@@ -110,10 +114,10 @@ def test_a_call_that_raises_past_exception_reaches_its_caller_and_the_writer_car
         raise Abort("stop")
 
     with pytest.raises(Abort):
-        writes.shared(aborting)
+        group_commit.shared(aborting)
     assert Job.objects.count() == 0
     answer: list[str] = []
-    worker = threading.Thread(target=lambda: answer.append(writes.shared(enqueue)))
+    worker = threading.Thread(target=lambda: answer.append(group_commit.shared(enqueue)))
     worker.start()
     worker.join(10)
     assert len(answer) == 1 and Job.objects.filter(pk=answer[0]).exists()
@@ -147,12 +151,12 @@ def test_a_commit_whose_connection_is_lost_is_reported_unknown_and_not_run_again
 
     def call(fn: Callable[[], str]) -> None:
         try:
-            writes.shared(fn)
+            group_commit.shared(fn)
         except BaseException as exc:
             errors.append(exc)
 
     in_one_batch([functools.partial(call, fn) for fn in (enqueue, ending, enqueue)])
 
-    assert len(errors) == 3 and all(isinstance(e, writes.CommitUnknown) for e in errors), errors
+    assert len(errors) == 3 and all(isinstance(e, group_commit.CommitUnknown) for e in errors), errors
     assert Job.objects.count() == 0  # not committed here; run again, the two enqueues would have been
-    assert Job.objects.filter(pk=writes.shared(enqueue)).exists()  # the writer carries on, on a new connection
+    assert Job.objects.filter(pk=group_commit.shared(enqueue)).exists()  # the writer carries on, on a new connection

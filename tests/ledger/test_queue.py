@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from ledger.caps import Cap
 from ledger.models import AttemptOutcome, Job, JobSpec, JobTransition, LostJob
 from ledger.models.jobs import backoff_seconds
 from ledger.states import IllegalTransition, JobStatus
@@ -381,3 +382,32 @@ def test_one_rule_decides_the_end_of_a_job(status, retryable, attempt, final):
     assert job is not None
     job.record_outcome(outcome, worker="w1", default_dedupe_ttl=TTL)
     assert job.status == (final or "queued")
+
+
+# -- caps across nodes and on one node (issue 38) ---------------------------------------------
+
+
+def test_a_node_cap_limits_one_worker_and_leaves_the_others_their_own() -> None:
+    for _ in range(4):
+        enqueue()
+    assert claim({"echo": Cap(None, 1)}, worker="node-a") is not None
+    assert claim({"echo": Cap(None, 1)}, worker="node-a") is None  # its one slot for echo is taken
+    assert claim({"echo": Cap(None, 1)}, worker="node-b") is not None
+    assert claim({"echo": Cap(None, 1)}, worker="node-c") is not None
+
+
+def test_the_cap_across_nodes_holds_whichever_nodes_claim() -> None:
+    for _ in range(4):
+        enqueue()
+    caps = {"echo": Cap(2, 2)}
+    assert claim(caps, worker="node-a") is not None
+    assert claim(caps, worker="node-b") is not None
+    assert claim(caps, worker="node-c") is None  # two running across the ledger: the cap
+    assert claim(caps, worker="node-a") is None
+
+
+def test_a_number_is_one_nodes_cap_as_the_spec_counts_it() -> None:
+    for _ in range(3):
+        enqueue()
+    assert claim({"echo": 1}, worker="node-a") is not None
+    assert claim({"echo": 1}, worker="node-b") is None

@@ -20,7 +20,7 @@ from ledger.models.jobs import QueueLook
 from ledger.models.schedules import ScheduleStatus
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -96,13 +96,14 @@ def rows(text: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         cursor.close()
 
 
-def test_running_counts_counts_running_jobs_per_plugin():
+def test_running_counts_counts_running_jobs_per_plugin_everywhere_and_of_one_worker():
     for plugin in ("echo", "echo", "stress", "stress"):
         enqueue(plugin=plugin)
-    run_claim(["echo"])
-    run_claim(["echo"])
-    run_claim(["stress"])
-    assert dict(rows(sql.RUNNING_COUNTS)) == {"echo": 2, "stress": 1}
+    run_claim(["echo"], worker="w1")
+    run_claim(["echo"], worker="w2")
+    run_claim(["stress"], worker="w2")
+    found = {plugin: (everywhere, mine) for plugin, everywhere, mine in rows(sql.RUNNING_COUNTS, ["w2"])}
+    assert found == {"echo": (2, 1), "stress": (1, 1)}
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'")

@@ -1,4 +1,4 @@
-"""The ledger's write transactions (ledger/writes.py): writers of different processes take turns at
+"""The ledger's write transactions (ledger/writes/): writers of different processes take turns at
 the SQLite write gate instead of in SQLite's busy handler; the ledger's write methods take it
 themselves, so no caller can forget; a write inside a transaction opened without it is refused."""
 
@@ -13,7 +13,7 @@ from django.db import connection, transaction
 
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
-from ledger.writes import UngatedTransaction, writing
+from ledger.writes.transaction import UngatedTransaction, writing
 from tests.support.checkout import REPO
 from tests.support.processes import script_env
 
@@ -25,7 +25,7 @@ import django
 from gateway.bootstrap import prepare_process
 prepare_process(None)
 django.setup()
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 print("trying", flush=True)
 with writing():
     print(f"entered {time.time_ns()}", flush=True)
@@ -108,8 +108,8 @@ from gateway.bootstrap import prepare_process
 prepare_process(None)
 django.setup()
 from django.db import connection
-from ledger import wakeups
-from ledger.writes import writing
+from ledger import job_notifications
+from ledger.writes.transaction import writing
 
 def listener():
     fd = os.open(connection.settings_dict["NAME"] + ".write-gate", os.O_RDWR)
@@ -121,9 +121,9 @@ def listener():
     finally:
         os.close(fd)
 
-wakeups.add_listener(listener)
+job_notifications.add_listener(listener)
 with writing():
-    wakeups.notify_enqueued()
+    job_notifications.notify_enqueued()
     print("committing", flush=True)
 print("done", flush=True)
 """
@@ -148,7 +148,7 @@ from django.db import DatabaseError, connection
 from gateway.storage.database import ensure_schema
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 ensure_schema()
 seen = {}
@@ -185,7 +185,7 @@ print("jobs", Job.objects.count())
 
 @pytest.mark.process
 def test_a_process_writes_through_one_connection_lent_to_each_thread_in_turn(config_dir, tmp_path):
-    # Why one (ledger.writes._write_connection): a connection that begins a transaction after
+    # Why one (ledger.writes.write_connection): a connection that begins a transaction after
     # another connection wrote drops its whole page cache and reads every page again.
     env = script_env(config_dir, tmp_path / "ledger.db")
     proc = subprocess.run([sys.executable, "-c", LENDER], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -194,7 +194,7 @@ def test_a_process_writes_through_one_connection_lent_to_each_thread_in_turn(con
     )
 
 
-# The outermost transaction on the lent connection (ledger.writes._lent_transaction) keeps what
+# The outermost transaction on the lent connection (ledger.writes.transaction._lent_transaction) keeps what
 # `transaction.atomic()` promises: nested blocks as savepoints, commit hooks after a commit only,
 # a transaction marked for rollback rolled back, an error's transaction gone whole.
 OUTERMOST = """
@@ -206,7 +206,7 @@ from django.db import IntegrityError, connection, transaction
 from gateway.storage.database import ensure_schema
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 ensure_schema()
 hooks = []
@@ -279,7 +279,7 @@ from gateway.storage.database import ensure_schema
 from ledger import sql
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 ensure_schema()
 gc.disable()

@@ -20,7 +20,7 @@ from pipelines.dsl import (
     PipelineSet,
     compile_pipelines,
 )
-from pipelines.router import entry_matches
+from pipelines.successors import entry_matches
 from pipelines.visualize import mermaid
 
 PLUGINS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.relay import RelayStepError, parse, project
+from pipelines.relay_step import RelayStepError, parse, project
 
 EVENT = {"type": "backup.done", "payload": {"archive": "nightly-7", "size": 42, "path": "/srv/b"}, "dedupe_key": "up"}
 CONTEXT = {"trace_id": "tr-1", "ductile": {"pipeline": "p", "step": "ship"}}

@@ -1,12 +1,12 @@
-"""`pipeline dry-run`'s walk (pipelines.simulate): pure, the real router underneath."""
+"""`pipeline dry-run`'s walk (pipelines.simulate): pure, the real successors underneath."""
 
 from __future__ import annotations
 
 from gateway.config.durations import parse_duration
 from pipelines.dsl import compile_pipelines
-from pipelines.router import step_successor
-from pipelines.routing import RouteRule, RoutingTable
+from pipelines.routes import RouteRule, RoutingTable
 from pipelines.simulate import MAX_HOPS, dry_run
+from pipelines.successors import step_successor
 
 PLUGINS = {"probe": ["handle"], "echo": ["handle"], "notify": ["handle"]}
 

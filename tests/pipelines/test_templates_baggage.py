@@ -525,7 +525,7 @@ def _one_step(baggage):
 
 
 def test_control_fields_cannot_be_forged_by_inherited_context_or_payload():
-    from pipelines.router import step_successor
+    from pipelines.successors import step_successor
 
     pipeline = _one_step({"seen.depth": "context.ductile.route_depth"})
     forged = {"ductile": {"pipeline": "p", "route_depth": 99, "pipeline_instance_id": "forged"}}
@@ -537,7 +537,7 @@ def test_control_fields_cannot_be_forged_by_inherited_context_or_payload():
 
 
 def test_accumulated_context_over_one_mib_stops_the_hop():
-    from pipelines.router import step_successor
+    from pipelines.successors import step_successor
 
     pipeline = _one_step({"blob.text": "payload.text"})
     big = step_successor(pipeline, "s", {"payload": {"text": "x" * (1024 * 1024)}}, {}, 1)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gateway.storage.checkpoints import CHECKPOINT_PAGES
-from ledger.writes import BESIDE_CHECKPOINTER_PAGES
+from ledger.writes.autocheckpoint import BESIDE_CHECKPOINTER_PAGES
 from tests.support.output import Output
 from tests.support.processes import ductile, ledger, start_workers, stop_gracefully
 from tests.support.waiting import wait_for
@@ -221,7 +221,7 @@ def test_a_draining_daemon_keeps_the_sqlite_log_short(process_db):
     """Once the claims since the last checkpoint filled about CHECKPOINT_PAGES of log, the main
     loop copies it into the database file, the last of it with the write gate held, so the log
     starts over instead of growing until a COMMIT checkpoints it with the gate held
-    (docs/performance.md, items 42 and 44). The `quick` test plugin answers at once: hundreds of
+    (docs/performance-history.md, items 42 and 44). The `quick` test plugin answers at once: hundreds of
     jobs a second, far more than the main loop's four passes a second."""
     if process_db.database_url:
         pytest.skip("a SQLite file's log")

@@ -49,7 +49,7 @@ def wake_ups(pid: int) -> int:
 
 def test_an_idle_api_wakes_seldom_and_still_stops_at_once(process_db):
     """gunicorn's master and workers wake every second by default: half the wake-ups of an idle
-    gateway (docs/performance.md, item 36). Ours wait five seconds unless something happens, and
+    gateway (docs/performance-history.md, item 36). Ours wait five seconds unless something happens, and
     what must be prompt still is: a request is answered, a killed worker is replaced, and SIGTERM
     stops the tree."""
     with live_api(process_db, [{"name": "t", "token": "tok-quiet", "scopes": ["*"]}]) as live:

@@ -5,14 +5,17 @@ with the selfcheck's finding and a non-zero exit, never a traceback and never a 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
 import time
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from gateway.storage.database import CHECKED_ENV, file_stamp
+from gateway.storage.database import CHECKED_ENV, begin_integrity_check, file_stamp, verify_integrity
 from tests.support.checkout import REPO
 from tests.support.network import free_port
 from tests.support.processes import cli_env, ductile, ductile_json, ledger
@@ -126,3 +129,38 @@ def test_a_check_handed_down_before_the_file_changed_does_not_let_a_process_star
     text = refused(gunicorn_start(cfg, "ductile_site.wsgi:application", **stale))
     assert "refuses to start" in text and finding_at_start in text, text
     assert not list(marker.iterdir()), "a job ran on the corrupted ledger"
+
+
+@pytest.fixture
+def ledger_file(monkeypatch):
+    """The in-process tests' own SQLite ledger, as `prepare_process` names a daemon's."""
+    if connection.vendor != "sqlite":
+        pytest.skip("the start-up check reads SQLite files only")
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv(CHECKED_ENV, raising=False)
+    monkeypatch.setenv("DUCTILE_DB_PATH", str(connection.settings_dict["NAME"]))
+    return connection.settings_dict["NAME"]
+
+
+def checks_made(step) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        step()
+    return [q["sql"] for q in queries if "quick_check" in q["sql"]]
+
+
+@pytest.mark.django_db
+def test_a_daemons_check_begun_at_its_start_spares_the_check_on_its_connection(ledger_file):
+    """The daemons and `system start` begin the check as they start (gateway.cli.main), on a
+    thread beside their imports: the check on Django's connection, after them, is not made again
+    for a file that passed and has not changed since."""
+    assert checks_made(verify_integrity), "without a check begun early, it is made on the connection"
+    begin_integrity_check()
+    assert checks_made(verify_integrity) == []
+
+
+@pytest.mark.django_db
+def test_a_check_begun_before_the_file_changed_does_not_spare_it(ledger_file):
+    begin_integrity_check()
+    time.sleep(0.05)  # past the clock tick file times are kept in
+    os.utime(ledger_file)  # a change since: a restore, a checkpoint, an edit
+    assert checks_made(verify_integrity), "the changed file must be checked again"

@@ -16,7 +16,7 @@ from gateway.config.errors import ConfigError
 from gateway.intake import Refused
 from gateway.logs import logger
 from gateway.storage.database import storage_refusal, unavailable_reason
-from ledger.writes import CommitUnknown
+from ledger.writes.group_commit import CommitUnknown
 
 log = logger("api")
 

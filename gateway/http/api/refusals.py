@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.logs import logger
+from ledger.timestamps import rfc3339
 
 log = logger("api")
 
@@ -38,7 +39,7 @@ PATH_SHOWN = 200
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return rfc3339(datetime.now(UTC), "seconds")
 
 
 @dataclass

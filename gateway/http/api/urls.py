@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import include, path, re_path
 
-from gateway.http.api import relay, views
+from gateway.http.api import relay_ingress, views
 
 urlpatterns = [
     path("", include("gateway.http.api.openapi_urls")),
@@ -23,7 +23,7 @@ urlpatterns = [
     path("job-logs", views.JobLogs.as_view(), name="job-logs"),
     path("analytics/queue", views.AnalyticsQueue.as_view(), name="analytics-queue"),
     path("analytics/summary", views.AnalyticsSummary.as_view(), name="analytics-summary"),
-    path("ingest/peer/<str:peer>", relay.RelayIngress.as_view(), name="relay-ingress"),
+    path("ingest/peer/<str:peer>", relay_ingress.RelayIngress.as_view(), name="relay-ingress"),
     # Last of every route: a `remote_ingress.listen_path` other than the default; 404 otherwise.
-    re_path(r"^(?P<prefix>.+)/(?P<peer>[^/]+)$", relay.configured_ingress),
+    re_path(r"^(?P<prefix>.+)/(?P<peer>[^/]+)$", relay_ingress.configured_ingress),
 ]

@@ -16,7 +16,7 @@ from ledger.submitters import Submitter
 
 def body_payload(body: bytes) -> dict[str, Any]:
     """The body as the plugin reads it: a JSON object as itself; any other JSON value, or text that
-    is not JSON, under `value` (as the router wraps an event's non-object payload); no body, `{}`.
+    is not JSON, under `value` (as the event envelope wraps a non-object payload); no body, `{}`.
     intake.Refused for what the ledger cannot store (NUL, an unpaired surrogate, nesting past
     ledger.storable.MAX_DEPTH): a 400, not a failed insert the sender would retry for ever."""
     if not body.strip():

@@ -45,10 +45,11 @@ from gateway.operations.config_changes import (
     scope_problems,
 )
 from gateway.plugins.seal import lock_config
-from gateway.reports import iso, seal_status
+from gateway.reports import seal_status
 from gateway.reports.redaction import config_view
 from gateway.runtime import RUNTIME, Runtime, build_runtime
 from ledger.models import ConfigSnapshot
+from ledger.timestamps import rfc3339
 
 BUNDLED_PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
 
@@ -304,6 +305,7 @@ class Command(DuctileCommand):
             "reason": registry.skipped.get(name),
             "enabled": plugin.enabled,
             "parallelism": instance.parallelism if instance else plugin.parallelism,
+            "node_parallelism": instance.node_parallelism if instance else plugin.node_parallelism,
             "timeouts": {k: format_duration(v) for k, v in plugin.timeouts.items()},
             "retry": {
                 "max_attempts": plugin.retry.max_attempts,
@@ -531,7 +533,7 @@ def _yaml_text(data: Any) -> str:
 
 
 def _snapshot(row: ConfigSnapshot, *, content: bool) -> dict[str, Any]:
-    return {**row.as_dict(content=content), "loaded_at": iso(row.loaded_at)}
+    return {**row.as_dict(content=content), "loaded_at": rfc3339(row.loaded_at)}
 
 
 def emit_lock_report(command: DuctileCommand, report: LockReport, notes: list[str], dry_run: bool) -> None:

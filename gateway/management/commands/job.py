@@ -19,7 +19,8 @@ from ledger.models import EventContext, Job, LostJob
 from ledger.states import ActionRefused, JobStatus
 
 
-def rfc3339(value: str | None, flag: str) -> datetime | None:
+def time_flag(value: str | None, flag: str) -> datetime | None:
+    """`--from`/`--to` read as RFC 3339; a usage error naming the flag otherwise."""
     if value is None:
         return None
     try:
@@ -239,8 +240,8 @@ class Command(DuctileCommand):
         try:
             entries, total = find_logs(
                 {k: options[k] for k in ("job_id", "plugin", "command", "submitted_by", "status", "query")},
-                start=rfc3339(options["from_"], "--from"),
-                end=rfc3339(options["to"], "--to"),
+                start=time_flag(options["from_"], "--from"),
+                end=time_flag(options["to"], "--to"),
                 limit=options["limit"],
                 include_result=options["include_result"],
             )

@@ -191,7 +191,9 @@ class Command(DuctileCommand):
                         "version": inst.manifest.version,
                         "description": inst.manifest.description,
                         "commands": list(inst.manifest.commands),
-                        "parallelism": inst.parallelism,
+                        "parallelism": inst.shown_parallelism,
+                        "node_parallelism": inst.node_parallelism,
+                        "cluster_parallelism": inst.parallelism,
                         "health": health.get(name, "unknown"),
                         "directory": str(inst.manifest.directory),
                     }
@@ -211,6 +213,8 @@ class Command(DuctileCommand):
                     "description": manifest.description,
                     "commands": list(manifest.commands),
                     "parallelism": None,
+                    "node_parallelism": None,
+                    "cluster_parallelism": None,
                     "health": "cannot run" if manifest.cannot_run else "ready",
                     "directory": str(manifest.directory),
                 }

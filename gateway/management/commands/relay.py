@@ -13,7 +13,7 @@ from gateway.cli.base import EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit, json
 from gateway.cli.nouns import NOUNS
 from gateway.relay.sender import RelayFailed, prepare, send
 from gateway.relay.wire import Envelope
-from pipelines.relay import EVENT_TYPE
+from pipelines.relay_step import EVENT_TYPE
 
 
 class Command(DuctileCommand):

@@ -11,7 +11,7 @@ from gateway.execution.reaper import adopt_orphans
 from gateway.execution.workers import WorkerDaemon
 from gateway.logs import lean_records
 from gateway.runtime import RUNTIME
-from ledger.writes import hand_the_gil_back_sooner
+from ledger.writes.group_commit import hand_the_gil_back_sooner
 
 
 class Command(DuctileCommand):

@@ -15,12 +15,14 @@ from typing import Any
 from django.core.serializers import jsonl
 from django.core.serializers.json import DjangoJSONEncoder
 
+from ledger.timestamps import rfc3339
+
 
 class MicrosecondEncoder(DjangoJSONEncoder):
     def default(self, o: Any) -> Any:
         if isinstance(o, datetime.datetime):
-            text = o.isoformat()
-            return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
+            # UTC (every time Django reads or writes) as the ledger writes it; any other as it is.
+            return rfc3339(o) if o.utcoffset() == datetime.timedelta(0) else o.isoformat()
         return super().default(o)
 
 

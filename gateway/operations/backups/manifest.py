@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from gateway.version import gateway_version, source_commit
+from ledger.timestamps import rfc3339
 
 MANIFEST_NAME = "BACKUP_MANIFEST.txt"
 # The archive's own name, also in the manifest as `backup_uid` (as the original's): what pairs an
@@ -57,7 +58,7 @@ class Manifest:
     ductile_version: str = field(default_factory=gateway_version)
     ductile_commit: str = field(default_factory=gateway_commit)
     hostname: str = field(default_factory=socket.gethostname)
-    created_at: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    created_at: str = field(default_factory=lambda: rfc3339(datetime.now(UTC), "seconds"))
     format: str = FORMAT
 
     def as_dict(self) -> dict[str, Any]:

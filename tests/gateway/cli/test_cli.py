@@ -95,6 +95,10 @@ def test_workers_start_without_the_web_and_housekeeping_apps(cfg):
     assert "ledger.models.jobs" in imported and "gateway.execution.workers" in imported
     assert not {"django.contrib.admin", "rest_framework", "django_q", "croniter"} & imported
     assert not {"django.urls", "django.core.mail", "django.views.debug"} & imported
+    # Nor Django's migration machinery, on a database whose every migration is applied; nor RE2
+    # (no `regex` condition in this config) or the scheduler's timing rules.
+    assert not {m for m in imported if m.startswith("django.db.migrations")}
+    assert not {"re2", "gateway.scheduler.timing"} & imported
     lines = [json.loads(line) for line in run.stdout.splitlines()]
     assert lines[-1]["component"] == "workers" and lines[-1]["message"].startswith("runworkers stopped after")
 
@@ -109,13 +113,13 @@ def test_workers_take_the_settings_named_on_their_command_line(cfg):
 
 
 def test_workers_hand_the_gil_back_every_half_millisecond(cfg):
-    """As the API's workers do (ledger.writes.hand_the_gil_back_sooner): a worker thread whose
+    """As the API's workers do (ledger.writes.group_commit.hand_the_gil_back_sooner): a worker thread whose
     plugin has exited, or that waits behind the write gate's holder, gets the GIL within 0.5 ms
-    instead of Python's 5 ms (throughput +3.5 %, docs/performance.md item 40)."""
+    instead of Python's 5 ms (throughput +3.5 %, docs/performance-history.md item 40)."""
     import subprocess
     import sys
 
-    from ledger.writes import GIL_SWITCH_SECONDS
+    from ledger.writes.group_commit import GIL_SWITCH_SECONDS
     from tests.support.checkout import REPO
     from tests.support.processes import cli_env
 

@@ -328,6 +328,20 @@ def test_parallelism_is_checked_against_the_default_max_workers(
     assert only_problem(tmp_path).key == "plugins.echo.parallelism"
 
 
+def test_parallelism_may_exceed_one_nodes_workers_when_nodes_share_a_postgresql_ledger(tmp_path: Path) -> None:
+    """Issue 38: three nodes of 4 slots could never run more than 4 of a plugin's jobs at once."""
+    write(tmp_path, "config.yaml", "service:\n  max_workers: 2\nplugins:\n  echo:\n    parallelism: 6\n")
+    config = load(tmp_path, {"DATABASE_URL": "postgresql://ledger.invalid/ductile"})
+    assert config.plugins["echo"].parallelism == 6
+
+
+def test_node_parallelism_above_max_workers_is_an_error_even_on_a_shared_ledger(tmp_path: Path) -> None:
+    write(tmp_path, "config.yaml", "service:\n  max_workers: 2\nplugins:\n  echo:\n    node_parallelism: 3\n")
+    problem = only_problem(tmp_path, {"DATABASE_URL": "postgresql://ledger.invalid/ductile"})
+    assert (problem.key, problem.line) == ("plugins.echo.node_parallelism", 5)
+    assert "a node runs at most max_workers" in problem.message
+
+
 @pytest.mark.parametrize("value", [0, -1])
 def test_parallelism_below_one_is_an_error(tmp_path: Path, value: int) -> None:
     write(tmp_path, "config.yaml", f"plugins:\n  echo:\n    parallelism: {value}\n")
@@ -933,7 +947,7 @@ def test_the_original_projects_example_config_loads_with_warnings_only(tmp_path:
     write(tmp_path, "plugins.yaml", "plugins:\n  echo:\n    enabled: true\n    schedules:\n      - every: 5m\n")
     config = load(tmp_path)
     assert warning_keys(config) == ["secrets"]
-    assert config.webhooks == {"listen": "127.0.0.1:8091"}
+    assert str(config.webhooks.listen) == "127.0.0.1:8091" and config.webhooks.endpoints == ()
     assert [(s.id, s.every and s.every.text) for s in config.plugins["echo"].schedules] == [("default", "5m")]
 
 

@@ -1,6 +1,7 @@
 """What `config check` refuses or warns about, as the original Ductile does (issue 35): the tick
 floor, empty and missing plugin roots, the plugin environment, the admission gates
-(`service.admission`, `strict_mode`, `--strict`), and plugin timeouts for custom commands.
+(`service.admission`, `strict_mode`, `--strict`), plugin timeouts for custom commands, and `api:`
+and `webhooks:`, checked by the schema like every other section (issue 37).
 Driven in-process through `config check --json` (its exit code and its answer), on real config
 directories with the bundled and test plugin roots."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +17,13 @@ import pytest
 import yaml
 from django.core.management import call_command
 
+from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.runtime import RUNTIME, build_runtime
+from tests.support.checkout import REPO
 from tests.support.config_dirs import ConfigDir
 from tests.support.jobs import last_response, run_job
 from tests.support.runtime import installed_runtime
+from tests.support.webhooks import ENV, endpoint, write_config
 
 
 def check(config_dir: ConfigDir, *args: str) -> tuple[int, dict[str, Any]]:
@@ -235,3 +240,212 @@ def test_strict_fails_on_any_warning_at_its_place(config_dir: ConfigDir) -> None
     assert code == 78 and body["valid"] is False and body["warnings"] == []
     error = errors_by_key(body)["plugins.echo.schedules[0].preferred_window"]
     assert "accepted but not enforced" in error["message"] and error["line"]
+
+
+# -- api and webhooks ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variables tokens.yaml of tests.support.webhooks reads, for `config check`."""
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+
+
+def with_api(config_dir: ConfigDir, text: str) -> None:
+    config_dir.extra["include"] = ["api.yaml"]
+    config_dir.file("api.yaml", text)
+    config_dir.write()
+
+
+def refusals(config_dir: ConfigDir) -> list[ConfigProblem]:
+    try:
+        build_runtime(config_dir.path, {**os.environ, **ENV})
+    except ConfigError as exc:
+        return list(exc.problems)
+    return []
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line", "message"),
+    [
+        ("api:\n  enabled: maybe\n", "api.enabled", 2, "'maybe' is not of type 'boolean'"),
+        (
+            "api:\n  listen: localhost:99999\n",
+            "api.listen",
+            2,
+            "expected host:port such as 127.0.0.1:8080, or a bare host (port 8080), got 'localhost:99999'",
+        ),
+        ("api:\n  listen: 8080\n", "api.listen", 2, "8080 is not of type 'string'"),
+        ("api:\n  max_concurrent_sync: 0\n", "api.max_concurrent_sync", 2, "0 is less than the minimum of 1"),
+        ("api:\n  max_streams: true\n", "api.max_streams", 2, "True is not of type 'integer'"),
+        ("api:\n  max_streams_per_token: -1\n", "api.max_streams_per_token", 2, "-1 is less than the minimum of 1"),
+        ("api:\n  max_sync_timeout: soon\n", "api.max_sync_timeout", 2, "expected a duration such as 30s"),
+        ("api:\n  auth:\n    tokens: {}\n", "api.auth.tokens", 3, "{} is not of type 'array'"),
+        ("api:\n  auth:\n    tokens:\n      - tok\n", "api.auth.tokens[0]", 4, "'tok' is not of type 'object'"),
+        ("api:\n  auth:\n    tokens:\n      - scopes: all\n", "api.auth.tokens[0].scopes", 4, "'all' is not of type"),
+        ("api:\n  allowed_origins: https://a.example\n", "api.allowed_origins", 2, "is not of type 'array'"),
+        (
+            "api:\n  allowed_origins:\n    - https://a.example\n    - https://b.example/\n",
+            "api.allowed_origins[1]",
+            4,
+            "expected an origin as a browser sends it, such as https://app.example.com or http://localhost:5173 "
+            "(scheme, host, optional port; no path or trailing slash), got 'https://b.example/'",
+        ),
+    ],
+)
+def test_a_bad_api_value_is_refused_at_its_file_line_and_key(
+    config_dir: ConfigDir, text: str, key: str, line: int, message: str
+) -> None:
+    with_api(config_dir, text)
+    code, body = check(config_dir)
+    assert code == 78
+    (error,) = body["errors"]
+    assert (error["key"], error["line"], error["file"]) == (key, line, str(config_dir.path / "api.yaml"))
+    assert message in error["message"]
+
+
+def test_the_api_is_typed_with_its_defaults_and_the_forms_it_accepted_before(config_dir: ConfigDir) -> None:
+    """A bare host takes port 8080; `enabled: yes` is true, as for every boolean of the config; empty
+    origins are ignored; an unquoted `${VAR}` of digits is a token all the same."""
+    with_api(
+        config_dir,
+        "api:\n  enabled: yes\n  listen: ' 0.0.0.0 '\n  max_sync_timeout: 2m\n"
+        "  allowed_origins: ['', ' https://a.example:8443 ', null]\n"
+        "  auth:\n    tokens:\n      - token: ${DIGITS}\n        scopes: ['*']\n      - token:\n",
+    )
+    api = build_runtime(config_dir.path, {**os.environ, "DIGITS": "12345678"}).config.api
+    assert (api.enabled, str(api.listen), api.max_sync_timeout) == (True, "0.0.0.0:8080", 120.0)
+    assert (api.max_concurrent_sync, api.max_streams, api.max_streams_per_token) == (10, 512, 64)
+    assert api.allowed_origins == {"https://a.example:8443"}
+    assert [(t.name, t.token, t.scopes) for t in api.tokens] == [
+        ("api.auth.tokens[0]", "12345678", ("*",)),
+        ("api.auth.tokens[1]", "", ()),
+    ]
+
+
+def test_an_unknown_api_key_warns_and_strict_refuses_it(config_dir: ConfigDir) -> None:
+    """Before, `api:` was an untyped mapping: `listn:` was dropped without a word and the API
+    served on its default address."""
+    with_api(config_dir, "api:\n  enabled: false\n  listn: 0.0.0.0:9000\n")
+    code, body = check(config_dir)
+    assert code == 0
+    assert f"{config_dir.path / 'api.yaml'}:3 key api.listn: unknown key 'listn' is ignored" in body["warnings"]
+    code, body = check(config_dir, "--strict")
+    assert code == 78
+    refused = [e for e in body["errors"] if e["key"] == "api.listn"]
+    assert [(e["line"], e["message"]) for e in refused] == [
+        (3, "unknown key 'listn' (refused: validate_config_on_boot)")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("webhooks", "key", "line", "message"),
+    [
+        (
+            "webhooks:\n  listen: 127.0.0.1:8091\n  endpoint: []\n",
+            "webhooks.endpoint",
+            3,
+            "unknown key 'endpoint' (expected listen, endpoints)",
+        ),
+        (
+            "webhooks:\n  secret: hunter2\n",
+            "webhooks.secret",
+            2,
+            "an inline secret is not accepted: define it in tokens.yaml and name it in secret_ref",
+        ),
+        ("webhooks:\n  listen: 127.0.0.1:0\n", "webhooks.listen", 2, "expected host:port such as 127.0.0.1:8081"),
+        (endpoint(command=""), "webhooks.endpoints[0].command", 8, "'' should be non-empty"),
+        (endpoint(name=7), "webhooks.endpoints[0].name", 3, "7 is not of type 'string'"),
+    ],
+)
+@pytest.mark.usefixtures("secrets")
+def test_a_bad_webhooks_key_is_refused_without_strict_mode(
+    config_dir: ConfigDir, webhooks: str, key: str, line: int, message: str
+) -> None:
+    write_config(config_dir, webhooks)
+    code, body = check(config_dir)
+    assert code == 78
+    (error,) = body["errors"]
+    assert (error["key"], error["line"], error["file"]) == (key, line, str(config_dir.path / "webhooks.yaml"))
+    assert message in error["message"]
+
+
+def test_each_missing_key_of_an_endpoint_is_named_on_its_own(config_dir: ConfigDir) -> None:
+    write_config(config_dir, endpoint(plugin=None, secret_ref=None, signature_header=None))
+    assert [(p.key, p.line, p.message) for p in refusals(config_dir)] == [
+        ("webhooks.endpoints[0].plugin", 3, "missing required key 'plugin'"),
+        ("webhooks.endpoints[0].secret_ref", 3, "missing required key 'secret_ref'"),
+        ("webhooks.endpoints[0].signature_header", 3, "missing required key 'signature_header'"),
+    ]
+
+
+def test_webhook_problems_come_with_the_rest_of_the_configs(config_dir: ConfigDir) -> None:
+    """Before, webhooks.yaml was read only once the rest of the config had passed: a bad header
+    showed up after `max_workers` was fixed. Now one check names both."""
+    config_dir.service["max_workers"] = 0
+    write_config(config_dir, endpoint(signature_header="X_Sig"))
+    assert [(p.key, p.message) for p in refusals(config_dir)] == [
+        ("service.max_workers", "0 is less than the minimum of 1"),
+        (
+            "webhooks.endpoints[0].signature_header",
+            "expected a header name of letters, digits and - carrying the signature (gunicorn drops names "
+            "with _), got 'X_Sig'",
+        ),
+    ]
+
+
+def test_a_refused_api_section_does_not_hide_the_typed_checks_of_others(config_dir: ConfigDir) -> None:
+    """`api.auth: open` cannot be typed; the retention under `dedupe_ttl`, which only the typed
+    checks see, is reported with it all the same."""
+    config_dir.service["job_queue_retention"] = "1h"
+    with_api(config_dir, "api:\n  auth: open\n")
+    assert [p.key for p in refusals(config_dir)] == ["api.auth", "service.job_queue_retention"]
+
+
+def test_the_reference_lists_every_api_and_webhooks_key() -> None:
+    page = (REPO / "docs" / "guide" / "config-reference.md").read_text()
+    for section, keys in {
+        "api": ("enabled", "listen", "auth", "max_concurrent_sync", "max_sync_timeout", "allowed_origins"),
+        "api.auth.tokens[]": ("name", "token", "scopes"),
+        "webhooks": ("listen", "endpoints"),
+        "webhooks.endpoints[]": ("name", "path", "plugin", "command", "secret_ref", "signature_header"),
+    }.items():
+        table = page.split(f"## `{section}`\n", 1)[1].split("\n## ", 1)[0]
+        assert all(f"| `{key}`" in table for key in keys), (section, table)
+
+
+def test_each_missing_key_of_any_section_is_named_once(config_dir: ConfigDir) -> None:
+    """jsonschema reports one error per missing key; each used to be described as the first
+    missing key, so `backup: {keep: 3}` said `schedule` twice and never `directory`."""
+    config_dir.service["backup"] = {"keep": 3}
+    config_dir.write()
+    assert [(p.key, p.message) for p in refusals(config_dir)] == [
+        ("service.backup.directory", "missing required key 'directory'"),
+        ("service.backup.schedule", "missing required key 'schedule'"),
+    ]
+
+
+def test_config_validate_checks_a_webhooks_yaml_in_either_form(
+    config_dir: ConfigDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`config validate` reads one file, unmerged: webhooks.yaml's bare list of endpoints is
+    checked as the endpoints of `webhooks:` are."""
+    monkeypatch.setenv("DUCTILE_CONFIG_DIR", str(config_dir.path))
+    listed = config_dir.file("webhooks.yaml", endpoint().replace("webhooks:\n  endpoints:\n", "webhooks:\n"))
+    mapped = config_dir.file("mapped.yaml", endpoint(comand="poll"))
+    for file in (listed, mapped):
+        out = io.StringIO()
+        try:
+            call_command("config", "validate", "--file", str(file), "--json", stdout=out, stderr=io.StringIO())
+        except SystemExit:
+            pass
+        report = json.loads(out.getvalue())
+        assert report["valid"] is (file == listed), report
+    assert report["problems"] == [
+        {
+            "path": "webhooks.endpoints[0].comand",
+            "message": "unknown key 'comand' (expected name, path, plugin, command, secret_ref, signature_header, "
+            "max_body_size)",
+        }
+    ]

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from gateway.execution.dispatch import Executor
 from gateway.intake.events import publish_event
-from ledger import wakeups
+from ledger import job_notifications
 from ledger.models import Job, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
@@ -90,9 +90,9 @@ def woken() -> Iterator[list[int]]:
     """Every wake-up of this process's idle workers an enqueue asks for (the pool's `wake`)."""
     calls: list[int] = []
     listener = lambda: calls.append(1)  # noqa: E731 - one identity to add and remove
-    wakeups.add_listener(listener)
+    job_notifications.add_listener(listener)
     yield calls
-    wakeups.remove_listener(listener)
+    job_notifications.remove_listener(listener)
 
 
 def start_pipeline(config_dir: ConfigDir, steps: list[dict[str, Any]]) -> tuple[Any, Job]:

@@ -18,9 +18,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from gateway.relay import wire
-from gateway.reports import iso
 from ledger.models import AttemptOutcome, Job, RelayAcceptance
 from ledger.states import JobStatus
+from ledger.timestamps import rfc3339
 from tests.support.runtime import installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -95,7 +95,7 @@ def test_without_remote_ingress_there_is_no_ingress(config_dir):
 
 def earlier(seconds: float) -> str:
     """Another timestamp inside the skew window: what a sender's retry signs anew."""
-    return iso(timezone.now() - timedelta(seconds=seconds))
+    return rfc3339(timezone.now() - timedelta(seconds=seconds))
 
 
 def test_a_replayed_request_is_answered_as_first_accepted_and_starts_nothing_whatever_its_job_does(config_dir):

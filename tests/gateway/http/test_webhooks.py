@@ -335,8 +335,8 @@ def problems_of(cfg: ConfigDir, webhooks: str = WEBHOOKS, **env: str) -> list[Co
         (endpoint(comand="poll"), "webhooks.endpoints[0].comand", 8, "unknown key 'comand'"),
         (endpoint(secret="x"), "webhooks.endpoints[0].secret", 8, "an inline secret is not accepted"),
         ("webhooks:\n  listen: localhost\n", "webhooks.listen", 2, "expected host:port"),
-        ("webhooks:\n  endpoints: {}\n", "webhooks.endpoints", 2, "expected a list of endpoints"),
-        ("webhooks:\n  endpoints:\n    - /hook\n", "webhooks.endpoints[0]", 3, "expected an endpoint mapping"),
+        ("webhooks:\n  endpoints: {}\n", "webhooks.endpoints", 2, "{} is not of type 'array'"),
+        ("webhooks:\n  endpoints:\n    - /hook\n", "webhooks.endpoints[0]", 3, "'/hook' is not of type 'object'"),
     ],
 )
 def test_a_bad_endpoint_refuses_the_config_naming_file_line_and_key(
@@ -405,12 +405,17 @@ def test_an_empty_secret_is_refused_naming_its_variable(config_dir: ConfigDir) -
 
 
 def test_every_problem_is_reported_at_once(config_dir: ConfigDir) -> None:
-    problems = problems_of(config_dir, endpoint(plugin="nope", secret_ref="nobody", max_body_size=0))
+    """What the schema refuses (with the rest of the config's schema problems) comes first; what
+    an endpoint refers to (plugin, command, secret) is checked on an endpoint the schema passed."""
+    problems = problems_of(config_dir, endpoint(path="hook", signature_header="X_Sig", max_body_size=0, secret=1))
     assert [p.key for p in problems] == [
-        "webhooks.endpoints[0].plugin",
-        "webhooks.endpoints[0].secret_ref",
         "webhooks.endpoints[0].max_body_size",
+        "webhooks.endpoints[0].path",
+        "webhooks.endpoints[0].secret",
+        "webhooks.endpoints[0].signature_header",
     ]
+    problems = problems_of(config_dir, endpoint(plugin="nope", secret_ref="nobody"))
+    assert [p.key for p in problems] == ["webhooks.endpoints[0].plugin", "webhooks.endpoints[0].secret_ref"]
 
 
 def test_the_list_form_keeps_the_listen_address_of_config_yaml(config_dir: ConfigDir) -> None:

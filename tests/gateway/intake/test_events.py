@@ -13,7 +13,7 @@ from gateway.intake import events
 from ledger.models import EventContext, EventRecord, Job
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from pipelines.router import MAX_CONTEXT_BYTES
+from pipelines.successors import MAX_CONTEXT_BYTES
 from tests.support.config_dirs import ConfigDir
 from tests.support.runtime import installed_runtime
 

@@ -187,7 +187,7 @@ def test_a_replay_is_the_same_step_again_without_its_key_and_with_todays_retry_b
 
 
 def test_jobs_whose_admission_their_producer_decided_are_inserted_in_one_batch(rt):
-    from ledger.writes import writing
+    from ledger.writes.transaction import writing
 
     specs = [intake.scheduled(rt, "echo", "poll", {"n": n}, dedupe_key=f"k{n}", note="batch") for n in range(3)]
     with writing():

@@ -20,6 +20,7 @@ from gateway.config.model import GatewayConfig, load_gateway_config
 from gateway.plugins.discovery import Discovery, discover_plugins
 from gateway.plugins.manifest import Manifest, ManifestInvalid, load_manifest
 from gateway.plugins.registry import Registry, build_registry
+from ledger.caps import Cap
 from tests.support.checkout import REPO
 
 BUNDLED = REPO / "plugins"
@@ -921,9 +922,10 @@ def test_aliases_use_a_plugin_with_their_own_config_and_parallelism(tmp_path: Pa
     assert youtube.manifest.name == "if"
     assert youtube.config.config["field"] == "text"
     assert web.config.config["field"] == "url"
-    assert youtube.parallelism == 2
-    assert web.parallelism == 4
-    assert registry.parallelism_caps() == {"check_youtube": 2, "check_web": 4}
+    assert (youtube.parallelism, youtube.node_parallelism) == (2, 2)
+    # No `parallelism`: no cap across nodes; each node runs up to its max_workers.
+    assert (web.parallelism, web.node_parallelism) == (None, 4)
+    assert registry.parallelism_caps() == {"check_youtube": Cap(2, 2), "check_web": Cap(None, 4)}
 
 
 def test_disabled_plugin_goes_to_disabled_not_instances(tmp_path: Path, stocked_root: Path) -> None:
@@ -944,17 +946,21 @@ def test_disabled_plugin_missing_required_config_is_disabled_not_skipped(tmp_pat
 @pytest.mark.parametrize(
     ("plugins_yaml", "expected"),
     [
-        ("plugins:\n  echo: {parallelism: 3}\n", 3),
-        ("plugins:\n  echo: {}\n", 4),
-        ("plugins:\n  sys_exec: {}\n", 1),
-        ("plugins:\n  sys_exec: {parallelism: 2}\n", 2),
+        ("plugins:\n  echo: {parallelism: 3}\n", Cap(3, 3)),
+        ("plugins:\n  echo: {}\n", Cap(None, 4)),
+        ("plugins:\n  sys_exec: {}\n", Cap(1, 1)),
+        ("plugins:\n  sys_exec: {parallelism: 2}\n", Cap(2, 2)),
+        ("plugins:\n  echo: {node_parallelism: 2}\n", Cap(None, 2)),
+        ("plugins:\n  echo: {parallelism: 3, node_parallelism: 1}\n", Cap(3, 1)),
     ],
 )
-def test_effective_parallelism(tmp_path: Path, stocked_root: Path, plugins_yaml: str, expected: int) -> None:
-    """§4.2.1: the operator's parallelism, else 1 for concurrency_safe: false, else max_workers."""
+def test_effective_parallelism(tmp_path: Path, stocked_root: Path, plugins_yaml: str, expected: Cap) -> None:
+    """§4.2.1 on each node: the operator's parallelism, else 1 for concurrency_safe: false, else
+    max_workers (4 here); across nodes only the operator's cap, or 1 for a plugin not
+    concurrency-safe (issue 38)."""
     registry = registry_for(tmp_path, stocked_root, plugins_yaml)
     (instance,) = registry.instances.values()
-    assert instance.parallelism == expected
+    assert instance.cap == expected
 
 
 def test_missing_required_config_keys_skip_the_instance_with_a_reason(tmp_path: Path, stocked_root: Path) -> None:
@@ -1086,7 +1092,7 @@ def test_registry_over_the_bundled_plugins(tmp_path: Path) -> None:
     )
     assert set(registry.instances) == {"echo", "py-greet", "stress", "uptime"}
     assert registry.instances["uptime"].parallelism == 1
-    assert registry.instances["echo"].parallelism == 3
+    assert registry.instances["echo"].cap == Cap(None, 3)
     assert "command" in registry.skipped["sys_exec"]
 
 

@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import pytest
 
-from gateway.config.relay import Relay, RelayInstance
+from gateway.config.relay_endpoints import Relay, RelayInstance
 from gateway.relay import wire
 from gateway.relay.sender import RelayFailed, send
 from tests.support.network import http_server

@@ -18,7 +18,7 @@ import pytest
 
 from ductile_site.settings import WAL_AUTOCHECKPOINT_PAGES
 from gateway.storage.checkpoints import CHECKPOINT_PAGES, IDLE_AFTER, JOBS_BETWEEN, Activity, jobs_between
-from ledger.writes import BESIDE_CHECKPOINTER_PAGES
+from ledger.writes.autocheckpoint import BESIDE_CHECKPOINTER_PAGES
 from tests.support.checkout import REPO
 from tests.support.output import Output
 from tests.support.processes import script_env, start_script
@@ -117,7 +117,7 @@ def test_the_checkpoint_copies_the_wal_into_the_file_after_enough_jobs(config_di
 BUSY_SCRIPT = (
     SET_UP
     + """from gateway.storage.checkpoints import FIRST_AFTER_JOBS, Checkpointer
-from ledger.writes import checkpoints_elsewhere
+from ledger.writes.autocheckpoint import checkpoints_elsewhere
 
 WAL = connection.settings_dict["NAME"] + "-wal"
 def log_generation():
@@ -170,7 +170,7 @@ def test_a_checkpoint_among_busy_writers_lets_the_log_start_over(config_dir, tmp
 # them copies the log into the file; afterwards a commit past the length does again.
 BACKSTOP_SCRIPT = (
     SET_UP
-    + """from ledger.writes import checkpoints_elsewhere
+    + """from ledger.writes.autocheckpoint import checkpoints_elsewhere
 
 with checkpoints_elsewhere():
     enqueue(1500, pad=3000)
@@ -201,7 +201,7 @@ def test_commits_never_checkpoint_while_the_process_does_it_itself(config_dir, t
 INTERVAL_SCRIPT = (
     SET_UP
     + """from gateway.storage.checkpoints import FIRST_AFTER_JOBS, Checkpointer
-from ledger.writes import checkpoints_elsewhere
+from ledger.writes.autocheckpoint import checkpoints_elsewhere
 
 pad = int(sys.argv[1])
 with checkpoints_elsewhere():
@@ -277,7 +277,7 @@ sys.stdin.readline()
 
 DAEMON_SCRIPT = (
     SET_UP
-    + """from ledger.writes import checkpoints_elsewhere
+    + """from ledger.writes.autocheckpoint import checkpoints_elsewhere
 
 with checkpoints_elsewhere():
     print(json.dumps({"phase": "checkpointing"}), flush=True)
@@ -352,7 +352,7 @@ def test_an_idle_daemon_leaves_the_checkpoints_to_the_writers(config_dir, tmp_pa
 SHARED_SCRIPT = (
     SET_UP
     + """from gateway.storage.checkpoints import Checkpointer, CheckpointThread
-from ledger import writes
+from ledger.writes import group_commit
 
 ran_on = []
 checkpoint = Checkpointer.after
@@ -369,12 +369,12 @@ def left_to_another(self, claimed):
     leave(self, claimed)
 Checkpointer.left_to_another = left_to_another
 
-writes.share_transactions()
+group_commit.share_transactions()
 CheckpointThread.start()
 print(json.dumps({"phase": "ready"}), flush=True)
 sys.stdin.readline()
 for _ in range(int(sys.argv[1])):
-    writes.shared(lambda: enqueue(pad=3000))
+    group_commit.shared(lambda: enqueue(pad=3000))
 deadline = time.monotonic() + 10
 while not (ran_on or left) and time.monotonic() < deadline:
     time.sleep(0.01)
@@ -422,7 +422,7 @@ FAILING_SCRIPT = (
     + """import logging
 from django.db import OperationalError
 from gateway.storage.checkpoints import FIRST_AFTER_JOBS, Checkpointer, CheckpointThread
-from ledger import writes
+from ledger.writes import group_commit
 
 def fails(self, claimed, **options):
     raise OperationalError("database or disk is full")
@@ -433,11 +433,11 @@ class Count(logging.Handler):
         warnings.append(record.getMessage())
 logging.getLogger("ductile.checkpoints").addHandler(Count())
 
-writes.share_transactions()
+group_commit.share_transactions()
 CheckpointThread.start()
 started = time.monotonic()
 for _ in range(FIRST_AFTER_JOBS + 300):  # due from the 100th on: every commit after it asks again
-    writes.shared(lambda: enqueue())
+    group_commit.shared(lambda: enqueue())
 time.sleep(0.2)
 print(json.dumps({"warnings": warnings, "seconds": time.monotonic() - started}), flush=True)
 """

@@ -1,7 +1,7 @@
-"""Wake-ups on one SQLite ledger across processes (gateway/storage/wakeup.py): a listener is called
+"""Wake-ups on one SQLite ledger across processes (gateway/storage/wake_listener.py): a listener is called
 once per enqueue, at once after the commit when the enqueue is its own process's, and through its
 socket when another process enqueued. Its own process never pokes it through the socket too: that
-was a second wake-up of every idle worker thread per pipeline hop (docs/performance.md, "Pipeline")."""
+was a second wake-up of every idle worker thread per pipeline hop (docs/performance-history.md, "Pipeline")."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ prepare_process(None)
 django.setup()
 from gateway.storage.database import ensure_schema
 ensure_schema()
-from gateway.storage.wakeup import WakeListener
+from gateway.storage.wake_listener import WakeListener
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
 
@@ -88,10 +88,10 @@ prepare_process(None)
 django.setup()
 from gateway.storage.database import ensure_schema
 ensure_schema()
-from gateway.storage.wakeup import wake_directory
+from gateway.storage.wake_listener import wake_directory
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
-from ledger.writes import writing
+from ledger.writes.transaction import writing
 
 directory = wake_directory()
 directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ import django
 from gateway.bootstrap import prepare_process
 prepare_process(None)
 django.setup()
-from gateway.storage.wakeup import poke_local_waiters, wake_directory
+from gateway.storage.wake_listener import poke_local_waiters, wake_directory
 
 directory = wake_directory()
 directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -173,7 +173,7 @@ print("late", heard(late))
 
 
 def test_a_waiter_that_binds_just_after_a_poke_hears_the_next_one(config_dir, tmp_path):
-    # gateway.storage.wakeup keeps the directory's listing while its mtime stands; a socket bound
+    # gateway.storage.wake_listener keeps the directory's listing while its mtime stands; a socket bound
     # in the same clock tick as the listing must not be missed for it.
     env = script_env(config_dir, tmp_path / "ledger.db")
     proc = subprocess.run(

@@ -1,5 +1,6 @@
 """Cross-process wake-ups so an idle worker starts a new job, and a synchronous caller sees its
-tree finish, within milliseconds.
+tree finish, within milliseconds: `WakeListener` hears the ledger's job notifications
+(ledger/job_notifications.py) from this process and others.
 
 Same host: each listener binds a UNIX datagram socket in a short per-database directory, named
 by what it waits for (`.sock` for workers, `.wait` for tree waiters); the process that enqueues
@@ -25,7 +26,7 @@ from django.conf import settings
 
 from gateway.logs import logger
 from gateway.storage.outage import Outage
-from ledger import wakeups
+from ledger import job_notifications
 
 log = logger("wakeup")
 
@@ -47,15 +48,15 @@ def _directory_of(database: str) -> Path:
 
 
 # Socket name suffix per channel: enqueue pokes wake workers, finish pokes wake tree waiters.
-SUFFIX = {wakeups.ENQUEUED: ".sock", wakeups.FINISHED: ".wait"}
+SUFFIX = {job_notifications.ENQUEUED: ".sock", job_notifications.FINISHED: ".wait"}
 
 
 def poke_local_workers() -> None:
-    _poke_local(SUFFIX[wakeups.ENQUEUED])
+    _poke_local(SUFFIX[job_notifications.ENQUEUED])
 
 
 def poke_local_waiters() -> None:
-    _poke_local(SUFFIX[wakeups.FINISHED])
+    _poke_local(SUFFIX[job_notifications.FINISHED])
 
 
 def _poke_local(suffix: str) -> None:
@@ -127,10 +128,14 @@ def _poke_socket() -> socket.socket:
 class WakeListener:
     """Receives one channel's wake-ups (enqueued: a worker process; finished: a tree waiter) and
     calls `on_wake` for each: those of other processes through its socket, those of this process
-    directly (a listener of `ledger.wakeups`, called after the commit)."""
+    directly (a listener of `ledger.job_notifications`, called after the commit)."""
 
     def __init__(
-        self, on_wake: Callable[[], None], channel: str = wakeups.ENQUEUED, *, on_poke: Callable[[], None] | None = None
+        self,
+        on_wake: Callable[[], None],
+        channel: str = job_notifications.ENQUEUED,
+        *,
+        on_poke: Callable[[], None] | None = None,
     ):
         self.on_wake = on_wake
         # Another process's wake-up (its poke, or a NOTIFY), when the listener tells it apart.
@@ -142,7 +147,7 @@ class WakeListener:
         self._path: str | None = None
 
     def start(self) -> None:
-        wakeups.add_listener(self.on_wake, self.channel)
+        job_notifications.add_listener(self.on_wake, self.channel)
         try:
             self._start()
         except OSError as exc:  # wake-ups are advice: without them the bounded re-check still works
@@ -160,11 +165,11 @@ class WakeListener:
             self._spawn(self._listen_loop)
 
     def stop(self) -> None:
-        wakeups.remove_listener(self.on_wake, self.channel)
+        job_notifications.remove_listener(self.on_wake, self.channel)
         self._stop.set()
         if self._sock is not None:
             # The loop blocks in recv() with no timeout (a timeout woke every idle process twice a
-            # second, docs/performance.md item 31); shutting the socket down ends that recv at once.
+            # second, docs/performance-history.md item 31); shutting the socket down ends that recv at once.
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)
             except OSError:

@@ -17,7 +17,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gateway.config.relay import DEFAULT_LISTEN_PATH
+from gateway.config.relay_endpoints import DEFAULT_LISTEN_PATH
 from gateway.http.api.errors import not_found
 from gateway.http.api.serializers import ErrorSerializer
 from gateway.http.api.views import OPEN, Endpoint, path_param

@@ -28,7 +28,7 @@ from django.db import models
 from django.db.models import Q
 
 from ledger.models.retention import PrunableQuerySet
-from ledger.writes import shared
+from ledger.writes.group_commit import shared
 
 
 class RelayAcceptanceQuerySet(PrunableQuerySet["RelayAcceptance"]):

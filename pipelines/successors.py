@@ -1,4 +1,4 @@
-"""The router: a finished job's events in, the child jobs to enqueue out. Pure, no I/O.
+"""A finished job's successors: its events in, the child jobs to enqueue out. Pure, no I/O.
 
 Every emitted event (or a synthetic `ductile.step.succeeded` when a pipeline step emits none)
 continues the job's own pipeline along the compiled edges, starts every pipeline whose `on:`
@@ -17,14 +17,14 @@ from typing import Any
 from pipelines import predicates
 from pipelines.baggage import RESERVED, BaggageError, accrete
 from pipelines.dsl import DEFAULT_MAX_DEPTH, STEP_SUCCEEDED, SWITCH, Pipeline, PipelineSet
-from pipelines.routing import RoutingTable
+from pipelines.routes import RoutingTable
 
 # The reserved baggage namespace for the core's control fields (pipeline, step, depth, instance).
 CONTROL = RESERVED
 MAX_CONTEXT_BYTES = 1024 * 1024
 
 # Names a pipeline instance's root event_context row from the pipeline and the event that started
-# it (uuid5): the router stays pure, and every entry hop of the instance finds the same row.
+# it (uuid5): this module stays pure, and every entry hop of the instance finds the same row.
 ROOT_CONTEXT_NAMESPACE = uuid.UUID("6f1c2f0e-35a8-4d7e-9a51-0c2d7e4b8a35")
 
 # Spec "Plugin Development Guide" §7.4: names the core carries from an input event to outputs.
@@ -73,6 +73,9 @@ class Successor:
     # The entry split's shared root row: its parent; `opens_root` on the one hop that writes it.
     root: RootContext | None = None
     opens_root: bool = False
+    # An `on-hook` pipeline's entry: a fresh root one hook generation deeper than the job whose
+    # lifecycle signal started it (`service.hook_max_depth` stops the chain).
+    hook_depth: int | None = None
 
 
 def synthetic_success(input_event: Mapping[str, Any], result: Any) -> dict[str, Any]:
@@ -183,7 +186,7 @@ def step_successor(
         except BaggageError as exc:
             refusal, claim_failed = f"step {node_id!r}: {exc}", True
     # One pipeline instance per entry: continuing steps keep it, an entry starts a new one (named
-    # by the event that started it, so the router stays pure and the id is stable on replay).
+    # by the event that started it, so this module stays pure and the id is stable on replay).
     same_run = previous.get("pipeline") == pipeline.name and node_id not in pipeline.entries
     instance = previous.get("pipeline_instance_id") if same_run else None
     control = {

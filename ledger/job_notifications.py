@@ -1,4 +1,6 @@
-"""Advisory wake-ups: idle workers when a job is enqueued, tree waiters when a job finishes.
+"""What the ledger announces when a job is enqueued or finishes, for advisory wake-ups: idle
+workers when a job is enqueued, tree waiters when a job finishes. Other processes on the same host
+hear it through gateway/storage/wake_listener.py.
 
 Correctness never depends on them: workers and waiters re-check the database on a short bounded
 interval. PostgreSQL gets a NOTIFY inside the transaction (delivered at commit, to every node);
@@ -13,7 +15,7 @@ from contextlib import contextmanager
 
 from django.db import connection
 
-from ledger.writes import after_release
+from ledger.writes.transaction import after_release
 
 ENQUEUED = "ductile_jobs"
 FINISHED = "ductile_done"
@@ -77,7 +79,7 @@ class EnqueueTally:
         idle threads of this process are woken once after the commit if any job is left for them.
         Why: a worker that routes a pipeline's next step and claims it in the same transaction
         would otherwise wake an idle thread that looks, finds nothing, and takes the GIL from the
-        worker as it starts the step's plugin (docs/performance.md, item 35)."""
+        worker as it starts the step's plugin (docs/performance-history.md, item 35)."""
         if self.enqueued > taken:
             after_release(lambda: _call_listeners(ENQUEUED))
 
