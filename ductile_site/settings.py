@@ -132,6 +132,16 @@ def _database() -> dict[str, Any]:
 
 
 DATABASES = {"default": _database()}
+# `system migrate-ledger` (gateway/operations/ledger_move.py) starts itself again with the SQLite
+# ledger it copies named here, beside the PostgreSQL database it copies into (DATABASE_URL).
+LEDGER_SOURCE = "ledger_source"
+if os.environ.get("DUCTILE_LEDGER_SOURCE"):
+    DATABASES[LEDGER_SOURCE] = {
+        "ENGINE": "gateway.storage.sqlite3",
+        "NAME": os.environ["DUCTILE_LEDGER_SOURCE"],
+        "CONN_MAX_AGE": None,
+        "OPTIONS": dict(SQLITE_OPTIONS),
+    }
 # `dumpdata`/`loaddata` JSON lines keep timestamps to the microsecond: backups of a PostgreSQL
 # ledger are exported in this format (gateway/operations/backups/jsonlines.py).
 SERIALIZATION_MODULES = {"jsonl": "gateway.operations.backups.jsonlines"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from django.db import connections
@@ -83,11 +83,18 @@ def restart_with_every_app() -> NoReturn:
     """Run this command again from the start, on the gateway's full settings: the same
     interpreter, options and arguments (`sys.orig_argv`), this process's PID. Only before the
     command has started anything (threads, children, sockets)."""
+    restart({"DJANGO_SETTINGS_MODULE": DEFAULT_SETTINGS, EVERY_APP: "1"})
+
+
+def restart(environ: Mapping[str, str]) -> NoReturn:
+    """Run this command again from the start with `environ` added to its environment (what its
+    settings are made of: `restart_with_every_app`, or the two databases of `system
+    migrate-ledger`). The same interpreter, options and arguments (`sys.orig_argv`), this process's
+    PID; only before the command has started anything (threads, children, sockets)."""
     connections.close_all()
     sys.stdout.flush()
     sys.stderr.flush()
-    os.environ["DJANGO_SETTINGS_MODULE"] = DEFAULT_SETTINGS
-    os.environ[EVERY_APP] = "1"
+    os.environ.update(environ)
     # Django's settings set TZ to TIME_ZONE in this process's environment: the start again reads
     # the host's zone (schedules' default, gateway.config.schedules.host_timezone) from the TZ
     # this process was given.

@@ -23,11 +23,12 @@ if _WORKER:
     _TMP.mkdir()
 else:
     _SESSION = _TMP = Path(tempfile.mkdtemp(prefix="ductile-tests-"))
-# Every process of the suite, this one included, keeps its temporary files under _TMP: the wake-up
-# sockets of the daemons it kills, plugins' scratch, browser profiles, pytest's own tmp_path. Before,
-# each session left them in the system's temporary directory, beside its own directory of screenshots.
-(_TMP / "tmp").mkdir()
-os.environ["TMPDIR"] = tempfile.tempdir = str(_TMP / "tmp")
+    (_TMP / "tmp").mkdir()
+# Every process of the suite, this one included, keeps its temporary files under the session's: the
+# wake-up sockets of the daemons it kills, plugins' scratch, browser profiles, pytest's own tmp_path
+# (a worker's too, under the controller's base). Before, each session left them in the system's
+# temporary directory, beside its own directory of screenshots.
+os.environ["TMPDIR"] = tempfile.tempdir = str(_SESSION / "tmp")
 # The screenshots are for looking at after the run (pytest_terminal_summary says where), so a
 # session's directory stays; the sessions of more than a day ago (none still running) go.
 for _old in _SESSION.parent.glob("ductile-tests-*"):

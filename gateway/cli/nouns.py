@@ -87,10 +87,10 @@ NOUNS: dict[str, Noun] = {
     ),
     "system": Noun(
         "System: `status`, `start`, `reload`, `doctor`, `selfcheck`, `watch`, `scheduler`, `breaker [PLUGIN]`, "
-        "`reset PLUGIN`, `plugin-facts PLUGIN`, `backup`, `restore`.",
+        "`reset PLUGIN`, `plugin-facts PLUGIN`, `backup`, `restore`, `migrate-ledger --to URL`.",
         (
             *("status", "breaker", "start", "scheduler", "reset", "backup", "restore", "plugin-facts", "selfcheck"),
-            *("reload", "doctor", "watch"),
+            *("reload", "doctor", "watch", "migrate-ledger"),
         ),
         ("status", "breaker", "scheduler", "reset", "plugin-facts", "watch"),
     ),

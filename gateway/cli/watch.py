@@ -249,6 +249,15 @@ def render(snapshot: dict[str, Any], *, now: datetime, where: str, width: int, n
         Text.assemble((f"{len(workers)}", "bold"), f" live workers ({sum(w['threads'] for w in workers)} threads)")
     )
     counts = packed(figures, width - PANEL_FRAME)
+    # Jobs no live node runs wait without a word otherwise (issue 38); a gateway before it sends none.
+    unserved = [
+        Text.assemble(
+            ("unserved ", "bold red"),
+            (u["plugin"], "bold"),
+            f": {u['queued']:,} queued, no live node runs it (the oldest {ago(u['oldest_queued_at'], now)})",
+        )
+        for u in snapshot.get("unserved", [])
+    ]
     t = snapshot["throughput"]
     rate = "-" if t["failure_rate"] is None else f"{100 * t['failure_rate']:.1f}%"
     throughput = Group(
@@ -263,7 +272,10 @@ def render(snapshot: dict[str, Any], *, now: datetime, where: str, width: int, n
         Text.assemble(("failed ", "dim"), (sparkline(t["failed"]), "red")),
     )
     top = Panel(
-        Group(counts, throughput), title="[bold]Queue and throughput[/]", title_align="left", border_style="grey50"
+        Group(counts, *unserved, throughput),
+        title="[bold]Queue and throughput[/]",
+        title_align="left",
+        border_style="grey50",
     )
 
     running = grid("job", "plugin.command", "attempt", "elapsed", "worker")

@@ -16,6 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from pipelines.dsl import RELAY, SWITCH
+
 from .api import ApiConfig, api_config
 from .durations import format_duration, parse_duration
 from .errors import ConfigError, ConfigProblem
@@ -143,6 +145,15 @@ class ServiceConfig:
     lease_ttl: float = 60.0
     backup: BackupPolicy | None = None
     admission: AdmissionPolicy = AdmissionPolicy()
+    # Named worker groups: the plugins each group's workers claim (`runworkers --group NAME`).
+    worker_groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def worker_group(self, name: str) -> tuple[str, ...]:
+        """The plugins of group `name`; ValueError, saying which groups there are, if none has it."""
+        if name not in self.worker_groups:
+            known = ", ".join(sorted(self.worker_groups)) or "none: service.worker_groups is not set"
+            raise ValueError(f"unknown worker group {name!r} (configured groups: {known})")
+        return self.worker_groups[name]
 
 
 @dataclass(frozen=True)
@@ -311,6 +322,7 @@ class _Builder:
     def build(self) -> GatewayConfig:
         service = self._service()
         plugins = {name: self._plugin(name, raw, service) for name, raw in (self.data.get("plugins") or {}).items()}
+        self._worker_groups(service, plugins)
         routes = tuple(
             Route(r["from"], r["event_type"], r["to"], r.get("command", "handle"))
             for r in self.data.get("routes") or []
@@ -382,6 +394,7 @@ class _Builder:
             lease_ttl=self._duration((*p, "lease_ttl"), raw.get("lease_ttl"), base.lease_ttl),
             backup=self._backup(raw.get("backup")),
             admission=self.gates,
+            worker_groups=self._worker_group_map(raw.get("worker_groups")),
         )
         if service.job_queue_retention < service.dedupe_ttl:
             self.problems.append(
@@ -401,6 +414,33 @@ class _Builder:
         if service.lease_ttl < 5:
             self.problems.append(self.merged.problem((*p, "lease_ttl"), "lease_ttl must be at least 5s"))
         return service
+
+    def _worker_group_map(self, raw: Any) -> Mapping[str, tuple[str, ...]]:
+        # Only what has the schema's shape: the schema's own problems say what else is wrong.
+        if not isinstance(raw, dict):
+            return MappingProxyType({})
+        return MappingProxyType(
+            {
+                str(group): tuple(name for name in members if isinstance(name, str))
+                for group, members in raw.items()
+                if isinstance(members, list)
+            }
+        )
+
+    def _worker_groups(self, service: ServiceConfig, plugins: Mapping[str, PluginConfig]) -> None:
+        """A group's workers would wait forever for jobs of a plugin no config defines: each name
+        must be a configured plugin, or an internal hop (`if:` switches, `relay:` sends)."""
+        for group, members in service.worker_groups.items():
+            for index, name in enumerate(members):
+                if name not in plugins and name not in (SWITCH, RELAY):
+                    configured = ", ".join(sorted(plugins)) or "none"
+                    self.problems.append(
+                        self.merged.problem(
+                            ("service", "worker_groups", group, index),
+                            f"worker group {group!r} names {name!r}, which is not a configured plugin "
+                            f"(configured: {configured}; {SWITCH} and {RELAY} are the internal hops)",
+                        )
+                    )
 
     def _backup(self, raw: Any) -> BackupPolicy | None:
         if not isinstance(raw, dict) or not isinstance(raw.get("schedule"), str) or "directory" not in raw:

@@ -5,8 +5,9 @@ a link to the list it counts, and the config page."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -18,6 +19,7 @@ from django.utils import timezone
 from gateway.console.config import config_context, lease_ttl
 from gateway.console.filters import PROBLEMS
 from gateway.operations.accounts import locked_attempts
+from gateway.reports.nodes import unserved_plugins
 from ledger.models import CircuitBreaker, Job, WorkerInstance
 
 
@@ -61,7 +63,16 @@ def summary() -> list[Figure]:
             reverse("admin:ledger_workerinstance_changelist") + "?live=yes",
             False,
         ),
+        unserved_figure(now),
     ]
+
+
+def unserved_figure(now: datetime) -> Figure:
+    """Plugins with queued jobs no live node runs, linked to those jobs (one plugin's, or every
+    queued job when several plugins wait)."""
+    unserved = unserved_plugins(now, lease_ttl())
+    query = "?status=queued" + (f"&plugin={quote(unserved[0]['plugin'])}" if len(unserved) == 1 else "")
+    return Figure("plugins no live node runs", len(unserved), reverse("admin:ledger_job_changelist") + query, True)
 
 
 # What a section of the index is, where its app's own name does not say: shown under its title.

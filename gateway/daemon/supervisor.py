@@ -1,7 +1,9 @@
 """`system start`: the API (gunicorn), the webhook listener (a second gunicorn on its own port),
 `runworkers`, the scheduler and the housekeeping cluster (django-q2's `qcluster`), as one
 supervised process tree (ARCHITECTURE "Processes"). The scheduler runs on a thread of this process
-(gateway.daemon.resident); the others are child processes.
+(gateway.daemon.resident); the others are child processes. A node of a cluster runs only its roles
+(`--role`, ROLES: the listeners, the workers, optionally of one worker group, the scheduler, the
+housekeeping), and a reload then matches the listeners to the config only on a node with the api role.
 
 The housekeeping cluster runs on demand: five processes and about 350 MB that would otherwise sit
 idle between an hourly prune and a daily backup. The supervisor asks whether housekeeping is due
@@ -271,23 +273,43 @@ def _bind(listener: Child) -> str:
     return listener.argv[listener.argv.index("--bind") + 1]
 
 
+# What one `system start` may run, each a role a node of a cluster takes or leaves (`--role`):
+# the HTTP listeners (the API and the webhook listener), the worker daemon, the scheduler, the
+# housekeeping cluster.
+ROLES = ("api", "workers", "scheduler", "housekeeping")
+
+
+def parse_roles(values: Sequence[str]) -> frozenset[str]:
+    """`--role` as given, repeated or comma-separated (`--role api,scheduler --role workers`);
+    every role when none is given. ValueError names a role that is not one."""
+    chosen = {role.strip() for value in values for role in value.split(",") if role.strip()}
+    unknown = sorted(chosen - set(ROLES))
+    if unknown:
+        raise ValueError(f"unknown role {', '.join(map(repr, unknown))}: the roles are {', '.join(ROLES)}")
+    return frozenset(chosen or ROLES)
+
+
 def plan(
     runtime: Runtime,
     config_dir: Path,
     *,
+    listen: bool = True,
     workers: bool = True,
+    group: str | None = None,
     scheduler: bool = True,
     housekeeping: Demand | None = None,
 ) -> list[Child]:
-    """The children this config asks for; the housekeeping cluster only with its `Demand`."""
+    """The children this config asks for; the housekeeping cluster only with its `Demand`.
+    `group`: the workers run only that group of `service.worker_groups`."""
     python = sys.executable
     manage = str(REPO / "manage.py")
     common = ["--config-dir", str(config_dir)]
     snapshot = snapshot_file_for(runtime.config)
     env = child_env(runtime, config_dir)
-    children = listeners(runtime, env)
+    children = listeners(runtime, env) if listen else []
     if workers:
-        children.append(Child("runworkers", [python, manage, "runworkers", *common], env))
+        grouped = ["--group", group] if group is not None else []
+        children.append(Child("runworkers", [python, manage, "runworkers", *common, *grouped], env))
     if scheduler:
         # On a thread of the supervisor, not a process of its own (gateway.daemon.resident).
         children.append(Child("runscheduler", [], env, resident=lambda: resident_scheduler(config_dir, snapshot)))
@@ -313,11 +335,14 @@ class Supervisor:
         *,
         install_signals: bool = True,
         on_config: Callable[[bool], None] | None = None,
+        listen: bool = True,
     ):
         """`holder`: the supervisor's own runtime, loaded from the config files, which its
         children run on through the snapshot. `on_config(reloaded)` runs once the schema is
-        current, and again after each SIGHUP whose config loaded."""
+        current, and again after each SIGHUP whose config loaded. `listen`: this node runs the
+        listeners (the `api` role), which a reload starts, stops or moves to match the config."""
         self.children = list(children)
+        self.listen = listen
         self.holder = holder
         config = holder.get().config
         self.pid_file = pid_file_for(config)
@@ -423,7 +448,8 @@ class Supervisor:
             return
         self.holder.install(runtime)
         log.info("SIGHUP: config reloaded; every process reloads it")
-        self._relisten(listeners(runtime, self.listener_env))
+        if self.listen:
+            self._relisten(listeners(runtime, self.listener_env))
         record_config(runtime, "reload")
         for child in self.children:
             if child.reloads and child.retired is None:  # one that is stopping needs no reload

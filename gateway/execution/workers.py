@@ -30,6 +30,7 @@ from gateway.storage.checkpoints import Activity, Checkpointer
 from gateway.storage.database import describe_database
 from gateway.storage.outage import Outage
 from gateway.storage.wake_listener import WakeListener
+from gateway.version import gateway_version
 from ledger.caps import Cap
 from ledger.models import Job, WorkerInstance
 from ledger.writes.autocheckpoint import Announcement, checkpoints_elsewhere
@@ -54,6 +55,7 @@ class WorkerDaemon:
         *,
         threads: int | None = None,
         plugins: Collection[str] | None = None,
+        group: str | None = None,
         once: bool = False,
         max_jobs: int | None = None,
         recheck: float = 0.5,
@@ -63,6 +65,7 @@ class WorkerDaemon:
         runtime = holder.get()
         self.threads = threads or runtime.config.service.max_workers
         self.plugins = frozenset(plugins) if plugins else None
+        self.group = group  # the `service.worker_groups` entry `plugins` came from, re-read at each reload
         self.once = once
         self.max_jobs = max_jobs
         self.recheck = recheck
@@ -110,6 +113,7 @@ class WorkerDaemon:
             pid=os.getpid(),
             threads=self.threads,
             plugins=",".join(sorted(self.plugins or ())),
+            group=self.group or "",
         )
         if self.install_signals:
             self._install_signal_handlers()
@@ -166,6 +170,7 @@ class WorkerDaemon:
         assert self._pause is not None
         seen = -1
         activity = Activity(self.claimed, start)
+        described = False
         while any(t.is_alive() for t in pool):
             # Four passes a second while jobs are claimed; idle, only when a heartbeat or recovery
             # pass is due, IDLE_PASS at most. Why: each wake-up of an idle process costs CPU, ~1-3 ms
@@ -180,6 +185,11 @@ class WorkerDaemon:
                     ending, self._ending = self._ending, []
                 for thread in ending:
                     thread.join(timeout=1.0)  # it said it ends, but may not have ended yet
+            if not described:
+                # At the first pass, not at registration: reading the version imports
+                # importlib.metadata, ~5 ms that the start (exec to first claim) need not wait for.
+                self._attempt(self._beat_down, lambda: instance.describe(gateway_version()), 0.0)
+                described = not self._beat_down.failures
             if self._reload.is_set():
                 self._reload.clear()
                 try:
@@ -468,9 +478,25 @@ class WorkerDaemon:
                 "plugins %s removed or disabled: %d queued jobs now dead", ", ".join(sorted(removed)), len(cancelled)
             )
         schedule_inits(new)
+        if self.group is not None:
+            self._regroup(new)
         log.info("config reloaded: %d plugins loaded", len(new.registry.instances))
         self.wake()
         return True
+
+    def _regroup(self, runtime: Runtime) -> None:
+        """The group's plugins as the reloaded config names them: claimed from now on, and on
+        this worker's row, which `system status` and the unserved-plugin check read."""
+        assert self.group is not None
+        try:
+            plugins = frozenset(runtime.config.service.worker_group(self.group))
+        except ValueError as exc:
+            log.error("%s; this worker keeps claiming %s", exc, ",".join(sorted(self.plugins or ())))
+            return
+        if plugins != self.plugins:
+            self.plugins = plugins
+            WorkerInstance.objects.serve(self.worker_id, ",".join(sorted(plugins)))
+            log.info("worker group %s now claims %s", self.group, ",".join(sorted(plugins)))
 
     def _install_signal_handlers(self) -> None:
         def on_stop(signum: int, frame: FrameType | None) -> None:

@@ -8,7 +8,9 @@ chain, or a cycle), routes that loop, a token scope naming a plugin that is not 
 plugins discovered but never configured (or unable to run here) or configured but never
 triggered, a webhook listener sharing the API's address, a tick under a second, an alias whose
 target is in no plugin root, on-hook pipelines of notify_on_complete plugins that run each other
-in a loop, and a token scope allowing or denying a command its plugin does not have.
+in a loop, and a token scope allowing or denying a command its plugin does not have. Given the
+cluster as the ledger has it (read by the caller), also the plugins whose queued jobs no live
+node runs.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from gateway.config.durations import format_duration
 from gateway.config.model import RECOMMENDED_TICK_INTERVAL
 from gateway.config.tokens import ADMIN, FINER, RESOURCES
+from gateway.reports.nodes import NodesReport
 from gateway.runtime import Runtime
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -43,7 +46,9 @@ class Finding:
         return {"name": self.check, "status": _STATUS[self.severity], "detail": self.message, "field": self.key}
 
 
-def diagnose(runtime: Runtime) -> list[Finding]:
+def diagnose(runtime: Runtime, nodes: NodesReport | None = None) -> list[Finding]:
+    """`nodes`: the cluster as the ledger has it (gateway.reports.nodes), read by the caller; None
+    when the ledger could not be read, and the unserved-plugin check is left out."""
     doctor = _Doctor(runtime)
     for check in (
         doctor.service_tick,
@@ -57,6 +62,8 @@ def diagnose(runtime: Runtime) -> list[Finding]:
         doctor.relay_ingress,
     ):
         check()
+    if nodes is not None:
+        doctor.unserved_plugins(nodes)
     return doctor.findings
 
 
@@ -73,6 +80,33 @@ class _Doctor:
             key = problem.key
             where = f"{problem.file}" + (f":{problem.line}" if problem.line else "") + f" key {key}"
         self.findings.append(Finding(check, severity, message, where, key))
+
+    def unserved_plugins(self, nodes: NodesReport) -> None:
+        """Queued jobs that no live node claims wait without a word until one that runs their
+        plugin starts: a group or --plugins that leaves it out, or no worker node at all."""
+        if not nodes.unserved:
+            return
+        live = nodes.live
+        if not live:
+            who = "no worker node is live"
+        else:
+            who = "the live nodes claim only " + "; ".join(
+                f"{node['hostname']} pid {node['pid']}"
+                + (f" (group {node['group']})" if node["group"] else "")
+                + f": {', '.join(node['plugins'] or ())}"
+                for node in live
+            )
+        path = ("service", "worker_groups") if self.config.service.worker_groups else None
+        for waiting in nodes.unserved:
+            jobs = f"{waiting['queued']} queued job" + ("s" if waiting["queued"] != 1 else "")
+            self.add(
+                "unserved_plugin",
+                WARNING,
+                f"plugin {waiting['plugin']!r} has {jobs} (the oldest since {waiting['oldest_queued_at']}) that no "
+                f"live node runs: {who}; start workers that run it (runworkers without --group or --plugins, or "
+                "with a group of service.worker_groups naming it)",
+                path,
+            )
 
     def service_tick(self) -> None:
         """Past the load's 100ms floor, a tick under a second still makes polls chatty."""

@@ -25,6 +25,7 @@ from gateway.config.integrity import SealUnusable, file_digest, read_seal, tier_
 from gateway.config.loader import config_files
 from gateway.config.redaction import REDACTED, Scrubber
 from gateway.config.schedules import Schedule
+from gateway.reports.nodes import unserved_plugins
 from gateway.runtime import RUNTIME, Runtime
 from gateway.scheduler.timing import first_due
 from ledger.models import (
@@ -308,6 +309,10 @@ def health_status(runtime: Runtime, uptime_seconds: int) -> dict[str, Any]:
         "queue_depth": Job.objects.filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING)).count(),
         "plugins_loaded": len(runtime.registry.instances),
         "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
+        # Plugins whose queued jobs no live node claims: they wait until one that serves them runs.
+        "plugins_unserved": [
+            waiting["plugin"] for waiting in unserved_plugins(timezone.now(), runtime.config.service.lease_ttl)
+        ],
     }
 
 

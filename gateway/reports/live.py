@@ -5,6 +5,8 @@ indexed queries, for every live view (ARCHITECTURE "Human surfaces"): the web da
 
 What each part reads, and why it stays cheap on a busy ledger:
 - queue counts and live workers: `reports.queue_status`, as `system status` shows them;
+- nodes and the plugins no live node serves: `reports.nodes`, over the small `worker_instances`
+  table, and the queued jobs only when some plugin is left out of every live node's group;
 - running jobs: the partial index on running rows;
 - throughput and failure rate per minute over the last hour: jobs that reached a terminal status,
   counted per minute by the database over the (status, completed_at) index;
@@ -34,6 +36,7 @@ from django.utils import timezone
 from gateway.reports import queue_status, ts
 from gateway.reports import runs as run_index
 from gateway.reports.events import row_data
+from gateway.reports.nodes import node_list, unserved_plugins
 from gateway.reports.percentiles import summary
 from gateway.runtime import Runtime
 from gateway.storage.database import describe_database
@@ -78,6 +81,8 @@ def build_snapshot(runtime: Runtime, now: datetime | None = None) -> dict[str, A
             "pipelines": len(runtime.pipelines.pipelines),
         },
         **queue,
+        "nodes": node_list(now, service.lease_ttl),
+        "unserved": unserved_plugins(now, service.lease_ttl),
         "running": [
             {
                 "job_id": job.id,

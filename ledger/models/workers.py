@@ -31,6 +31,16 @@ class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
         """Running and heard from within one lease: what status reports count as live."""
         return self.alive().filter(heartbeat_at__gte=now - timedelta(seconds=lease_ttl))
 
+    def serving(self, now: datetime, lease_ttl: float) -> frozenset[str] | None:
+        """The plugins the live workers claim between them; None when one claims every plugin
+        (no group, no --plugins). Empty when no worker is live."""
+        served: set[str] = set()
+        for plugins in self.heartbeating(now, lease_ttl).values_list("plugins", flat=True):
+            if not plugins:
+                return None
+            served.update(plugins.split(","))
+        return frozenset(served)
+
     def dead_on_host(self, hostname: str, *, exclude: str) -> list[str]:
         """Ids of workers on this host whose process is gone: their claims need no lease wait."""
         # Hand-written: every daemon asks every few seconds, idle ones too, and the ORM's query cost
@@ -44,10 +54,40 @@ class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
                 state=WorkerState.LOST, stopped_at=now
             )
 
-    def register(self, worker_id: str, *, hostname: str, pid: int, threads: int, plugins: str) -> WorkerInstance:
-        """A daemon's row, made as it starts: what `system status` counts and recovery reads."""
+    def register(
+        self,
+        worker_id: str,
+        *,
+        hostname: str,
+        pid: int,
+        threads: int,
+        plugins: str,
+        version: str = "",
+        group: str = "",
+    ) -> WorkerInstance:
+        """A daemon's row, made as it starts: what `system status` lists as a node and counts,
+        and recovery reads."""
         with writing():
-            return self.create(id=worker_id, hostname=hostname, pid=pid, threads=threads, plugins=plugins)
+            return self.create(
+                id=worker_id,
+                hostname=hostname,
+                pid=pid,
+                threads=threads,
+                plugins=plugins,
+                version=version,
+                worker_group=group,
+            )
+
+    def serve(self, worker_id: str, plugins: str) -> None:
+        """A running worker's plugin filter changed (its group, by a config reload)."""
+        with writing():
+            self.filter(pk=worker_id).update(plugins=plugins)
+
+    def heard_from(self, since: datetime) -> WorkerInstanceQuerySet:
+        """The nodes to list: every row heard from since `since`, whatever its state now. A
+        node's row is never removed, and one whose host went away for good (a container's
+        hostname is new at each start) stays `running` with an ever older heartbeat."""
+        return self.filter(heartbeat_at__gte=since)
 
 
 class WorkerInstance(models.Model):
@@ -55,7 +95,11 @@ class WorkerInstance(models.Model):
     hostname = models.CharField(max_length=200)
     pid = models.IntegerField()
     plugins = models.TextField(blank=True, default="")  # worker-group filter; empty: every plugin
-    threads = models.IntegerField(default=1)
+    # The named group of `service.worker_groups` the filter came from (`runworkers --group`);
+    # empty for `--plugins` or no filter. Not `group`: a reserved word in SQL.
+    worker_group = models.CharField(max_length=200, blank=True, default="")
+    version = models.CharField(max_length=64, blank=True, default="")  # the gateway's, as it started
+    threads = models.IntegerField(default=1)  # its slots: plugin processes it runs at once
     state = models.CharField(max_length=16, choices=WorkerState.choices, default=WorkerState.RUNNING)
     started_at = models.DateTimeField(default=timezone.now)
     heartbeat_at = models.DateTimeField(default=timezone.now)
@@ -77,6 +121,12 @@ class WorkerInstance(models.Model):
         self.heartbeat_at = now
         with writing():
             WorkerInstance.objects.filter(pk=self.pk).update(heartbeat_at=now)
+
+    def describe(self, version: str) -> None:
+        """The gateway version the daemon runs, recorded once it runs (`system status` lists it)."""
+        self.version = version
+        with writing():
+            WorkerInstance.objects.filter(pk=self.pk).update(version=version)
 
     def leave(self) -> None:
         """The row of a one-off claimant (a CLI `plugin run`), removed when it ends: it is there

@@ -36,6 +36,7 @@
   function render() {
     if (!snapshot) return;
     renderQueue(snapshot);
+    renderNodes(snapshot.nodes, snapshot.unserved);
     renderRunning(snapshot.running);
     renderThroughput(snapshot.throughput);
     renderLatency(snapshot.latency.plugins);
@@ -61,8 +62,45 @@
     const line = document.getElementById("workers-line");
     line.replaceChildren(
       data.workers.length
-        ? `${threads} worker threads: ` + data.workers.map((w) => `${w.hostname} pid ${w.pid} (${w.plugins})`).join(", ")
+        ? `${threads} worker slots on ${data.workers.length} live ${data.workers.length === 1 ? "node" : "nodes"} (listed under Nodes).`
         : "No live workers: queued jobs wait until runworkers (or system start) runs.",
+    );
+  }
+
+  function renderNodes(nodes, unserved) {
+    const live = nodes.filter((n) => n.liveness === "live").length;
+    document.getElementById("nodes-count").textContent = nodes.length ? `${live} live, ${nodes.length - live} lost` : "";
+    L.fillTable(
+      document.getElementById("nodes-table"),
+      nodes.map((n) =>
+        el(
+          "tr",
+          { dataset: { node: n.id } },
+          el("td", {}, n.hostname),
+          el("td", { class: "dash-num" }, n.pid),
+          el("td", {}, n.group || "–"),
+          el("td", { class: "dash-quiet" }, n.plugins ? n.plugins.join(", ") : "every plugin"),
+          el("td", {}, n.version || "–"),
+          el("td", { class: "dash-num" }, n.slots),
+          el("td", {}, L.relative(n.started_at)),
+          el("td", {}, L.relative(n.heartbeat_at)),
+          el("td", {}, el("span", { class: "dash-pill", dataset: { status: n.liveness } }, n.liveness)),
+        ),
+      ),
+    );
+    const warning = document.getElementById("unserved-warning");
+    warning.hidden = unserved.length === 0;
+    warning.replaceChildren(
+      ...unserved.map((u) =>
+        el(
+          "p",
+          { dataset: { plugin: u.plugin } },
+          el("strong", {}, u.plugin),
+          ` has ${u.queued.toLocaleString()} queued ${u.queued === 1 ? "job" : "jobs"} that no live node runs (the oldest `,
+          L.relative(u.oldest_queued_at),
+          "): start workers whose group includes it, or without a group.",
+        ),
+      ),
     );
   }
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -30,10 +31,13 @@ from _common import emit, machine, write_plugin  # noqa: E402
 
 from tests.support.cluster import Cluster, available, cluster  # noqa: E402
 from tests.support.config_dirs import ConfigDir  # noqa: E402
+from tests.support.output import Output  # noqa: E402
 from tests.support.processes import ledger  # noqa: E402
 
 
-def drain(made: Cluster, config: ConfigDir, nodes: list[str], jobs: int, sleep: float) -> dict[str, Any]:
+def drain(
+    made: Cluster, config: ConfigDir, nodes: list[str], jobs: int, sleep: float, plugin: str = "sleeper"
+) -> dict[str, Any]:
     """Enqueue the backlog, start `nodes`' daemons, and time the drain (module docstring)."""
     ledger(config, "enqueue", [])  # the schema, on the first drain
     with psycopg.connect(made.database_url, autocommit=True) as conn:
@@ -42,6 +46,9 @@ def drain(made: Cluster, config: ConfigDir, nodes: list[str], jobs: int, sleep: 
     ledger(config, "enqueue", specs)
     started = time.monotonic()
     daemons = [made.start(node, config, "runworkers") for node in nodes]
+    # Read, not left in the pipe: a daemon whose log pipe is full blocks in its logging lock (a
+    # first version of this bench stalled so after ~340 jobs a node).
+    outputs = [Output(daemon) for daemon in daemons]
     try:
         with psycopg.connect(made.database_url, autocommit=True) as conn:
             while True:
@@ -57,8 +64,9 @@ def drain(made: Cluster, config: ConfigDir, nodes: list[str], jobs: int, sleep: 
     finally:
         for daemon in daemons:
             daemon.send_signal(signal.SIGTERM)
-        for daemon in daemons:
+        for daemon, output in zip(daemons, outputs, strict=True):
             daemon.wait(timeout=120)
+            output.finish()
     seconds = (last - first).total_seconds()
     return {
         "nodes": len(nodes),
@@ -70,11 +78,67 @@ def drain(made: Cluster, config: ConfigDir, nodes: list[str], jobs: int, sleep: 
     }
 
 
+def claims(made: Cluster, config: ConfigDir, nodes: list[str], jobs: int) -> dict[str, Any]:
+    """No-op jobs drained by every node at once: how many claims a second the ledger decides, and
+    what a claim's statements cost on the server (PostgreSQL's own log of every statement's
+    duration): the advisory lock that serialises claim decisions (its wait is the queue behind
+    it) and the claiming UPDATE."""
+    with psycopg.connect(made.database_url, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET log_min_duration_statement = 0")
+        conn.execute("SELECT pg_reload_conf()")
+    log = made.workdir / "pg.log"
+    start = log.stat().st_size
+    try:
+        drained = drain(made, config, nodes, jobs, 0.0, plugin="noop")
+    finally:
+        with psycopg.connect(made.database_url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET log_min_duration_statement")
+            conn.execute("SELECT pg_reload_conf()")
+    with log.open() as text:
+        text.seek(start)
+        lock, update = durations(text.read())
+    return {**drained, "advisory_lock_ms": lock, "claim_update_ms": update}
+
+
+def durations(log: str) -> tuple[dict[str, float], dict[str, float]]:
+    """p50/p99/max of the claim's two statements in PostgreSQL's statement log."""
+    lock: list[float] = []
+    update: list[float] = []
+    # A statement's text goes on over the lines after its "duration:" line, each indented.
+    records: list[str] = []
+    for line in log.splitlines():
+        if "duration: " in line:
+            records.append(line)
+        elif records and line[:1].isspace():
+            records[-1] += " " + line.strip()
+    for record in records:
+        ms = float(record.split("duration: ", 1)[1].split(" ms", 1)[0])
+        if "pg_advisory_xact_lock" in record:
+            lock.append(ms)
+        elif "UPDATE job_queue SET status = 'running'" in record:
+            update.append(ms)
+    return summary(lock), summary(update)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    return {
+        "count": len(ordered),
+        "p50": round(statistics.median(ordered), 3),
+        "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 3),
+        "max": round(ordered[-1], 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=240)
     parser.add_argument("--sleep", type=float, default=0.2)
     parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--claims", type=int, default=3000, help="no-op jobs for the claim-rate phase (0: skip)")
+    parser.add_argument("--claim-slots", type=int, default=8, help="worker slots a node in the claim-rate phase")
     parser.add_argument("--out", help="also write the JSON result here")
     args = parser.parse_args()
     if (why := available()) is not None:
@@ -88,12 +152,19 @@ def main() -> None:
         )
         config = ConfigDir(Path(tmp) / "config")
         config.service.update(max_workers=args.slots, lease_ttl="60s")
-        config.plugins = {"sleeper": {"config": {}, "timeout": "60s", "retry": {"max_attempts": 1}}}
+        config.plugins = {
+            name: {"config": {}, "timeout": "60s", "retry": {"max_attempts": 1}} for name in ("sleeper", "noop")
+        }
         config.extra["plugin_roots"] = [str(root)]
         config.database_url = made.database_url
         config.write()
         one = drain(made, config, ["a"], args.jobs, args.sleep)
         three = drain(made, config, ["a", "b", "c"], args.jobs, args.sleep)
+        rate = None
+        if args.claims:
+            config.service.update(max_workers=args.claim_slots)
+            config.write()
+            rate = claims(made, config, ["a", "b", "c"], args.claims)
     emit(
         {
             "benchmark": "cluster",
@@ -104,6 +175,7 @@ def main() -> None:
             "three_nodes": three,
             "three_over_one": round(one["seconds"] / three["seconds"], 2),
             "target": ">= 2.7",
+            "claims_three_nodes": rate,
         },
         args.out,
     )

@@ -128,7 +128,8 @@ class Cluster:
     def start(
         self, node: str, config: ConfigDir, *args: str, env: Mapping[str, str] | None = None
     ) -> subprocess.Popen[str]:
-        """`manage.py <args>` on `node`, against the cluster's PostgreSQL, its output kept."""
+        """`manage.py <args>` on `node`, against the cluster's PostgreSQL. Its output (stderr with
+        it) is a pipe: read it (tests.support.output.Output), or the daemon blocks once it is full."""
         proc = subprocess.Popen(
             ["ip", "netns", "exec", self.namespace(node), sys.executable, str(REPO / "manage.py"), *args,
              "--config-dir", str(config.path)],

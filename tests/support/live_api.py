@@ -68,14 +68,22 @@ OUTPUT_TAIL_LINES = 150
 
 @contextmanager
 def live_api(
-    cfg: ConfigDir, tokens: list[dict[str, Any]], *, workers: bool = False, settings: dict[str, Any] | None = None
+    cfg: ConfigDir,
+    tokens: list[dict[str, Any]],
+    *,
+    workers: bool = False,
+    settings: dict[str, Any] | None = None,
+    roles: list[str] | None = None,
 ) -> Iterator[LiveApi]:
     """`workers`: also run the workers and the scheduler (not the housekeeping cluster).
-    `settings`: more keys of `api:` (its listen address and tokens are set here)."""
+    `settings`: more keys of `api:` (its listen address and tokens are set here). `roles`:
+    `system start`'s flags instead (`--role api,workers --group media`)."""
     port = free_port()
     cfg.extra["api"] = {**(settings or {}), "listen": f"127.0.0.1:{port}", "auth": {"tokens": tokens}}
     cfg.write()
     only = ["--no-housekeeping"] if workers else ["--no-workers", "--no-scheduler"]
+    if roles is not None:
+        only = roles
     proc = start_system(cfg, *only)
     # Read as it comes: a pipe nobody reads fills (64 KiB), and then every process of the tree
     # that logs blocks on its next line (a long traceback is enough).

@@ -166,9 +166,31 @@ class LiveFilter(admin.SimpleListFilter):
 
 @admin.register(WorkerInstance)
 class WorkerInstanceAdmin(LedgerAdmin):
-    list_display = ("id", "liveness", "hostname", "pid", "threads", "plugins", "started_at", "heartbeat_at", "holding")
-    list_filter = (LiveFilter, "hostname")
+    """The cluster's nodes: each worker daemon with its host, group, version and slots."""
+
+    list_display = (
+        "id",
+        "liveness",
+        "hostname",
+        "pid",
+        "group",
+        "version",
+        "slots",
+        "plugins",
+        "started_at",
+        "heartbeat_at",
+        "holding",
+    )
+    list_filter = (LiveFilter, "hostname", "worker_group", "version")
     ordering = ("-started_at",)
+
+    @admin.display(description="group", ordering="worker_group")
+    def group(self, worker: WorkerInstance) -> str | None:
+        return worker.worker_group or None
+
+    @admin.display(description="slots", ordering="threads")
+    def slots(self, worker: WorkerInstance) -> int:
+        return worker.threads
 
     @admin.display(description="live?")
     def liveness(self, worker: WorkerInstance) -> SafeString:

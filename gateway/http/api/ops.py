@@ -1,6 +1,6 @@
 """Operations endpoints (spec 000 "API Reference" §10 and §12, idiom 8 "Diagnostics"): the
-redacted config, stopwatch percentiles, the topology graph, the live event stream, reload, doctor
-and selfcheck."""
+redacted config, stopwatch percentiles, the topology graph, the live event stream, reload, doctor,
+selfcheck and the cluster's nodes."""
 
 from __future__ import annotations
 
@@ -26,12 +26,13 @@ from gateway.daemon.control import NotRunning, reload_gateway
 from gateway.daemon.supervisor import listener_changes
 from gateway.http import eventstream
 from gateway.http.api.errors import Missing
-from gateway.http.api.serializers import ReloadRefusedSerializer, errors
+from gateway.http.api.serializers import NodesSerializer, ReloadRefusedSerializer, errors
 from gateway.http.api.views import Endpoint, int_param, path_param, query_param, time_param
 from gateway.http.streamseats import Refusal
 from gateway.operations.doctor import ERROR as DOCTOR_ERROR
 from gateway.operations.doctor import diagnose
 from gateway.reports import events, schedule_entries, ts
+from gateway.reports.nodes import nodes_report
 from gateway.reports.percentiles import summary
 from gateway.reports.redaction import config_view as redacted_config
 from gateway.reports.topology import topology
@@ -232,11 +233,12 @@ class SystemDoctor(Endpoint):
     @extend_schema(
         operation_id="system_doctor",
         tags=["operations"],
-        summary="Diagnose the loaded config: skipped plugins, alias and route loops, unknown scopes, unused plugins",
+        summary="Diagnose the loaded config: skipped plugins, alias and route loops, unknown scopes, unused plugins; "
+        "plugins with queued jobs no live node runs",
         responses={200: OpenApiTypes.OBJECT, **errors(401, 403)},
     )
     def get(self, request: Request) -> Response:
-        findings = diagnose(self.runtime)
+        findings = diagnose(self.runtime, nodes_report(timezone.now(), self.runtime.config.service.lease_ttl))
         healthy = not any(f.severity == DOCTOR_ERROR for f in findings)
         return Response(
             {
@@ -247,6 +249,25 @@ class SystemDoctor(Endpoint):
                 "checks": [f.as_check() for f in findings],
             }
         )
+
+
+class SystemNodes(Endpoint):
+    """The cluster's worker nodes (`system status` lists them too) and the plugins with queued jobs
+    that no live node claims."""
+
+    needs = ("jobs:status:ro",)  # what /system/watch shows of the workers, under the finer read scope
+
+    @extend_schema(
+        operation_id="system_nodes",
+        tags=["operations"],
+        summary="Worker nodes: host, pid, group, version, slots, last heartbeat, live or lost; unserved plugins",
+        description="Each worker daemon of the cluster (live, or lost within the last day), and each plugin with "
+        "queued jobs that no live node claims (its group or `--plugins` leave it out, or no node is live). "
+        "Needs `jobs:status:ro` (`jobs:ro`, `jobs:rw` and `*` grant it).",
+        responses={200: NodesSerializer, **errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(nodes_report(timezone.now(), self.runtime.config.service.lease_ttl).as_dict())
 
 
 class SystemSelfcheck(Endpoint):

@@ -15,6 +15,7 @@ urlpatterns = [
     path("events", ops.Events.as_view(), name="events"),
     path("system/reload", ops.SystemReload.as_view(), name="system-reload"),
     path("system/doctor", ops.SystemDoctor.as_view(), name="system-doctor"),
+    path("system/nodes", ops.SystemNodes.as_view(), name="system-nodes"),
     path("system/selfcheck", ops.SystemSelfcheck.as_view(), name="system-selfcheck"),
     path("system/watch", watch.SystemWatch.as_view(), name="system-watch"),
 ]

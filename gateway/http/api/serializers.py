@@ -88,6 +88,11 @@ class HealthSerializer(serializers.Serializer):
     queue_depth = serializers.IntegerField(help_text="Jobs queued or running.")
     plugins_loaded = serializers.IntegerField()
     plugins_circuit_open = serializers.IntegerField()
+    plugins_unserved = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Plugins with queued jobs that no live worker node claims (its group or --plugins leave them "
+        "out, or no node is live): they wait until one that serves them runs. Empty when all is served.",
+    )
     workers = serializers.IntegerField(help_text="Workers with a fresh heartbeat.")
     config_path = serializers.CharField()
     binary_path = serializers.CharField(
@@ -368,6 +373,43 @@ class QueueStatusSerializer(serializers.Serializer):
     queue_depth = serializers.IntegerField()
     retry_waiting = serializers.IntegerField(help_text="Queued jobs waiting for their retry time.")
     workers = WorkerSerializer(many=True)
+
+
+class NodeSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="The worker's id, `host:pid:random`: what its claimed jobs name.")
+    hostname = serializers.CharField()
+    pid = serializers.IntegerField()
+    group = serializers.CharField(allow_null=True, help_text="Its group of `service.worker_groups`; null for none.")
+    plugins = serializers.ListField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="The plugins it claims (its group's, or its --plugins); null for every plugin.",
+    )
+    version = serializers.CharField(allow_null=True, help_text="The gateway's version it runs.")
+    slots = serializers.IntegerField(help_text="Plugin processes it runs at once (its worker threads).")
+    state = serializers.ChoiceField(["running", "lost"], help_text="Its row's state.")
+    liveness = serializers.ChoiceField(
+        ["live", "lost"],
+        help_text="live: heard from within a lease (`service.lease_ttl`); lost: silent for longer (its jobs are "
+        "taken over) or found dead on its host.",
+    )
+    started_at = serializers.DateTimeField()
+    heartbeat_at = serializers.DateTimeField()
+
+
+class UnservedSerializer(serializers.Serializer):
+    plugin = serializers.CharField()
+    queued = serializers.IntegerField(help_text="Its queued jobs.")
+    oldest_queued_at = serializers.DateTimeField(help_text="When the oldest of them was enqueued.")
+
+
+class NodesSerializer(serializers.Serializer):
+    """`GET /system/nodes` (ops.SystemNodes)."""
+
+    nodes = NodeSerializer(many=True, help_text="Live nodes, then lost ones heard from within a day.")
+    live = serializers.IntegerField()
+    lost = serializers.IntegerField()
+    unserved = UnservedSerializer(many=True, help_text="Plugins with queued jobs that no live node claims.")
 
 
 class SummarySerializer(serializers.Serializer):

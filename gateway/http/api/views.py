@@ -177,8 +177,9 @@ class Health(Endpoint):
         operation_id="healthz",
         tags=["discovery"],
         summary="Health",
-        description="Uptime, queue depth (queued and running jobs), loaded plugins, open circuits, live "
-        "workers, the config directory, the `ductile` command the gateway runs as, and the version. Open.",
+        description="Uptime, queue depth (queued and running jobs), loaded plugins, open circuits, the plugins "
+        "with queued jobs no live worker node serves, live workers, the config directory, the `ductile` command "
+        "the gateway runs as, and the version. Open.",
         responses={200: shapes.HealthSerializer, **errors(401)},
     )
     def get(self, request: Request) -> Response:

@@ -20,7 +20,13 @@ class Command(DuctileCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--threads", type=int, help="worker threads (default: service.max_workers)")
-        parser.add_argument("--plugins", help="comma-separated plugin names: run only these (a worker group)")
+        serves = parser.add_mutually_exclusive_group()
+        serves.add_argument("--plugins", help="comma-separated plugin names: run only these (an unnamed worker group)")
+        serves.add_argument(
+            "--group",
+            metavar="NAME",
+            help="run only the plugins of this group of service.worker_groups (re-read at each reload)",
+        )
         parser.add_argument("--once", action="store_true", help="run what is runnable now, then exit")
         parser.add_argument("--max-jobs", type=int, help="exit after claiming this many jobs")
         parser.add_argument(
@@ -40,6 +46,11 @@ class Command(DuctileCommand):
         if options["threads"] is not None and options["threads"] < 1:
             raise Exit(EXIT_USAGE, "--threads must be at least 1")
         plugins = [p for p in (options["plugins"] or "").split(",") if p] or None
+        if options["group"] is not None:
+            try:
+                plugins = list(runtime.config.service.worker_group(options["group"]))
+            except ValueError as exc:
+                raise Exit(EXIT_USAGE, f"--group: {exc}") from exc
         adopt_orphans()  # a plugin's setsid escapes come back to us, to be killed and reported
         lean_records()  # this process's log lines are JSON lines only
         hand_the_gil_back_sooner()  # its threads write and spawn: ledger.writes
@@ -47,6 +58,7 @@ class Command(DuctileCommand):
             RUNTIME,
             threads=options["threads"],
             plugins=plugins,
+            group=options["group"],
             once=options["once"],
             max_jobs=options["max_jobs"],
             recheck=options["interval"],

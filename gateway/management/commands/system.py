@@ -1,10 +1,11 @@
 """`system status`, `system scheduler`, `system breaker [PLUGIN]`, `system reset PLUGIN [--command C]`,
 `system start`, `system reload`, `system doctor`, `system backup`, `system restore`, `system selfcheck`,
-`system watch`, `system plugin-facts PLUGIN`."""
+`system watch`, `system plugin-facts PLUGIN`, `system migrate-ledger --to URL`."""
 
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandParser
@@ -14,6 +15,7 @@ from django.utils import timezone
 from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileCommand, Exit
 from gateway.cli.facts import add_plugin_facts
 from gateway.cli.nouns import NOUNS
+from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig
 from gateway.daemon.control import pid_file_for, running_pid
@@ -21,7 +23,8 @@ from gateway.http.api.refusals import read_tally, tally_path
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPE_HOLDS, SCOPES
 from gateway.operations.selfcheck import Check, discovery_check
-from gateway.reports import breaker_report, queue_status, schedule_entries
+from gateway.reports import breaker_report, parse_rfc3339, queue_status, schedule_entries
+from gateway.reports.nodes import NodesReport, nodes_report
 from gateway.runtime import RUNTIME
 from gateway.storage.database import SchemaBehind, describe_database, pass_the_check_on
 from ledger.models import CircuitBreaker, PluginInstanceRecord
@@ -37,7 +40,7 @@ class Command(DuctileCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-        status = actions.add_parser("status", help="config, database, plugins, queue and live workers")
+        status = actions.add_parser("status", help="config, database, plugins, queue, nodes and unserved plugins")
         self.add_json(status)
         breaker = actions.add_parser("breaker", help="circuit breakers: state and transition history")
         breaker.add_argument("plugin", nargs="?", help="one plugin's breaker (all breakers without it)")
@@ -45,6 +48,17 @@ class Command(DuctileCommand):
         breaker.add_argument("--limit", type=int, default=20, help="transition rows per breaker (default 20)")
         self.add_json(breaker)
         start = actions.add_parser("start", help="run the API, webhooks, workers and scheduler as one process tree")
+        start.add_argument(
+            "--role",
+            action="append",
+            default=[],
+            metavar="ROLE",
+            help="what this node runs, repeated or comma-separated: api (the API and webhook listeners), workers, "
+            "scheduler, housekeeping (default: all four); the --no-… flags take one away",
+        )
+        start.add_argument(
+            "--group", metavar="NAME", help="the workers run only this group of service.worker_groups (a worker node)"
+        )
         start.add_argument("--no-workers", action="store_true", help="do not start runworkers (run them elsewhere)")
         start.add_argument(
             "--no-scheduler",
@@ -104,6 +118,21 @@ class Command(DuctileCommand):
             "--api-key", help="bearer token (default: $DUCTILE_API_KEY, $DUCTILE_TOKEN, else the config's `*` token)"
         )
         self.add_json(watch)
+        migrate = actions.add_parser(
+            "migrate-ledger",
+            help="copy this config's SQLite ledger into an empty PostgreSQL database (one box to a cluster)",
+        )
+        migrate.add_argument(
+            "--to",
+            required=True,
+            metavar="URL",
+            help="the PostgreSQL database: postgresql://USER:PASSWORD@HOST:PORT/NAME",
+        )
+        migrate.add_argument(
+            "--replace", action="store_true", help="empty the target's ledger tables first (refused without it)"
+        )
+        migrate.add_argument("--dry-run", action="store_true", help="count what would be copied; change nothing")
+        self.add_json(migrate)
 
     # What one action alone uses is imported in it: this module is loaded for every `system` call,
     # and `system status` is an agent's (the live view's rich, backups' tarfile, django-q2 and
@@ -119,6 +148,10 @@ class Command(DuctileCommand):
             from gateway.cli.backups import run_restore
 
             run_restore(self, options["archive"], options["to"], options["dry_run"])
+        elif options["action"] == "migrate-ledger":
+            from gateway.cli.ledger_move import run_migrate_ledger
+
+            run_migrate_ledger(self, options["to"], options["replace"], options["dry_run"])
         elif options["action"] == "plugin-facts":
             from gateway.cli.facts import run_plugin_facts
 
@@ -196,7 +229,15 @@ class Command(DuctileCommand):
     def doctor(self) -> None:
         from gateway.operations.doctor import ERROR, diagnose
 
-        findings = diagnose(self.runtime())
+        runtime = self.runtime()
+        try:
+            self.open_ledger()
+            nodes = nodes_report(timezone.now(), runtime.config.service.lease_ttl)
+        except (SchemaBehind, DatabaseError) as exc:
+            # The config's findings stand without the ledger; which plugins wait unserved is unknown.
+            self.stderr.write(f"warning: the ledger could not be read, so unserved plugins are not checked: {exc}")
+            nodes = None
+        findings = diagnose(runtime, nodes)
         healthy = not any(f.severity == ERROR for f in findings)
         data = {"healthy": healthy, "findings": [f.as_dict() for f in findings]}
 
@@ -230,9 +271,22 @@ class Command(DuctileCommand):
         self.emit(data, text)
 
     def start(self, options: dict[str, Any]) -> None:
-        from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, plan
+        from gateway.daemon.supervisor import CannotStart, Demand, Supervisor, parse_roles, plan
         from gateway.operations.housekeeping import refresh_schedules, work_for_cluster
 
+        try:
+            roles = parse_roles(options["role"])
+        except ValueError as exc:
+            raise Exit(EXIT_USAGE, f"--role: {exc}") from exc
+        workers = "workers" in roles and not options["no_workers"]
+        runtime = self.runtime()
+        if options["group"] is not None:
+            if not workers:
+                raise Exit(EXIT_USAGE, "--group names the workers' group, but this node runs no workers")
+            try:
+                runtime.config.service.worker_group(options["group"])
+            except ValueError as exc:
+                raise Exit(EXIT_USAGE, f"--group: {exc}") from exc
         runtime = self.open_ledger(check_integrity=True)
         pass_the_check_on()  # its children need not read every page of the ledger again
         for warning in (*runtime.config.warnings, *runtime.registry.warnings):
@@ -240,16 +294,20 @@ class Command(DuctileCommand):
         for problem in runtime.tokens.problems:
             self.stderr.write(f"warning: {problem}")
         housekeeping = None
-        if not options["no_housekeeping"]:
+        if "housekeeping" in roles and not options["no_housekeeping"]:
             housekeeping = Demand(work_for_cluster, linger=options["housekeeping_linger"])
         children = plan(
             runtime,
             runtime.config.config_dir,
-            workers=not options["no_workers"],
-            scheduler=not options["no_scheduler"],
+            listen="api" in roles,
+            workers=workers,
+            group=options["group"],
+            scheduler="scheduler" in roles and not options["no_scheduler"],
             housekeeping=housekeeping,
         )
-        supervisor = Supervisor(children, RUNTIME, on_config=refresh_schedules if housekeeping else None)
+        supervisor = Supervisor(
+            children, RUNTIME, on_config=refresh_schedules if housekeeping else None, listen="api" in roles
+        )
         try:
             raise SystemExit(supervisor.run())
         except CannotStart as exc:
@@ -324,7 +382,9 @@ class Command(DuctileCommand):
         checks.append(Check("state_db", "ok", "database open, schema current", describe_database()))
         checks.append(_gateway_lock(runtime.config))
         registry = runtime.registry
-        queue = queue_status(lease_ttl=runtime.config.service.lease_ttl)
+        now = timezone.now()
+        queue = queue_status(now, lease_ttl=runtime.config.service.lease_ttl)
+        cluster = nodes_report(now, runtime.config.service.lease_ttl)
         unhealthy = dict(
             PluginInstanceRecord.objects.filter(health=PluginHealth.UNHEALTHY).values_list("name", "last_error")
         )
@@ -343,6 +403,8 @@ class Command(DuctileCommand):
             "plugins_circuit_open": CircuitBreaker.objects.tripped().count(),
             "daemon_running": bool(queue["workers"]),
             **queue,
+            "nodes": cluster.nodes,
+            "plugins_unserved": cluster.unserved,
             # This host's API processes' 401s, at most an interval old (gateway/http/api/refusals.py).
             "api_auth_failures": read_tally(tally_path(runtime.config.state_path)),
         }
@@ -359,10 +421,7 @@ class Command(DuctileCommand):
             lines += [f"  skipped {n}: {r}" for n, r in data["plugins_skipped"].items()]
             lines += [f"  unhealthy {n}: {e}" for n, e in unhealthy.items()]
             lines.append("queue: " + ", ".join(f"{k} {v}" for k, v in data["queue"].items()))
-            lines.append(
-                f"workers: {len(data['workers'])} live"
-                + "".join(f"\n  {w['id']} ({w['threads']} threads)" for w in data["workers"])
-            )
+            lines += node_lines(cluster, now)
             lines.append(auth_failures_line(data["api_auth_failures"]))
             return "\n".join(lines)
 
@@ -388,6 +447,36 @@ def _gateway_lock(config: GatewayConfig) -> Check:
     if pid is not None:
         return Check("pid_lock", "ok", f"held by the running gateway (pid {pid})", str(pid_file))
     return Check("pid_lock", "ok", "no gateway running (no live PID lock)", str(pid_file))
+
+
+def node_lines(cluster: NodesReport, now: datetime) -> list[str]:
+    """The nodes as a table, then each plugin no live node serves."""
+    lines = [f"nodes: {len(cluster.live)} live, {len(cluster.nodes) - len(cluster.live)} lost"]
+    header = ("HOST", "PID", "GROUP", "VERSION", "SLOTS", "LAST HEARTBEAT", "STATE")
+    table = [header] + [
+        (
+            n["hostname"],
+            str(n["pid"]),
+            n["group"] or "*",
+            n["version"] or "-",
+            str(n["slots"]),
+            format_duration(round(max(0.0, (now - parse_rfc3339(n["heartbeat_at"])).total_seconds()))) + " ago",
+            n["liveness"],
+        )
+        for n in cluster.nodes
+    ]
+    if cluster.nodes:
+        widths = [max(map(len, column)) for column in zip(*table, strict=True)]
+        lines += [
+            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table
+        ]
+    lines += [
+        f"  unserved: {u['plugin']}: {u['queued']} queued job{'s' if u['queued'] != 1 else ''} that no live node "
+        f"runs (the oldest since "
+        f"{u['oldest_queued_at']})"
+        for u in cluster.unserved
+    ]
+    return lines
 
 
 def auth_failures_line(tally: dict[str, Any]) -> str:

@@ -350,6 +350,71 @@ def test_parallelism_below_one_is_an_error(tmp_path: Path, value: int) -> None:
     assert problem.line == 3
 
 
+# -- worker groups ---------------------------------------------------------------------------
+
+
+def test_worker_groups_name_configured_plugins_and_the_internal_hops(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "config.yaml",
+        """
+        service:
+          worker_groups:
+            media: [echo, probe]
+            flow: [core.switch, core.relay, echo]
+        plugins:
+          echo: {}
+          probe: {}
+        """,
+    )
+    service = load(tmp_path).service
+    assert dict(service.worker_groups) == {"media": ("echo", "probe"), "flow": ("core.switch", "core.relay", "echo")}
+    assert service.worker_group("media") == ("echo", "probe")
+    with pytest.raises(ValueError, match=r"unknown worker group 'gpu' \(configured groups: flow, media\)"):
+        service.worker_group("gpu")
+
+
+def test_a_worker_group_naming_an_unconfigured_plugin_is_refused_at_its_line(tmp_path: Path) -> None:
+    """Its workers would wait forever for jobs no config can make."""
+    config = write(
+        tmp_path,
+        "config.yaml",
+        """
+        service:
+          worker_groups:
+            media:
+              - echo
+              - ffmpeg
+        plugins:
+          echo: {}
+        """,
+    )
+    problem = only_problem(tmp_path)
+    assert (problem.file, problem.line, problem.key) == (
+        config,
+        line_of(config, "ffmpeg"),
+        "service.worker_groups.media[1]",
+    )
+    assert "names 'ffmpeg', which is not a configured plugin (configured: echo;" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("groups", "key", "line", "says"),
+    [
+        ("media: []", "service.worker_groups.media", 3, "should be non-empty"),
+        ("media: echo", "service.worker_groups.media", 3, "is not of type 'array'"),
+        ("media: [echo, echo]", "service.worker_groups.media", 3, "non-unique"),
+        ('"bad name": [echo]', "service.worker_groups", 2, "'bad name' does not match"),
+    ],
+)
+def test_a_malformed_worker_group_is_refused_by_the_schema(
+    tmp_path: Path, groups: str, key: str, line: int, says: str
+) -> None:
+    write(tmp_path, "config.yaml", f"service:\n  worker_groups:\n    {groups}\nplugins:\n  echo: {{}}\n")
+    problem = only_problem(tmp_path)
+    assert (problem.key, problem.line) == (key, line) and says in problem.message, problem
+
+
 def test_max_workers_below_one_is_an_error(tmp_path: Path) -> None:
     write(tmp_path, "config.yaml", "service:\n  max_workers: 0\n")
     problem = only_problem(tmp_path)

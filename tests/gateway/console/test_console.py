@@ -198,6 +198,53 @@ def test_the_workers_list_opens_on_the_live_daemons(holder, auditor):
     assert gone.id in stopped and live.id not in stopped
 
 
+def cells(row: str) -> list[str]:
+    return [
+        html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)
+    ]
+
+
+def test_the_workers_list_shows_each_nodes_group_version_and_slots(holder, auditor):
+    """Issue 38: nodes as first-class; the console lists what `system status` does."""
+    WorkerInstance.objects.register(
+        "vm:101:media", hostname="vm", pid=101, threads=3, plugins="stress", version="9.9.9", group="media"
+    )
+    WorkerInstance.objects.register("vm:102:all", hostname="vm", pid=102, threads=2, plugins="")
+    url = reverse("admin:ledger_workerinstance_changelist")
+    page = text(auditor.get(url))
+    thead = re.search(r"<thead>.*?</thead>", page, re.S)
+    assert thead, page
+    head = cells(thead.group())
+    assert head[:8] == ["Id", "Live?", "Hostname", "Pid", "Group", "Version", "Slots", "Plugins"], head
+    row = re.search(r"<tr>(?:(?!</tr>).)*vm:101:media.*?</tr>", page, re.S)
+    assert row, page
+    assert cells(row.group())[:7] == ["vm:101:media", "live", "vm", "101", "media", "9.9.9", "3"]
+    by_group = text(auditor.get(url + "?worker_group=media"))
+    assert "vm:101:media" in by_group and "vm:102:all" not in by_group
+
+
+def figure(page: str, label: str) -> tuple[str, str]:
+    """The index's figure labelled `label`: its link and its value."""
+    found = re.search(
+        r'href="([^"]+)">\s*<span class="ductile-figure-value">([^<]+)</span>\s*'
+        rf'<span class="ductile-figure-label">{re.escape(label)}</span>',
+        page,
+    )
+    assert found, page
+    return html.unescape(found.group(1)), found.group(2)
+
+
+def test_the_index_counts_the_plugins_no_live_node_runs(holder, auditor):
+    WorkerInstance.objects.register("vm:101:media", hostname="vm", pid=101, threads=3, plugins="echo", group="media")
+    enqueue(payload={"mode": "ok"})  # stress: outside the only live node's group
+    page = text(auditor.get(reverse("admin:index")))
+    assert figure(page, "plugins no live node runs") == ("/admin/ledger/job/?status=queued&plugin=stress", "1")
+    assert 'ductile-alarm" href="/admin/ledger/job/?status=queued&amp;plugin=stress"' in page
+    WorkerInstance.objects.register("vm:102:all", hostname="vm", pid=102, threads=2, plugins="")
+    page = text(auditor.get(reverse("admin:index")))
+    assert figure(page, "plugins no live node runs")[1] == "0"  # served by the node that runs everything
+
+
 def test_the_job_list_filters_and_searches(holder, auditor):
     steps = run_pipeline(holder)
     failed = run_pipeline(holder, fail=True)["shout"]
