@@ -29,9 +29,10 @@ sys.path.insert(0, str(REPO))
 import psycopg  # noqa: E402
 from _common import emit, machine, write_plugin  # noqa: E402
 
-from tests.support import ConfigDir, ledger  # noqa: E402
 from tests.support.cluster import Cluster, available, cluster  # noqa: E402
+from tests.support.config_dirs import ConfigDir  # noqa: E402
 from tests.support.output import Output  # noqa: E402
+from tests.support.processes import ledger  # noqa: E402
 
 
 def drain(

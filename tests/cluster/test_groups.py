@@ -9,11 +9,13 @@ import signal
 
 import pytest
 
-from tests.support import ConfigDir, ductile_json, ledger, wait_for
 from tests.support.cluster import available, cluster
+from tests.support.config_dirs import ConfigDir
 from tests.support.output import Output
+from tests.support.processes import ductile_json, ledger
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(available() is not None, reason=str(available()))]
+pytestmark = [pytest.mark.process, pytest.mark.skipif(available() is not None, reason=str(available()))]
 
 
 def jobs(config: ConfigDir, plugin: str) -> list[str]:

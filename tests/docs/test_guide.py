@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import REPO, ConfigDir, installed_runtime
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import installed_runtime
 
 GUIDE = REPO / "docs" / "guide"
 # Public pages the guide may link to. Each addition is a page anyone can read without an account.
@@ -56,6 +58,7 @@ class Links(HTMLParser):
         self.found += [value for name, value in attrs if name in ("href", "src") and value]
 
 
+@pytest.mark.process
 def test_the_guide_builds_strictly_and_links_nowhere_but_public_pages(tmp_path: Path) -> None:
     site = tmp_path / "site"
     built = mkdocs_build(REPO / "mkdocs.yml", site)
@@ -70,6 +73,7 @@ def test_the_guide_builds_strictly_and_links_nowhere_but_public_pages(tmp_path: 
     assert external <= PUBLIC_PAGES, f"links leaving the repository: {sorted(external - PUBLIC_PAGES)}"
 
 
+@pytest.mark.process
 def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     """The strict build is what catches a broken link: shown on a copy with one added."""
     copy = tmp_path / "guide"
@@ -189,7 +193,7 @@ def test_every_runnable_marker_marks_a_shell_sample() -> None:
         assert text.count("<!-- runnable -->") == marked, f"{page.name}: a marker that is not on a ```sh block"
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.parametrize("page", runnable_pages(), ids=lambda page: page.stem)
 def test_the_runnable_samples_run(page: Path, tmp_path: Path) -> None:
     """A page's samples, in order, in one shell, as a reader in the clone would type them."""

@@ -11,7 +11,7 @@ from django.db import transaction
 from ledger.models import BreakerState, CircuitBreaker, CircuitBreakerTransition, Gate
 from ledger.models.breakers import record_scheduled_outcome
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 T0 = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
 RESET_AFTER = 1800.0

@@ -18,7 +18,7 @@ from ledger.models.jobs import backoff_seconds
 from ledger.states import IllegalTransition, JobStatus
 from ledger.submitters import Submitter
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 TTL = 86400.0
 
 

@@ -22,7 +22,7 @@ from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from ledger.writes.transaction import writing
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 
 def enqueue(plugin: str = "echo", command: str = "poll", **kw: Any) -> str:
@@ -107,6 +107,7 @@ def test_running_counts_counts_running_jobs_per_plugin_everywhere_and_of_one_wor
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.django_db(transaction=True)  # the lock's end is the real transaction's end, a commit
 def test_claim_lock_is_held_to_the_end_of_the_transaction():
     with writing():
         sql.execute(sql.CLAIM_LOCK, []).close()

@@ -14,7 +14,8 @@ from django.db import connection, transaction
 from ledger.models import Job, JobSpec
 from ledger.submitters import Submitter
 from ledger.writes.transaction import UngatedTransaction, writing
-from tests.support import REPO, script_env
+from tests.support.checkout import REPO
+from tests.support.processes import script_env
 
 # Enters the gate on the database of $DATABASE_URL and says when (time.time_ns); with argv[1]
 # "hold", stays in until a line arrives on stdin and says when it leaves.
@@ -54,6 +55,7 @@ def said(proc: subprocess.Popen[str], word: str) -> int:
     return int(line[1]) if len(line) > 1 else 0
 
 
+@pytest.mark.process
 def test_a_writer_waits_at_the_gate_until_another_process_leaves_it(config_dir, tmp_path):
     config_dir.write()
     database = tmp_path / "ledger.db"
@@ -127,6 +129,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.process
 def test_wake_ups_run_after_the_gate_is_released_not_inside_it(config_dir, tmp_path):
     env = script_env(config_dir, tmp_path / "ledger.db")
     proc = subprocess.run([sys.executable, "-c", POKER], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -180,6 +183,7 @@ print("jobs", Job.objects.count())
 """
 
 
+@pytest.mark.process
 def test_a_process_writes_through_one_connection_lent_to_each_thread_in_turn(config_dir, tmp_path):
     # Why one (ledger.writes.write_connection): a connection that begins a transaction after
     # another connection wrote drops its whole page cache and reads every page again.
@@ -246,6 +250,7 @@ print("after", Job.objects.count())
 """
 
 
+@pytest.mark.process
 def test_the_outermost_write_transaction_keeps_what_atomic_promises(config_dir, tmp_path):
     env = script_env(config_dir, tmp_path / "ledger.db")
     proc = subprocess.run(
@@ -299,6 +304,7 @@ print("jobs", Job.objects.count())
 """
 
 
+@pytest.mark.process
 def test_a_failed_write_transaction_lets_go_of_the_write_lock_while_its_error_lives(config_dir, tmp_path):
     env = script_env(config_dir, tmp_path / "ledger.db")
     proc = subprocess.run(

@@ -13,10 +13,9 @@ import urllib.request
 
 import pytest
 
-from tests.support import ConfigDir, ductile, ductile_json
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import live_api
-
-pytestmark = pytest.mark.slow
+from tests.support.processes import ductile, ductile_json
 
 PASSWORD = "correct horse battery"
 

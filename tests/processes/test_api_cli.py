@@ -11,10 +11,14 @@ import threading
 
 import pytest
 
-from tests.support import REPO, ConfigDir, cli_env, ductile, ductile_json, free_port, wait_for
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import live_api
+from tests.support.network import free_port
+from tests.support.processes import cli_env, ductile, ductile_json
+from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow  # the API's database plays no part in a client; SQLite only
+# Not `postgres`: the API's database plays no part in a client; SQLite only.
 
 ADMIN, READER = "tok-admin", "tok-reader"
 

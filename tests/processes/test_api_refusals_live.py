@@ -7,12 +7,9 @@ import http.client
 import json
 import threading
 
-import pytest
-
-from tests.support import ConfigDir, ductile, ductile_json
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import live_api
-
-pytestmark = pytest.mark.slow
+from tests.support.processes import ductile, ductile_json
 
 FLOOD, CONNECTIONS = 2000, 4
 

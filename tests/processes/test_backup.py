@@ -21,7 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import REPO, ConfigDir, cli_env, ductile, ductile_json, ledger, start_workers, wait_for
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import cli_env, ductile, ductile_json, ledger, start_workers
+from tests.support.waiting import wait_for
 
 SCOPES = ["db", "config", "plugins", "all"]
 PAST = "2026-01-01T00:00:00Z"
@@ -356,7 +359,6 @@ def test_restore_reseals_what_matched_the_seal_under_the_new_paths_and_nothing_e
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
 def test_a_backup_taken_while_the_daemon_runs_restores_and_starts_with_the_same_state(process_db, tmp_path):
     cfg = process_db
     cfg.plugins["stress"] = {

@@ -6,12 +6,12 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.support import ledger, start_workers, stop_gracefully, wait_for
+from tests.support.processes import ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 
 
-@pytest.mark.slow
 def test_the_daemon_outlives_its_connections_being_cut(process_db):
     if not process_db.database_url:
         pytest.skip("PostgreSQL: its server can end a client's connections")

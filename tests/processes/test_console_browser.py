@@ -11,14 +11,12 @@ import json
 import subprocess
 import sys
 
-import pytest
 from selenium.webdriver.support.ui import Select
 
-from tests.support import REPO, cli_env, ductile, ledger, start_workers
+from tests.support.checkout import REPO
 from tests.support.console_setup import CONFIG_SECRET, PASSWORD, PAYLOAD_SECRET, audit_config, audit_payload
 from tests.support.live_api import live_api
-
-pytestmark = pytest.mark.slow
+from tests.support.processes import cli_env, ductile, ledger, start_workers
 
 PAST = "2026-01-01T00:00:00Z"  # an `at` already due: it fires at the first tick
 

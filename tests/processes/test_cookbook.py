@@ -15,11 +15,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.support import REPO, ConfigDir, ductile, ductile_json
-
-pytestmark = [pytest.mark.slow]
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile, ductile_json
 
 COOKBOOK = REPO / "fixtures" / "cookbook"
 

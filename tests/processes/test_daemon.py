@@ -13,10 +13,11 @@ import yaml
 
 from gateway.storage.checkpoints import CHECKPOINT_PAGES
 from ledger.writes.autocheckpoint import BESIDE_CHECKPOINTER_PAGES
-from tests.support import ductile, ledger, start_workers, stop_gracefully, wait_for
 from tests.support.output import Output
+from tests.support.processes import ductile, ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 
 def stress_jobs(n: int, marker: Path, **payload) -> list[dict]:

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import ConfigDir, ductile, wait_for
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import LiveApi, live_api
-
-pytestmark = pytest.mark.slow
+from tests.support.processes import ductile
+from tests.support.waiting import wait_for
 
 PASSWORD = "correct horse battery"
 TOKEN = "tok-admin"  # tests.test_system_start.Api's default

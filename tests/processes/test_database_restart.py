@@ -11,15 +11,15 @@ import pytest
 from tests.support.live_api import live_api
 from tests.support.outages import PgServer
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-restart"
 AT_ONCE = 16  # requests in flight together: they are spread over the API processes' threads
 
 
-def test_the_first_writes_and_reads_after_a_postgresql_restart_are_answered(process_db):
-    server = PgServer.of_the_suite()
-    with live_api(process_db, [{"name": "t", "token": TOKEN, "scopes": ["*"]}]) as live:
+def test_the_first_writes_and_reads_after_a_postgresql_restart_are_answered(outage_db):
+    server = PgServer.of(outage_db)
+    with live_api(outage_db, [{"name": "t", "token": TOKEN, "scopes": ["*"]}]) as live:
 
         def post(n: int) -> tuple[int, dict]:
             return live.api.call("POST", "/plugin/echo/poll", {"payload": {"n": n}}, token=TOKEN)

@@ -24,10 +24,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from dotenv import dotenv_values
 
-from tests.support import REPO, run_until_idle, wait_for
+from tests.support.checkout import REPO
 from tests.support.console_setup import console_roles
+from tests.support.jobs import run_until_idle
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 DEMO = REPO / "fixtures" / "demo"
 SETTINGS = {k: v for k, v in dotenv_values(DEMO / ".env").items() if v is not None}

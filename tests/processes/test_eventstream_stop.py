@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from tests.support import ductile
 from tests.support.live_api import live_api
+from tests.support.processes import ductile
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-events"
 

@@ -14,8 +14,11 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from gateway.version import gateway_version
-from tests.support import REPO, ConfigDir, cli_env, ductile, ductile_json, start_workers, stop_gracefully, wait_for
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import TOKEN, live_api
+from tests.support.processes import cli_env, ductile, ductile_json, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -38,7 +41,6 @@ def test_migrate_creates_the_state_directory_and_a_private_database(cfg):
     assert mode(cfg.db_path) == 0o600
 
 
-@pytest.mark.slow
 def test_the_write_ahead_log_files_are_private_too(cfg):
     workers = start_workers(cfg)
     try:
@@ -128,7 +130,6 @@ def test_an_account_logs_in_to_the_styled_console_and_can_view_the_jobs(client, 
     assert client.get(reverse("admin:auth_user_changelist")).status_code == 403
 
 
-@pytest.mark.slow
 def test_a_gateway_started_without_set_up_collects_its_static_files_and_serves_styled_pages(cfg, tmp_path, monkeypatch):
     """Installed or checked out without scripts/_env.sh, nothing is collected: every console page
     was a 500 (with nothing in the log). The gateway's start collects them now, as set-up does."""

@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, free_port, wait_for
-from tests.support.checkout import fresh_clone
-
-pytestmark = pytest.mark.slow
+from tests.support.checkout import REPO, fresh_clone
+from tests.support.network import free_port
+from tests.support.waiting import wait_for
 
 # What a newcomer's shell has: none of this project's or of the test run's settings.
 _DROPPED = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import ConfigDir, ductile, wait_for
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import LiveApi, live_api
-
-pytestmark = [pytest.mark.slow]
+from tests.support.processes import ductile
+from tests.support.waiting import wait_for
 
 TOKENS = [{"name": name, "token": f"tok-{name}", "scopes": ["*"]} for name in ("ada", "bob", "cyd")]
 CONNECTIONS_PER_PROCESS = 48

@@ -9,13 +9,14 @@ import json
 import pytest
 
 from tests.gateway.http.test_hostile_input import BIG, BIG_HOOK, DEEP, deep_json
-from tests.support import free_port, stop_gracefully, wait_for
+from tests.support.network import free_port
+from tests.support.processes import stop_gracefully
+from tests.support.waiting import wait_for
 from tests.support.webhooks import HUB, call, listener_up, sign, start_listener, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
 def test_a_big_signed_webhook_through_gunicorn_is_accepted(process_db, content_type):
     write_config(process_db, BIG_HOOK)

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import children, descendants, wait_for
 from tests.support.live_api import live_api
-
-pytestmark = [pytest.mark.slow]
+from tests.support.processes import children, descendants
+from tests.support.waiting import wait_for
 
 
 def mapped(pid: int, fragment: str) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import ductile, ductile_json, ledger, start_workers
+from tests.support.processes import ductile, ductile_json, ledger, start_workers
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 
 def enqueue(cfg, payload, max_attempts=1):

@@ -9,13 +9,11 @@ import os
 import signal
 from pathlib import Path
 
-import pytest
-
-from tests.support import descendants, ductile, free_port, start_system, stop_gracefully, wait_for
 from tests.support.live_api import Api
+from tests.support.network import free_port
 from tests.support.output import Output
-
-pytestmark = [pytest.mark.slow]
+from tests.support.processes import descendants, ductile, start_system, stop_gracefully
+from tests.support.waiting import wait_for
 
 
 def running(pid: int) -> bool:

@@ -18,10 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.support import REPO, ConfigDir, cli_env, ductile, ductile_json, start_workers, stop_gracefully, wait_for
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
 from tests.support.console_setup import PASSWORD, audit_config, audit_payload
+from tests.support.processes import cli_env, ductile, ductile_json, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 PAST = "2026-01-01T00:00:00Z"
 
@@ -47,7 +50,7 @@ from gateway.operations.accounts import save_account
 from gateway.runtime import RUNTIME
 from ledger.models import Job, JobSpec, JobTransition
 from ledger.submitters import Submitter
-from tests.support import run_jobs, run_until_idle
+from tests.support.jobs import run_jobs, run_until_idle
 
 runtime = RUNTIME.get()
 record_config(runtime, "start")

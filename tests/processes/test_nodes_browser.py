@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.version import gateway_version
-from tests.support import ConfigDir, ductile, ductile_json, wait_for
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import LiveApi, live_api
-
-pytestmark = pytest.mark.slow
+from tests.support.processes import ductile, ductile_json
+from tests.support.waiting import wait_for
 
 PASSWORD = "correct horse battery"
 TOKEN = "tok-admin"

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from tests.support import REPO, cli_env, ductile, ductile_json, ledger, start_workers
+from tests.support.checkout import REPO
+from tests.support.processes import cli_env, ductile, ductile_json, ledger, start_workers
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 GATE = {"path": "payload.n", "op": "gte", "value": 3}
 PIPELINES = [

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import ConfigDir, ductile, ductile_json, ledger, wait_for
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import LiveApi, live_api
-
-pytestmark = pytest.mark.slow
+from tests.support.processes import ductile, ductile_json, ledger
+from tests.support.waiting import wait_for
 
 ADMIN_TOKEN = "tok-admin-5f0c9a7e31"
 READER_TOKEN = "tok-reader-2b8d4c6a90"  # an auditor's: jobs:ro and events:ro

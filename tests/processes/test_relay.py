@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from gateway.relay import wire
-from tests.support import ConfigDir, ductile, ductile_json, http_server, ledger, wait_for
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import TOKEN, LiveApi, live_api, post_bytes
-
-pytestmark = pytest.mark.slow
+from tests.support.network import http_server
+from tests.support.processes import ductile, ductile_json, ledger
+from tests.support.waiting import wait_for
 
 SECRET = "relay-shared-secret-9f2c"
 ADMIN = [{"name": "admin", "token": TOKEN, "scopes": ["*"]}]

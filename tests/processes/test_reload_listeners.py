@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import urllib.request
 
-import pytest
-
-from tests.support import REPO, ConfigDir, free_port, wait_for
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import live_api
+from tests.support.network import free_port
+from tests.support.waiting import wait_for
 from tests.support.webhooks import ENV, WEBHOOKS, write_config
-
-pytestmark = [pytest.mark.slow]
 
 TOKENS = [{"name": "admin", "token": "tok-admin", "scopes": ["*"]}]
 

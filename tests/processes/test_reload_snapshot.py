@@ -17,10 +17,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import ConfigDir, children, descendants, ductile_json, wait_for
+from tests.support.config_dirs import ConfigDir
 from tests.support.live_api import LiveApi, live_api
-
-pytestmark = [pytest.mark.slow]
+from tests.support.processes import children, descendants, ductile_json
+from tests.support.waiting import wait_for
 
 TOKENS = [{"name": "admin", "token": "tok-admin", "scopes": ["*"]}]
 

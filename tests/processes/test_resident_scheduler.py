@@ -8,10 +8,11 @@ import signal
 
 import pytest
 
-from tests.support import descendants, ledger, start_system, wait_for
 from tests.support.output import Output
+from tests.support.processes import descendants, ledger, start_system
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 
 def scheduled(cfg, plugin: str) -> list[dict]:

@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support import REPO, cli_env, ductile, ductile_json, ledger, start_workers
+from tests.support.checkout import REPO
+from tests.support.processes import cli_env, ductile, ductile_json, ledger, start_workers
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 PAST = "2026-01-01T00:00:00Z"  # an `at` that is already due: it fires at the first tick
 

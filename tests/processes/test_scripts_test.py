@@ -18,10 +18,7 @@ import time
 
 import pytest
 
-from tests.support import REPO
-from tests.support.checkout import fresh_clone
-
-pytestmark = pytest.mark.slow
+from tests.support.checkout import REPO, fresh_clone
 
 # Unused import (ruff check), no blank lines before the def (ruff format), a str in an int (mypy);
 # its one test passes.
@@ -31,7 +28,8 @@ def test_planted_file_passes() -> None:
     assert count == "2"
 """
 
-# The test run's settings (its database, its settings module), CI's flag: not the script's.
+# The test run's settings (its database, its settings module; below, its DUCTILE_ variables and
+# pytest's, an xdist worker's name among them), CI's flag: not the script's.
 _DROPPED = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH", "VIRTUAL_ENV", "CI")
 
 
@@ -43,7 +41,7 @@ def test_every_gate_sets_the_status_and_every_suite_still_runs(tmp_path):
     if (REPO / ".mypy_cache").is_dir():
         shutil.copytree(REPO / ".mypy_cache", clone / ".mypy_cache")
     (clone / "tests" / "test_planted_gates.py").write_text(PLANTED)
-    env = {k: v for k, v in os.environ.items() if k not in _DROPPED and not k.startswith("DUCTILE_")}
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED and not k.startswith(("DUCTILE_", "PYTEST_"))}
     env["DUCTILE_TEST_POSTGRES"] = "0"  # the script's documented local switch: no server to start
 
     started = time.monotonic()

@@ -9,8 +9,9 @@ import json
 import pytest
 import yaml
 
-from tests.support import PLUGIN_ROOTS, ConfigDir, ductile, ductile_json
+from tests.support.config_dirs import PLUGIN_ROOTS, ConfigDir
 from tests.support.live_api import live_api
+from tests.support.processes import ductile, ductile_json
 
 WRITER = {
     "manifest_spec": "ductile.plugin",

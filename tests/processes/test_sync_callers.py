@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from tests.support import wait_for
 from tests.support.live_api import live_api
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-sync"
 

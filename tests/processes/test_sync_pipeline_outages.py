@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_for
 from tests.support.live_api import live_api
 from tests.support.outages import PgServer
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-sync"
 
@@ -23,7 +23,7 @@ TOKEN = "tok-sync"
 def call_through_an_outage(cfg, marker: Path, *, timeout: str, outage: float) -> tuple[int, dict, str]:
     """POST /pipeline/nap (a stress step of 2 s) and stop the server for `outage` seconds once the
     step runs; the answer, and what the gateway said."""
-    server = PgServer.of_the_suite()
+    server = PgServer.of(cfg)
     cfg.service["lease_ttl"] = "30s"
     cfg.extra["pipelines"] = [
         {
@@ -58,15 +58,15 @@ def call_through_an_outage(cfg, marker: Path, *, timeout: str, outage: float) ->
         return code, body, live.output.text
 
 
-def test_a_blip_shorter_than_the_timeout_is_ridden_out_and_answered_with_the_result(process_db, tmp_path):
-    code, body, text = call_through_an_outage(process_db, tmp_path, timeout="60s", outage=4.0)
+def test_a_blip_shorter_than_the_timeout_is_ridden_out_and_answered_with_the_result(outage_db, tmp_path):
+    code, body, text = call_through_an_outage(outage_db, tmp_path, timeout="60s", outage=4.0)
     assert code == 200, (body, text)
     assert body["status"] == "succeeded" and body["result"]["result"] == "ok after 2s", body
     assert len(list(tmp_path.glob("*.start"))) == 1
 
 
-def test_an_outage_past_the_timeout_answers_202_with_the_jobs_to_follow(process_db, tmp_path):
-    code, body, text = call_through_an_outage(process_db, tmp_path, timeout="3s", outage=8.0)
+def test_an_outage_past_the_timeout_answers_202_with_the_jobs_to_follow(outage_db, tmp_path):
+    code, body, text = call_through_an_outage(outage_db, tmp_path, timeout="3s", outage=8.0)
     assert code == 202, (body, text)
     assert body["job_id"] and body["job_ids"] == [body["job_id"]] and body["timeout_exceeded"] is True, body
     assert "could not be read" in body["message"] and f"/job/{body['job_id']}" in body["message"], body

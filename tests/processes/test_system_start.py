@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 
 from gateway.storage.database import CHECKED_ENV
-from tests.support import REPO, children, cli_env, descendants, ductile, free_port, stop_gracefully, wait_for
+from tests.support.checkout import REPO
 from tests.support.live_api import TOKEN, Api, post_bytes
+from tests.support.network import free_port
+from tests.support.processes import children, cli_env, descendants, ductile, stop_gracefully
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 
 class SystemApi(Api):

@@ -12,10 +12,11 @@ import sys
 
 import pytest
 
-from tests.support import REPO, cli_env, ductile, ductile_json
+from tests.support.checkout import REPO
 from tests.support.live_api import live_api
+from tests.support.processes import cli_env, ductile, ductile_json
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 TOKEN = "tok-watch"
 

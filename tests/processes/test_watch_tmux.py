@@ -16,9 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import REPO, ConfigDir, cli_env, ductile, ledger, run_sql, wait_for
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import cli_env, ductile, ledger, run_sql
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 PROMPT = "ready$"  # capture-pane drops the space after it
 

@@ -7,13 +7,15 @@ import json
 
 import pytest
 
-from tests.support import ConfigDir, free_port, ledger, wait_for
+from tests.support.config_dirs import ConfigDir
+from tests.support.network import free_port
+from tests.support.processes import ledger
+from tests.support.waiting import wait_for
 from tests.support.webhooks import DUCTILE, ENV, HUB, call, chunked, endpoint, sign, start_listener, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.mark.slow
 def test_gunicorn_serves_the_listener_on_its_own_port(process_db: ConfigDir) -> None:
     write_config(process_db)
     port = free_port()
@@ -55,7 +57,6 @@ def test_gunicorn_serves_the_listener_on_its_own_port(process_db: ConfigDir) -> 
     assert jobs[0]["transitions"] == [["queued", "enqueued by webhook: endpoint github (/webhook/github)"]]
 
 
-@pytest.mark.slow
 def test_the_listener_refuses_to_start_on_a_bad_webhooks_yaml(process_db: ConfigDir) -> None:
     write_config(process_db, endpoint(secret_ref="nobody"))
     server = start_listener(process_db, free_port())

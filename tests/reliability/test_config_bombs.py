@@ -10,9 +10,9 @@ import resource
 
 import pytest
 
-from tests.support import ductile
+from tests.support.processes import ductile
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 # Nine levels of ten aliases each: 10^9 values once expanded, 300 bytes written.
 ALIAS_BOMB = """\

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import ductile_json
+from tests.support.processes import ductile_json
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 
 def errors(cfg, *args: str) -> list[dict]:

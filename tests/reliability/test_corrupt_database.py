@@ -16,9 +16,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gateway.storage.database import CHECKED_ENV, begin_integrity_check, file_stamp, verify_integrity
-from tests.support import REPO, cli_env, ductile, ductile_json, free_port, ledger
+from tests.support.checkout import REPO
+from tests.support.network import free_port
+from tests.support.processes import cli_env, ductile, ductile_json, ledger
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 
 # Two ledgers damaged in different places fail differently: on the first, SQLite cannot even open

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ductile, free_port, wait_for
 from tests.support.live_api import Api, live_api, post_bytes
+from tests.support.network import free_port
+from tests.support.processes import ductile
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 TOKEN = "tok-disk"
 HOOK_SECRET = b"hook-secret"

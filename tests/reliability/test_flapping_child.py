@@ -9,13 +9,13 @@ import signal
 
 import pytest
 
-from tests.support import wait_for
 from tests.support.live_api import live_api
 from tests.support.output import Output
+from tests.support.waiting import wait_for
 
 # Not `postgres`: restarting a dying child is the supervisor's, the same on either database (34 s
 # of the PostgreSQL pass bought nothing).
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 TOKEN = "tok-flap"
 

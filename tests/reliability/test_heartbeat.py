@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import ledger, start_workers, stop_gracefully, wait_for
 from tests.support.output import Output
+from tests.support.processes import ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.process]
 
 # Why a trigger: it is the database itself refusing to end this one job, so recording the outcome
 # (and any fallback that records a failure instead) fails for real and the execution ends with

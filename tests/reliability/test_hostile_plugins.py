@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ConfigDir, ductile_json, ledger, start_workers, stop_gracefully, wait_for
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile_json, ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 
 def alive(pid: int) -> bool:
@@ -86,7 +88,7 @@ def cfg(process_db):
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
+@pytest.mark.process
 def test_deeply_nested_answer_fails_the_attempt_as_a_retryable_protocol_error(cfg):
     (job_id,) = ledger(cfg, "enqueue", [hostile("deep_json", max_attempts=2)])
     out = run_once(cfg)
@@ -99,6 +101,7 @@ def test_deeply_nested_answer_fails_the_attempt_as_a_retryable_protocol_error(cf
     assert "Traceback" not in out and "RecursionError" not in out
 
 
+@pytest.mark.process
 @pytest.mark.postgres
 @pytest.mark.parametrize(
     ("mode", "why"),
@@ -112,6 +115,7 @@ def test_valid_looking_json_the_ledger_cannot_store_is_a_protocol_error_on_every
     assert "protocol error" in job["last_error"] and why in job["last_error"], job["last_error"]
 
 
+@pytest.mark.process
 @pytest.mark.postgres
 def test_an_outcome_the_database_refuses_still_ends_the_attempt(cfg):
     """The backstop: an event type wider than the event log's column is refused by PostgreSQL in
@@ -128,6 +132,7 @@ def test_an_outcome_the_database_refuses_still_ends_the_attempt(cfg):
 # -- defect 7: hostile output ----------------------------------------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.postgres
 def test_invalid_utf8_on_stdout_is_a_protocol_error_not_replacement_characters(cfg):
     (job_id,) = ledger(cfg, "enqueue", [hostile("bad_utf8")])
@@ -140,7 +145,7 @@ def test_invalid_utf8_on_stdout_is_a_protocol_error_not_replacement_characters(c
     assert "\\xe9" in log["result"], log["result"]  # the bad bytes shown, escaped, for debugging
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.postgres
 def test_a_10_mib_unusable_stdout_is_stored_as_a_capped_excerpt(cfg):
     (job_id,) = ledger(cfg, "enqueue", [hostile("junk", mib=10)])
@@ -154,6 +159,7 @@ def test_a_10_mib_unusable_stdout_is_stored_as_a_capped_excerpt(cfg):
     assert "10485760 bytes" in log["result"], log["result"][-300:]
 
 
+@pytest.mark.process
 @pytest.mark.postgres
 def test_nul_and_undecodable_bytes_on_stderr_are_stored_visibly(cfg):
     (job_id,) = ledger(cfg, "enqueue", [hostile("nul_stderr")])
@@ -163,9 +169,9 @@ def test_nul_and_undecodable_bytes_on_stderr_are_stored_visibly(cfg):
     assert log["stderr"] == "nul \\x00 and \\xff\n", log["stderr"]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_a_valid_large_response_is_kept_in_full(runtime):
-    from tests.support import last_response, run_job
+    from tests.support.jobs import last_response, run_job
 
     job = run_job(runtime, "stress", payload={"result_bytes": 200_000})
     assert job.status == "succeeded"
@@ -176,7 +182,7 @@ def test_a_valid_large_response_is_kept_in_full(runtime):
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
+@pytest.mark.process
 def test_children_left_behind_after_the_answer_are_killed(cfg, tmp_path):
     (job_id,) = ledger(cfg, "enqueue", [hostile("leave_child", tmp_path)])
     run_once(cfg)
@@ -186,7 +192,7 @@ def test_children_left_behind_after_the_answer_are_killed(cfg, tmp_path):
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
+@pytest.mark.process
 def test_a_child_holding_stdout_open_does_not_turn_a_valid_answer_into_a_timeout(cfg, tmp_path):
     cfg.plugins["hostile"]["timeout"] = "8s"
     cfg.write()
@@ -200,7 +206,7 @@ def test_a_child_holding_stdout_open_does_not_turn_a_valid_answer_into_a_timeout
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
+@pytest.mark.process
 def test_a_child_escaping_with_setsid_is_killed_and_reported(cfg, tmp_path):
     (job_id,) = ledger(cfg, "enqueue", [hostile("setsid_child", tmp_path)])
     out = run_once(cfg)
@@ -213,13 +219,13 @@ def test_a_child_escaping_with_setsid_is_killed_and_reported(cfg, tmp_path):
     assert f"process {child} " in out and "setsid" in out, out
 
 
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_an_escaped_process_holding_stdout_delays_the_answer_by_a_second_at_most(config_dir, tmp_path):
     """Where no subreaper adopts it (a one-shot `plugin run`, or here, in-process), a process
     that left the group with stdout open cannot be killed: the answer is taken 1 s after the
     plugin exited, with a warning, not at the timeout."""
-    from tests.support import installed_runtime, last_log, run_job
+    from tests.support.jobs import last_log, run_job
+    from tests.support.runtime import installed_runtime
 
     config_dir.plugins["hostile"] = {"config": {}, "timeout": "20s"}
     with installed_runtime(config_dir) as holder:
@@ -233,7 +239,7 @@ def test_an_escaped_process_holding_stdout_delays_the_answer_by_a_second_at_most
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
+@pytest.mark.process
 def test_plugins_and_their_children_die_with_a_daemon_killed_with_sigkill(cfg, tmp_path):
     ledger(cfg, "enqueue", [hostile("sleep", tmp_path, seconds=120)])
     daemon = start_workers(cfg, "--threads", "1")

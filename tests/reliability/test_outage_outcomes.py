@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ConfigDir, ductile_json, ledger, start_workers, stop_gracefully, wait_for
+from tests.support.config_dirs import ConfigDir
 from tests.support.outages import can_go_down, database_down
 from tests.support.output import Output
+from tests.support.processes import ductile_json, ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.process]
 
 
 def runs(marker: Path) -> int:
@@ -50,22 +52,22 @@ def run_through_an_outage(
     return job, output.finish()
 
 
-def test_an_outcome_finished_during_an_outage_is_recorded_once_the_database_is_back(process_db, tmp_path):
-    job, text = run_through_an_outage(process_db, tmp_path, lease="12s", plugin=2.0, outage=6.0)
+def test_an_outcome_finished_during_an_outage_is_recorded_once_the_database_is_back(outage_db, tmp_path):
+    job, text = run_through_an_outage(outage_db, tmp_path, lease="12s", plugin=2.0, outage=6.0)
     assert runs(tmp_path) == 1, text
     assert job["attempt"] == 1 and "result discarded" not in text, text
-    code, inspected = ductile_json(process_db, "job", "inspect", job["id"])
+    code, inspected = ductile_json(outage_db, "job", "inspect", job["id"])
     assert code == 0, inspected
     # One attempt, one run on the stopwatch, and the plugin's own answer as the result.
     assert [a["status"] for a in inspected["attempts"]] == ["succeeded"], inspected["attempts"]
     assert inspected["attempts"][0]["result"]["result"] == "ok after 2.0s", inspected["attempts"]
     assert len(inspected["stopwatch"]) == 1, inspected["stopwatch"]
-    if process_db.database_url:  # the workers' LISTEN connection said it once, not at every reconnect
+    if outage_db.database_url:  # the workers' LISTEN connection said it once, not at every reconnect
         assert text.count("wake-ups failed") == 1 and "wake-ups works again" in text, text
 
 
-def test_an_outcome_the_database_refused_past_the_lease_is_dropped_and_the_job_runs_again(process_db, tmp_path):
-    job, text = run_through_an_outage(process_db, tmp_path, lease="5s", plugin=1.0, outage=10.0)
+def test_an_outcome_the_database_refused_past_the_lease_is_dropped_and_the_job_runs_again(outage_db, tmp_path):
+    job, text = run_through_an_outage(outage_db, tmp_path, lease="5s", plugin=1.0, outage=10.0)
     assert "result discarded: the database refused it for as long as this worker's lease lasted" in text, text
     assert runs(tmp_path) == 2 and job["attempt"] == 2, (job, text)
     assert any("lease of worker" in reason for _, reason in job["transitions"]), job

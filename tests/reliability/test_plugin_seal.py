@@ -23,16 +23,9 @@ from gateway.config.errors import ConfigError
 from gateway.config.integrity import PluginFingerprint, lock, read_seal
 from gateway.config.loader import config_files
 from gateway.runtime import build_runtime
-from tests.support import (
-    PLUGIN_ROOTS,
-    ConfigDir,
-    ductile,
-    ductile_json,
-    ledger,
-    start_workers,
-    stop_gracefully,
-    wait_for,
-)
+from tests.support.config_dirs import PLUGIN_ROOTS, ConfigDir
+from tests.support.processes import ductile, ductile_json, ledger, start_workers, stop_gracefully
+from tests.support.waiting import wait_for
 
 MANIFEST = """\
 manifest_spec: ductile.plugin
@@ -110,6 +103,7 @@ def sealed_by(cfg: ConfigDir) -> tuple[Mapping[str, str], Mapping[str, PluginFin
     return seal.hashes, seal.plugins
 
 
+@pytest.mark.process
 def test_config_lock_fingerprints_manifest_and_entrypoint_bytes_with_both_paths(cfg):
     entry = plugin_dir(cfg) / "run.py"
     real = entry.with_name("real-run.py")
@@ -169,6 +163,7 @@ def test_a_seal_without_plugin_fingerprints_fails_when_plugins_are_configured(cf
     assert any("has no plugin_fingerprints" in p for p in refusal(cfg))
 
 
+@pytest.mark.process
 def test_plugin_lock_authorizes_one_plugin_and_blesses_nothing_else(cfg):
     strict(cfg)
     tamper(plugin_dir(cfg) / "run.py")
@@ -190,7 +185,7 @@ def test_plugin_lock_authorizes_one_plugin_and_blesses_nothing_else(cfg):
     assert code == 0 and not body["written"] and {p["name"] for p in body["plugins"]} == {"echo", "mine"}
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_an_edited_entrypoint_runs_init_again(cfg):
     from gateway.execution.lifecycle import schedule_inits
 
@@ -252,7 +247,7 @@ def run_after_tampering(cfg: ConfigDir, marker: Path) -> dict:
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
+@pytest.mark.process
 def test_strict_mode_refuses_to_spawn_a_plugin_edited_under_a_running_daemon(cfg, tmp_path):
     strict(cfg)
     marker = tmp_path / "ran"
@@ -263,7 +258,7 @@ def test_strict_mode_refuses_to_spawn_a_plugin_edited_under_a_running_daemon(cfg
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
+@pytest.mark.process
 def test_without_strict_mode_an_edited_plugin_runs_with_a_warning_in_its_job_log(cfg, tmp_path):
     marker = tmp_path / "ran"
     job = run_after_tampering(cfg, marker)
@@ -274,7 +269,7 @@ def test_without_strict_mode_an_edited_plugin_runs_with_a_warning_in_its_job_log
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.parametrize("mode", [False, True])
 def test_an_entrypoint_swapped_for_a_symlink_out_of_the_plugin_root_is_never_run(cfg, tmp_path, mode):
     strict(cfg, mode)
@@ -297,7 +292,6 @@ def test_an_entrypoint_swapped_for_a_symlink_out_of_the_plugin_root_is_never_run
     assert f"now resolves to {evil}, outside plugin root" in job["last_error"], job["last_error"]
 
 
-@pytest.mark.slow
 def test_the_spawn_check_sees_an_edit_that_kept_size_and_mtime(cfg):
     """The hash cache is keyed on the stat, ctime included: restoring the mtime does not hide an
     edit. (Files changed in the last two seconds are never cached, hence the wait.)"""

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ductile, wait_for
 from tests.support.live_api import live_api
 from tests.support.outages import can_make_immutable, immutable, ledger_files
+from tests.support.processes import ductile
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.process]
 
 TOKEN = "tok-ro"
 

@@ -1,5 +1,5 @@
-"""A fresh clone of this checkout, for tests that run the repository's own scripts as a newcomer or
-CI would (`./scripts/demo`, `./scripts/test`).
+"""This checkout (REPO), and a fresh clone of it, for tests that run the repository's own scripts as
+a newcomer or CI would (`./scripts/demo`, `./scripts/test`).
 
 The clone is of HEAD with this checkout's uncommitted changes to tracked files laid over it, so a
 change is tested before it is committed; a new file must be `git add`ed to be seen, as in CI.
@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support import REPO
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fresh_clone(target: Path) -> Path:

@@ -19,7 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support import REPO, ConfigDir, cli_env
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import cli_env
 
 PG_PORT = 5432
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.apps import apps as django_apps
 
 from ledger.roles import grant_actions, grant_login_records, grant_views
-from tests.support import ConfigDir
+from tests.support.config_dirs import ConfigDir
 
 PASSWORD = "correct horse battery"
 

@@ -12,8 +12,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support import ConfigDir, free_port, start_system, stop_gracefully, wait_for
+from tests.support.config_dirs import ConfigDir
+from tests.support.network import free_port
 from tests.support.output import Output
+from tests.support.processes import start_system, stop_gracefully
+from tests.support.waiting import wait_for
 
 TOKEN = "tok-admin"
 

@@ -1,10 +1,14 @@
-"""Real database outages for tests: the PostgreSQL server the suite runs on stopped and started
-again (scripts/pg-server, as CI starts it), and SQLite files made immutable (`chattr +i`)."""
+"""Real database outages for tests: a PostgreSQL server stopped and started again (scripts/pg-server,
+as CI starts the suite's), and SQLite files made immutable (`chattr +i`)."""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -13,31 +17,30 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support import REPO, ConfigDir
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.network import free_port
 
 
 class PgServer:
-    """The server of scripts/pg-server in DUCTILE_PG_DIR (its default when unset), which a test may
-    stop and start: only when it is the one DATABASE_URL names (its postmaster.pid says the port)."""
+    """A server of scripts/pg-server in `directory`, which a test may stop and start."""
 
     def __init__(self, directory: Path, port: int):
         self.directory, self.port = directory, port
 
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
     @classmethod
-    def of_the_suite(cls) -> PgServer:
-        """The suite's server, or the test is skipped: on SQLite, or a server this suite did not start."""
-        url = os.environ.get("DATABASE_URL", "")
-        if not url.startswith("postgres"):
+    def of(cls, cfg: ConfigDir) -> PgServer:
+        """The server of `cfg`'s database (the `outage_db` fixture's), or the test is skipped on SQLite."""
+        if not cfg.database_url:
             pytest.skip("PostgreSQL: a server to stop and start")
-        directory = Path(os.environ.get("DUCTILE_PG_DIR", "/tmp/ductile-test-pg"))
-        port = urlsplit(url).port or 5432
-        try:
-            lines = (directory / "data" / "postmaster.pid").read_text().splitlines()
-        except OSError:
-            pytest.skip(f"no server of scripts/pg-server runs in {directory} (set DUCTILE_PG_DIR to the suite's)")
-        if len(lines) < 4 or lines[3].strip() != str(port):
-            pytest.skip(f"the server in {directory} is not the one on port {port} that DATABASE_URL names")
-        return cls(directory, port)
+        server = own_server()
+        if urlsplit(cfg.database_url).port != server.port:
+            raise AssertionError("a test that stops its database's server takes its config from `outage_db`")
+        return server
 
     def _run(self, action: str) -> None:
         env = {**os.environ, "DUCTILE_PG_DIR": str(self.directory), "DUCTILE_PG_PORT": str(self.port)}
@@ -64,6 +67,31 @@ class PgServer:
     def restart(self) -> None:
         with self.stopped():
             pass
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@functools.cache
+def own_server() -> PgServer:
+    """A PostgreSQL server of this test process's own (each xdist worker has one), started at its
+    first use and removed when the process exits. Stopping the suite's server instead ended the
+    connections of every test running beside it on another worker."""
+    # Beside the session's directory, not in it: scripts/pg-server hands it to the postgres user
+    # when run as root, who must be able to reach it.
+    root = Path(tempfile.mkdtemp(prefix="ductile-pg-", dir=Path(os.environ["DUCTILE_TEST_TMP"]).parent))
+    root.chmod(0o755)
+    server = PgServer(root, free_port())
+    try:
+        server.start()
+    except subprocess.CalledProcessError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        if exc.returncode == 3:  # scripts/pg-server: PostgreSQL is not installed here
+            pytest.skip("PostgreSQL: a server of the test's own to stop and start (its binaries are not installed)")
+        raise
+    atexit.register(server.remove)
+    return server
 
 
 def chattr(flag: str, paths: Sequence[Path]) -> None:
@@ -105,7 +133,7 @@ def ledger_files(cfg: ConfigDir) -> list[Path]:
 def can_go_down(cfg: ConfigDir) -> None:
     """Skips the test where `database_down` cannot take the config's database down."""
     if cfg.database_url:
-        PgServer.of_the_suite()
+        PgServer.of(cfg)
     else:
         cfg.db_path.parent.mkdir(parents=True, exist_ok=True)
         can_make_immutable(cfg.db_path.parent)
@@ -118,7 +146,7 @@ def database_down(cfg: ConfigDir, seconds: float) -> Iterator[None]:
     ledger's files are made immutable (reads go on, every write fails)."""
     began = time.monotonic()
     if cfg.database_url:
-        with PgServer.of_the_suite().stopped(seconds):
+        with PgServer.of(cfg).stopped(seconds):
             yield
         return
     with immutable(ledger_files(cfg)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import threading
 
-from tests.support import wait_for
+from tests.support.waiting import wait_for
 
 
 class Output:

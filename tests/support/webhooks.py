@@ -14,7 +14,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.support import REPO, ConfigDir, cli_env
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import cli_env
 
 SECRET = "hook-secret-0123456789"
 ENV = {"WEBHOOK_SECRET": SECRET, "OTHER_SECRET": "another-secret"}

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import ductile, ductile_json, imported_modules, ledger
+from tests.support.processes import ductile, ductile_json, imported_modules, ledger
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 
 @pytest.fixture
@@ -120,7 +120,8 @@ def test_workers_hand_the_gil_back_every_half_millisecond(cfg):
     import sys
 
     from ledger.writes.group_commit import GIL_SWITCH_SECONDS
-    from tests.support import REPO, cli_env
+    from tests.support.checkout import REPO
+    from tests.support.processes import cli_env
 
     assert ductile(cfg, "system", "status").returncode == 0
     script = (
@@ -141,7 +142,8 @@ def test_config_dir_from_environment(cfg):
     import subprocess
     import sys
 
-    from tests.support import REPO, cli_env
+    from tests.support.checkout import REPO
+    from tests.support.processes import cli_env
 
     env = cli_env(cfg, DUCTILE_CONFIG_DIR=str(cfg.path))
     out = subprocess.run(
@@ -303,7 +305,7 @@ def test_ductile_console_script_runs_the_same_commands(cfg):
     import sys
     from pathlib import Path
 
-    from tests.support import cli_env
+    from tests.support.processes import cli_env
 
     exe = Path(sys.executable).parent / "ductile"  # installed by `pip install -e .` (scripts/test)
     out = subprocess.run(

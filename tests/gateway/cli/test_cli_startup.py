@@ -15,7 +15,9 @@ from django.core.management import load_command_class
 from gateway.cli import surface
 from gateway.cli.nouns import NOUNS
 from gateway.version import gateway_version
-from tests.support import REPO, ConfigDir, cli_env, ductile, ductile_json, imported_modules
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import cli_env, ductile, ductile_json, imported_modules
 
 # Loaded only by commands that use them, never by a read: the web and housekeeping apps (and
 # croniter, which django-q2 loads), the URL resolver and Django's default log handlers (the mail
@@ -59,7 +61,7 @@ def test_the_noun_table_is_what_the_commands_parse() -> None:
         assert set(noun.ledger_only) <= {*noun.actions, "*"}, name
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["version", "--json"]])
 def test_help_and_version_load_neither_django_nor_the_config(cfg: ConfigDir, args: list[str]) -> None:
     proc = console_script(cfg, *args, PYTHONPROFILEIMPORTTIME="1")
@@ -75,7 +77,7 @@ def test_help_and_version_load_neither_django_nor_the_config(cfg: ConfigDir, arg
         assert json.loads(proc.stdout)["version"] == gateway_version()
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_version_says_the_same_when_the_command_answers_it(cfg: ConfigDir) -> None:
     """`version -v` goes to the command itself: both ways print the same (but the commit's state,
     which a test run can change)."""
@@ -85,7 +87,7 @@ def test_version_says_the_same_when_the_command_answers_it(cfg: ConfigDir) -> No
     assert json.loads(quick.stdout) == json.loads(full.stdout)
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_read_commands_start_on_the_ledgers_apps_alone(cfg: ConfigDir) -> None:
     code, queued = ductile_json(cfg, "plugin", "run", "echo")
     assert code == 0, queued

@@ -17,7 +17,9 @@ from django.utils import timezone
 
 from ledger.models import Job
 from ledger.models.telemetry import JobStopwatch
-from tests.support import REPO, cli_env, ductile, installed_runtime
+from tests.support.checkout import REPO
+from tests.support.processes import cli_env, ductile
+from tests.support.runtime import installed_runtime
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -41,7 +43,7 @@ def enqueue(job_id: str) -> str:
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_read_commands_take_output_json_as_their_json(runtime):
     """Spec 000 idiom 8 spells it `--output json`; the Handbook `--json`: both give the JSON."""
     enqueue("cea25d41-0000-4000-8000-000000000001")
@@ -56,7 +58,7 @@ def test_read_commands_take_output_json_as_their_json(runtime):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_job_verbs_take_a_unique_id_prefix_and_refuse_an_ambiguous_one(runtime):
     first = enqueue("cea25d41-0000-4000-8000-000000000001")
     second = enqueue("cea25d41-0000-4000-8000-000000000002")
@@ -80,7 +82,7 @@ def test_job_verbs_take_a_unique_id_prefix_and_refuse_an_ambiguous_one(runtime):
 
 
 def console_script(cfg: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    """The `ductile` console script itself (tests.support.ductile runs manage.py, Django's whole set)."""
+    """The `ductile` console script itself (tests.support.processes.ductile runs manage.py, Django's whole set)."""
     script = "import sys; from gateway.cli.main import main; sys.exit(main(['ductile', *sys.argv[1:]]))"
     return subprocess.run(
         [sys.executable, "-c", script, *args, "--config-dir", str(cfg.path)],
@@ -92,7 +94,7 @@ def console_script(cfg: Any, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_console_script_offers_the_noun_action_surface_and_django_under_its_own_noun(config_dir):
     config_dir.write()
     shown = console_script(config_dir, "--help")
@@ -123,7 +125,7 @@ def test_console_script_offers_the_noun_action_surface_and_django_under_its_own_
     assert "--no-input" in ductile(config_dir, "flush", "--help").stdout
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_legacy_section_11_6_spellings_run_the_noun_action_commands(config_dir):
     config_dir.write()
     ran = console_script(config_dir, "run", "echo", "--json")
@@ -184,7 +186,7 @@ def test_plugin_manifest_shows_what_the_manifest_declares(runtime):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the live server's thread reads on its own connection
 def test_plugin_list_api_url_lists_a_running_gateways_plugins(runtime, live_server):
     """As the original's `plugin list --api-url URL`: the gateway's own GET /plugins."""
     code, out, _ = run("plugin", "list", "--api-url", live_server.url, "--json")
@@ -201,7 +203,7 @@ def test_plugin_list_api_url_lists_a_running_gateways_plugins(runtime, live_serv
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_system_plugin_facts_shows_a_plugins_newest_facts_first(runtime):
     """Item 49, as the original's `system plugin-facts PLUGIN [--fact-type T] [--limit N]`."""
     for _ in range(2):  # two runs from one process: as two CLI runs that got the same pid
@@ -245,7 +247,7 @@ def stopwatch_row(plugin: str, status: str, age: timedelta, step: str | None = N
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_stopwatch_prune_deletes_old_rows_matching_its_filters(runtime):
     """The original's `stopwatch prune --older-than DUR [--plugin] [--step] [--status] [--dry-run]`."""
     old_echo = stopwatch_row("echo", "ok", timedelta(days=10))
@@ -269,7 +271,7 @@ def test_stopwatch_prune_deletes_old_rows_matching_its_filters(runtime):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the live server's thread reads on its own connection
 def test_plugin_run_api_url_enqueues_through_a_running_gateways_api(config_dir, live_server, monkeypatch):
     """As the original's `plugin run NAME --api-url URL --api-key KEY`: the gateway's
     POST /plugin/NAME/COMMAND enqueues the job; the CLI prints the API's answer."""

@@ -11,7 +11,8 @@ import yaml
 
 from gateway.runtime import build_runtime
 from tests.gateway.cli.test_cli_surface import run
-from tests.support import ConfigDir, installed_runtime
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import installed_runtime
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_config_webhook_add_and_list_name_the_secret_never_show_it(cfg):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the backup reads the ledger on a connection of its own
 def test_config_backup_and_restore_are_system_backup_and_restore(cfg, tmp_path):
     code, out, _ = run("config", "backup", "--json")
     written = json.loads(out)

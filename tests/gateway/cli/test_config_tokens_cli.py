@@ -13,7 +13,8 @@ from gateway.config.errors import ConfigError
 from gateway.config.integrity import read_seal
 from gateway.runtime import build_runtime
 from tests.gateway.cli.test_cli_surface import run
-from tests.support import ConfigDir, installed_runtime
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import installed_runtime
 
 
 @pytest.fixture

@@ -14,8 +14,10 @@ from gateway.intake.events import publish_event
 from gateway.operations import CLI, replay
 from ledger.models import Job
 from ledger.submitters import Submitter
-from tests.support import jobs_by_step, load_runtime, run_until_idle
+from tests.support.jobs import jobs_by_step, run_until_idle
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 CHAIN = {

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ConfigDir, cli_env, ductile, ductile_json
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import cli_env, ductile, ductile_json
+
+pytestmark = pytest.mark.process
 
 FAILURES_24H = """
 ductile job logs --from $(date -u -d '24 hours ago' --rfc-3339=seconds | tr ' ' 'T') \\

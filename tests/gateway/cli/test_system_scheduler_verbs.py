@@ -16,9 +16,10 @@ from gateway.daemon.scheduler import Scheduler
 from gateway.runtime import RUNTIME
 from ledger.models import BreakerState, CircuitBreaker
 from ledger.models.breakers import record_scheduled_outcome
-from tests.support import ductile_json, installed_runtime
+from tests.support.processes import ductile_json
+from tests.support.runtime import installed_runtime
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 T0 = datetime(2026, 11, 28, 6, 11, 37, tzinfo=UTC)
 
@@ -142,7 +143,7 @@ def test_breaker_json_is_the_originals_shape_with_transitions(cfg):
     assert [b["command"] for b in system_json("breaker")["breakers"]] == ["poll"]  # every breaker
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_an_entry_without_timezone_reads_the_hosts_clock_and_an_explicit_one_wins(cfg):
     """Item 103: the default was UTC; the original (and 000's runbook) use the host's local time."""
     cfg.plugins["stress"]["schedules"] = [

@@ -8,14 +8,17 @@ import io
 import json
 import sqlite3
 
+import pytest
 from django.core.management import call_command
 
 from gateway.runtime import RUNTIME
-from tests.support import ConfigDir, ductile, ductile_json
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile, ductile_json
 
 CHECKS = ["config_discovery", "config_load", "state_db", "pid_lock"]
 
 
+@pytest.mark.process
 def test_a_healthy_instance_lists_every_check_ok(config_dir: ConfigDir) -> None:
     config_dir.write()
     code, body = ductile_json(config_dir, "system", "status")
@@ -53,6 +56,7 @@ def test_a_broken_config_still_answers_the_checks_with_exit_78(config_dir: Confi
     assert [p["key"] for p in body["problems"]] == ["service.max_workers"]
 
 
+@pytest.mark.process
 def test_a_database_behind_the_code_fails_state_db_with_exit_78(config_dir: ConfigDir) -> None:
     config_dir.write()
     assert ductile(config_dir, "system", "status").returncode == 0

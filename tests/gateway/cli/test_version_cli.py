@@ -8,7 +8,10 @@ import subprocess
 import pytest
 
 from gateway.version import SOURCE, source_commit
-from tests.support import ConfigDir, ductile, ductile_json
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile, ductile_json
+
+pytestmark = pytest.mark.process
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 from gateway.config.durations import format_duration, parse_duration
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.model import GatewayConfig, load_gateway_config
-from tests.support import seal
+from tests.support.config_dirs import seal
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -1193,7 +1193,7 @@ def test_a_reload_applies_the_new_log_level(config_dir, monkeypatch) -> None:
     rest of the config."""
     import logging
 
-    from tests.support import installed_runtime
+    from tests.support.runtime import installed_runtime
 
     monkeypatch.delenv("DUCTILE_LOG_LEVEL", raising=False)
     gateway_log = logging.getLogger("ductile")

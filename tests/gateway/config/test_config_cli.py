@@ -13,7 +13,11 @@ import yaml
 
 from gateway.config.integrity import CHECKSUMS, read_seal
 from gateway.runtime import build_runtime
-from tests.support import REPO, ConfigDir, ductile, ductile_json
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile, ductile_json
+
+pytestmark = pytest.mark.process
 
 
 def test_check_lists_every_problem_with_file_line_and_key_and_exits_78(config_dir: ConfigDir) -> None:

@@ -19,7 +19,10 @@ from django.core.management import call_command
 
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.runtime import RUNTIME, build_runtime
-from tests.support import REPO, ConfigDir, installed_runtime, last_response, run_job
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_response, run_job
+from tests.support.runtime import installed_runtime
 from tests.support.webhooks import ENV, endpoint, write_config
 
 
@@ -99,7 +102,7 @@ def test_a_missing_plugin_root_is_an_error_naming_the_entry(config_dir: ConfigDi
 # -- the plugin environment ----------------------------------------------------------------------
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_a_plugin_gets_language_and_an_empty_passthrough_name_is_ignored(
     config_dir: ConfigDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:

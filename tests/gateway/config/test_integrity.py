@@ -18,7 +18,7 @@ from gateway.config.errors import ConfigError
 from gateway.config.integrity import CHECKSUMS, lock, read_seal
 from gateway.config.loader import config_files
 from gateway.runtime import RuntimeHolder, build_runtime
-from tests.support import ConfigDir
+from tests.support.config_dirs import ConfigDir
 
 ENV = {"HOOK_SECRET": "s3cret", "CI_KEY": "tok-ci"}
 

@@ -5,7 +5,12 @@ passed `config check` and were ignored."""
 
 from __future__ import annotations
 
-from tests.support import ConfigDir, ductile_json
+import pytest
+
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile_json
+
+pytestmark = pytest.mark.process
 
 TOKENS = "tokens:\n  - name: relay-lab-v1\n    key: s3cret\n"
 

@@ -28,7 +28,8 @@ from gateway.config.schedules import (
     parse_schedules,
 )
 from gateway.config.yamlsrc import KeyPath, dotted
-from tests.support import REPO, seal
+from tests.support.checkout import REPO
+from tests.support.config_dirs import seal
 
 
 def problem_at(path: KeyPath, message: str) -> ConfigProblem:

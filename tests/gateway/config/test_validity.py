@@ -12,7 +12,8 @@ import pytest
 from gateway.config.model import config_schema
 from gateway.config.validity import HEADER, KnownValid, NotCanonical, canonical, memo_path
 from gateway.plugins.manifest import manifest_schema
-from tests.support import ConfigDir, ductile, imported_modules
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile, imported_modules
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
@@ -24,6 +25,7 @@ def imports_jsonschema(config: ConfigDir, cache: Path, *args: str) -> tuple[bool
     return "jsonschema" in imported_modules(proc.stderr), proc.stdout + proc.stderr
 
 
+@pytest.mark.process
 def test_the_second_command_on_an_unchanged_config_does_not_import_jsonschema(
     config_dir: ConfigDir, tmp_path: Path
 ) -> None:
@@ -43,6 +45,7 @@ def test_the_second_command_on_an_unchanged_config_does_not_import_jsonschema(
     assert len(memo.read_text().splitlines()) >= 1 + 1 + 4 + 1
 
 
+@pytest.mark.process
 def test_a_config_edited_after_it_passed_is_validated_again_and_its_problem_named(
     config_dir: ConfigDir, tmp_path: Path
 ) -> None:

@@ -37,7 +37,6 @@ from ledger.models import (
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import jobs_by_step, load_runtime, run_until_idle
 from tests.support.console_setup import (
     CONFIG_SECRET,
     EVENT_SECRET,
@@ -47,7 +46,10 @@ from tests.support.console_setup import (
     audit_payload,
     console_roles,
 )
+from tests.support.jobs import jobs_by_step, run_until_idle
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 TABLES = [

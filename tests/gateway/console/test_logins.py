@@ -19,7 +19,7 @@ from gateway.logs import JsonFormatter
 from gateway.operations.accounts import lockouts, save_account
 from tests.support.console_setup import console_roles
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 PASSWORD = "correct horse battery"
 LOGIN = "/admin/login/"

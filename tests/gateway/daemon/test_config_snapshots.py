@@ -18,9 +18,9 @@ from gateway.daemon.config_snapshots import record_config
 from gateway.operations.housekeeping import prune
 from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import ConfigSnapshot
-from tests.support import ConfigDir
+from tests.support.config_dirs import ConfigDir
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 SECRET = "sk-do-not-store-me"
 

@@ -12,7 +12,7 @@ from django.core.management import call_command
 
 from gateway.daemon.supervisor import ROLES, Supervisor, parse_roles, plan
 from gateway.runtime import RUNTIME
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
 
 @pytest.fixture

@@ -26,8 +26,10 @@ from ledger.models import (
 )
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import load_runtime, run_until_idle
+from tests.support.jobs import run_until_idle
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 T0 = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)  # a Monday, on every grid

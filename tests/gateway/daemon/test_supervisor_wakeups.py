@@ -16,7 +16,7 @@ import pytest
 from gateway.daemon import supervisor
 from gateway.daemon.supervisor import MAX_PASS, Child, Supervisor
 from gateway.runtime import RuntimeHolder
-from tests.support import ConfigDir
+from tests.support.config_dirs import ConfigDir
 
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
 

@@ -9,7 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gateway.daemon.tree import end_dead_tree, record_children, start_time
+
+pytestmark = pytest.mark.process
 
 STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
 POLITE = "import time; print('up', flush=True); time.sleep(60)"

@@ -16,8 +16,11 @@ from ledger import job_notifications
 from ledger.models import Job, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import ConfigDir, load_runtime
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import load_runtime
 
+# Real commits: what is pinned here is the worker's own transactions (no savepoint), which a test's
+# rolled-back transaction would turn into savepoints.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 

@@ -18,8 +18,10 @@ from gateway.execution.workers import WorkerDaemon
 from ledger.models import Job, JobSpec
 from ledger.models.jobs import JobQuerySet, QueueLook
 from ledger.submitters import Submitter
-from tests.support import ConfigDir, load_runtime
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import load_runtime
 
+# Real commits: the worker daemon's threads claim on connections of their own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 RECHECK = 0.05

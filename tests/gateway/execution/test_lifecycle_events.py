@@ -17,8 +17,10 @@ from gateway import intake
 from ledger.models import EventRecord, Job, JobLog, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import jobs_by_step, load_runtime, run_until_idle
+from tests.support.jobs import jobs_by_step, run_until_idle
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 

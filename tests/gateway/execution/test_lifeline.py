@@ -11,8 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import gateway.execution.lifeline_helper as helper_module
-from tests.support import wait_for
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.process
 
 HELPER = Path(helper_module.__file__)
 

@@ -11,8 +11,10 @@ import pytest
 
 from ledger.models import Job, JobStopwatch, PluginFact, PluginState
 from ledger.states import JobStatus
-from tests.support import last_log, last_response, last_result, run_job, wait_for
+from tests.support.jobs import last_log, last_response, last_result, run_job
+from tests.support.waiting import wait_for
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
@@ -132,7 +134,6 @@ def test_ok_with_nonzero_exit_still_succeeds(runtime):
     assert job.status == JobStatus.SUCCEEDED
 
 
-@pytest.mark.slow
 def test_stdout_over_10_mib_fails_and_keeps_an_excerpt(runtime):
     job = run_job(runtime, "stress", payload={"mode": "big_stdout", "mib": 11})
     assert last_log(job).status == JobStatus.FAILED and "10 MiB" in (job.last_error or "")
@@ -152,7 +153,6 @@ def test_stderr_over_64_kib_is_truncated_and_the_job_succeeds(runtime):
     assert note == "stderr exceeded 64 KiB and was truncated"
 
 
-@pytest.mark.slow
 def test_hang_times_out_with_sigterm(config_dir):
     from gateway.runtime import RUNTIME
 
@@ -165,7 +165,6 @@ def test_hang_times_out_with_sigterm(config_dir):
     assert last_log(job).status == JobStatus.TIMED_OUT
 
 
-@pytest.mark.slow
 def test_term_trapping_grandchild_is_killed_with_the_group(config_dir, tmp_path):
     from gateway.runtime import RUNTIME
 

@@ -26,6 +26,7 @@ def plugin(tmp_path: Path, body: str) -> Path:
     return entry
 
 
+@pytest.mark.process
 def test_a_descriptor_the_spawner_inherited_never_reaches_a_plugin(tmp_path: Path) -> None:
     # A shell's `3>file` or a supervisor's socket: open in the daemon from its start, inheritable.
     read_end, write_end = os.pipe()
@@ -85,6 +86,7 @@ def test_a_plugin_that_cannot_start_says_why(tmp_path: Path) -> None:
     assert denied.exit_code is None
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("closed", [(0,), (0, 1), (0, 1, 2)])
 def test_a_spawner_started_with_standard_descriptors_closed_still_feeds_and_reads_its_plugin(
     tmp_path: Path, closed: tuple[int, ...]

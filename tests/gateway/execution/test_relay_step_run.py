@@ -16,9 +16,12 @@ from gateway.operations.accounts import save_account
 from ledger.models import Job
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import free_port, load_runtime, run_until_idle
 from tests.support.console_setup import console_roles
+from tests.support.jobs import run_until_idle
+from tests.support.network import free_port
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 

@@ -1,4 +1,4 @@
-"""The suite's one "run until idle" harness (tests.support.run_until_idle) is the worker daemon's own
+"""The suite's one "run until idle" harness (tests.support.jobs.run_until_idle) is the worker daemon's own
 loop: it claims every claimable job, the internal `if:` hops (`core.switch`) included, runs each
 through dispatch, and stops when nothing is due (DSL reference §3.6: `if:` compiles to a switch)."""
 
@@ -12,8 +12,11 @@ from ledger.models import EventContext, Job, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from pipelines.dsl import SWITCH
-from tests.support import ConfigDir, load_runtime, run_until_idle
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import run_until_idle
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 GATED = {

@@ -17,7 +17,8 @@ from gateway.execution.workers import WorkerDaemon
 from ledger.models import Job, JobSpec, WorkerInstance
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import ductile, ledger, load_runtime
+from tests.support.processes import ductile, ledger
+from tests.support.runtime import load_runtime
 
 
 def drive(daemon: WorkerDaemon) -> None:
@@ -51,7 +52,7 @@ def test_a_reload_moves_a_group_worker_to_the_groups_new_plugins(config_dir):
     assert daemon.plugins == {"echo", "probe"}
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_runworkers_group_runs_only_its_plugins_and_its_row_says_which(config_dir):
     config_dir.service["worker_groups"] = {"media": ["echo", "probe"]}
     config_dir.write()

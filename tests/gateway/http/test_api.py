@@ -16,9 +16,9 @@ from gateway.runtime import RUNTIME
 from ledger.models import EventContext, Job
 from ledger.models.jobs import AttemptOutcome
 from ledger.submitters import Submitter
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 TOKENS = {
     "admin": ["*"],

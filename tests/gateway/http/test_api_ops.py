@@ -28,10 +28,11 @@ from gateway.reports import events
 from gateway.reports.redaction import config_view
 from gateway.runtime import RUNTIME
 from ledger.models import EventRecord, JobStopwatch
-from tests.support import installed_runtime, wait_for
+from tests.support.runtime import installed_runtime
+from tests.support.waiting import wait_for
 from tests.support.webhooks import ENV, WEBHOOKS, write_config
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 TOKENS = {
     "admin": ["*"],
@@ -308,6 +309,8 @@ def timings(ops):
         ),
         ("", 23, (12, 10_000, 10_000, 10_000), None),  # every command: 23 samples, #12 and #22, #23
     ],
+    # Named, not by the query: `since` is a time of the run, and xdist's workers must collect alike.
+    ids=["command", "limit", "since", "every-command"],
 )
 def test_stopwatch_percentiles(api, timings, query, count, plugin_ms, gateway_us):
     response = as_(api, "reader").get(f"/stopwatch/echo{query}")
@@ -465,6 +468,7 @@ def selfcheck_of(api) -> tuple[bool, dict[str, dict]]:
     return body["ok"], {c["name"]: c for c in body["checks"]}
 
 
+@pytest.mark.process
 def test_system_selfcheck_is_the_running_gateways_view(api, ops):
     """The lock held by the gateway this API belongs to is healthy, a live stranger's is not; the
     database checks wait for the gateway to stop; the config is the one on disk now."""

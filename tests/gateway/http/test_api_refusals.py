@@ -16,9 +16,10 @@ from rest_framework.test import APIClient
 from gateway.http.api import auth
 from gateway.http.api.refusals import OTHERS, Refusals, read_tally, tally_path
 from gateway.logs import JsonFormatter
-from tests.support import installed_runtime, wait_for
+from tests.support.runtime import installed_runtime
+from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 
 @pytest.fixture

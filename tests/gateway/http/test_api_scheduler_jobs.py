@@ -11,9 +11,9 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 TOKENS = {"admin": ["*"], "reader": ["jobs:ro"], "plugin-ro": ["plugin:ro"]}
 

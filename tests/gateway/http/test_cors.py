@@ -10,8 +10,10 @@ import pytest
 from django.test import Client, override_settings
 
 from gateway.config.errors import ConfigError
-from tests.support import ConfigDir, installed_runtime, load_runtime
+from tests.support.config_dirs import ConfigDir
+from tests.support.runtime import installed_runtime, load_runtime
 
+# Real commits: the live server answers from a thread of its own, on its own connection.
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 APP = "http://app.example:5173"

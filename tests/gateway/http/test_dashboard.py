@@ -16,8 +16,9 @@ from gateway.execution.dispatch import Executor
 from gateway.intake.events import publish_event
 from ledger.models import EventRecord, Job, JobSpec
 from ledger.submitters import Submitter
-from tests.support import load_runtime
+from tests.support.runtime import load_runtime
 
+# Real commits: the live server answers from a thread of its own, on its own connection.
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.django_db(transaction=True),

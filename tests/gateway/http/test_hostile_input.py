@@ -12,10 +12,10 @@ from rest_framework.test import APIClient
 
 from gateway.runtime import RUNTIME
 from ledger.models import Job
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 from tests.support.webhooks import ENV, HUB, sign, write_config
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 TOKEN = "tok-hostile"
 BIG = 3 * 1024 * 1024  # past Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB)

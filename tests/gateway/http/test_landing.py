@@ -18,9 +18,10 @@ from django.urls import include, path
 
 from gateway.daemon.config_snapshots import record_config
 from gateway.runtime import RUNTIME
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
 # Plain reads (the ORM's counts, one config_snapshots row): nothing differs by backend, so SQLite only.
+# Real commits: the live server answers the browser from a thread of its own, on its own connection.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # What Chromium and Firefox send for a page.

@@ -27,8 +27,11 @@ from schemathesis.core.result import Err
 from gateway.http.api.openapi import SwaggerDocs, expand_input_schema
 from gateway.runtime import RUNTIME
 from ledger.models import Job
-from tests.support import PLUGIN_ROOTS, load_runtime
+from tests.support.config_dirs import PLUGIN_ROOTS
+from tests.support.runtime import load_runtime
 
+# Real commits: schemathesis calls the WSGI app, which closes the database connection at each
+# request's end as in production (Django's test client does not), ending a test's transaction.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ADMIN = "Bearer tok-admin"

@@ -21,9 +21,9 @@ from gateway.relay import wire
 from ledger.models import AttemptOutcome, Job, RelayAcceptance
 from ledger.states import JobStatus
 from ledger.timestamps import rfc3339
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 BODY = json.dumps({"event": {"type": "backup.ready", "payload": {"n": 1}}}).encode()
 
@@ -163,6 +163,7 @@ def test_a_sender_retry_with_the_same_dedupe_key_or_origin_event_id_is_answered_
         assert Job.objects.count() == 5
 
 
+@pytest.mark.django_db(transaction=True)  # the copies arrive on threads, each on its own connection
 def test_copies_of_a_delivery_arriving_at_once_start_one_run(config_dir):
     # Each thread its own database connection, as each API process (or node) has: the ledger's
     # unique constraints decide, not a process's memory (on PostgreSQL, concurrent transactions).

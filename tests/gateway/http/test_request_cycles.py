@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
 
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
+# Real commits: the API's write transactions as they run in production (inside a test's rolled-back
+# transaction they become savepoints, with objects of their own).
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TOKEN = "tok-cycles"

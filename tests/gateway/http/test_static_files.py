@@ -11,7 +11,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 from gateway.http.static_collection import MANIFEST, collection_needed
-from tests.support import ConfigDir, ductile
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile
 
 
 def test_collection_is_needed_when_nothing_is_collected_or_static_changed_since(tmp_path):
@@ -38,6 +39,7 @@ def test_a_page_renders_before_the_static_files_are_collected(client, tmp_path):
     assert b'href="/static/admin/css/base.css"' in login.content  # unhashed: there is no manifest
 
 
+@pytest.mark.process
 def test_a_pages_500_is_in_the_gateways_log_with_its_exception(tmp_path):
     """Django sends a request's error to the admins' mail by default; the gateway has none, so a
     console page that failed left no trace. Now it is a JSON line on stdout, as every other."""

@@ -9,6 +9,8 @@ import pytest
 
 from gateway.http.api.syncgate import Busy, sync_slot
 
+pytestmark = pytest.mark.process
+
 HOLD = """
 import sys, time
 from pathlib import Path

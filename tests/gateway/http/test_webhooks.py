@@ -20,10 +20,12 @@ from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.webhooks import DEFAULT_MAX_BODY_SIZE, Webhooks, parse_size
 from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import Job, JobLog, JobTransition
-from tests.support import ConfigDir, installed_runtime, run_until_idle
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import run_until_idle
+from tests.support.runtime import installed_runtime
 from tests.support.webhooks import DUCTILE, ENV, HUB, SECRET, WEBHOOKS, endpoint, sign, write_config
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 
 @pytest.fixture
@@ -226,6 +228,7 @@ def test_without_webhooks_yaml_the_listener_has_no_endpoints(config_dir: ConfigD
     ],
     ids=["json-object", "json-array", "json-string", "form-text", "nan-is-not-json", "empty"],
 )
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_the_plugin_receives_the_body_as_a_webhook_trigger_event(
     listener: Client, body: bytes, payload: dict[str, Any]
 ) -> None:

@@ -7,7 +7,8 @@ import pytest
 
 from gateway.operations.doctor import ERROR, INFO, WARNING, diagnose
 from gateway.runtime import build_runtime
-from tests.support import ConfigDir, ductile_json
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile_json
 
 
 def findings(config_dir: ConfigDir) -> dict[str, list[tuple[str, str]]]:
@@ -85,6 +86,7 @@ def test_a_webhook_listener_on_the_api_port_is_an_error(config_dir):
     assert severity == ERROR and "share port 8099" in message
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("broken", [False, True])
 def test_the_cli_exits_1_on_errors_and_0_when_only_warnings_remain(config_dir, broken):
     if broken:

@@ -28,7 +28,7 @@ from ledger.models import (
 )
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import installed_runtime
+from tests.support.runtime import installed_runtime
 
 DAY = 86400.0
 STOPWATCH = {
@@ -73,7 +73,7 @@ def relay_acceptance(signature: str, *, expires_at):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 class TestRetention:
     def test_prune_deletes_what_retention_no_longer_keeps_and_nothing_else(self):
         now = timezone.now()
@@ -138,7 +138,7 @@ class TestRetention:
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_schedules_follow_the_config_and_an_unchanged_one_keeps_its_next_run(config_dir):
     backups = config_dir.path / "backups"
     config_dir.service["backup"] = {"schedule": "0 3 * * *", "directory": "backups", "keep": 3}

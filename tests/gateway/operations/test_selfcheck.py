@@ -11,7 +11,10 @@ import sys
 
 import pytest
 
-from tests.support import ConfigDir, ductile, ductile_json, ledger, run_sql
+from tests.support.config_dirs import ConfigDir
+from tests.support.processes import ductile, ductile_json, ledger, run_sql
+
+pytestmark = pytest.mark.process
 
 CHECKS = ["config_discovery", "config_load", "pid_lock", "db_integrity", "db_schema", "queue_terminal_freshness"]
 SKIPPED_RUNNING = "skipped: active gateway holds PID lock — quiesce before selfcheck"

@@ -6,11 +6,15 @@ from __future__ import annotations
 import pytest
 
 from ledger.states import JobStatus
-from tests.support import ductile_json, last_response, load_runtime, run_jobs
+from tests.support.jobs import last_response, run_jobs
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.process
 def test_poll_is_the_originals_write_command_and_mode_a_declared_config_key(config_dir):
     config_dir.plugins["echo"] = {"config": {"message": "hi", "mode": ""}}
     config_dir.extra = {"api": {"enabled": False}}

@@ -27,18 +27,14 @@ import pytest
 from gateway.plugins.environment import plugin_environment
 from ledger.models import Job, JobStopwatch
 from ledger.states import JobStatus
-from tests.support import (
-    REPO,
-    ConfigDir,
-    ductile,
-    ductile_json,
-    free_port,
-    http_server,
-    installed_runtime,
-    last_response,
-    run_job,
-)
+from tests.support.checkout import REPO
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_response, run_job
+from tests.support.network import free_port, http_server
+from tests.support.processes import ductile, ductile_json
+from tests.support.runtime import installed_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ENTRYPOINT = REPO / "plugins" / "fetch" / "run.py"
@@ -317,6 +313,7 @@ REFUSED = {
 }
 
 
+@pytest.mark.process
 def test_the_blocklist_refuses_internal_addresses_before_connecting():
     # The policy decides before any connection, so these run the plugin without a job or a
     # server, side by side.
@@ -385,6 +382,7 @@ def test_dns_is_resolved_once_and_the_connection_goes_to_the_checked_address(con
     assert lookups.read_text() == "rebind.test\n"
 
 
+@pytest.mark.process
 def test_https_names_the_host_in_sni_and_host_and_checks_the_certificate(config_dir, tmp_path, monkeypatch):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
@@ -535,6 +533,7 @@ def test_bad_config_and_a_missing_url_fail_without_retry_and_without_contacting_
         assert "events" not in response
 
 
+@pytest.mark.process
 def test_config_check_strict_passes_and_plugin_list_shows_health_from_init(process_db):
     config_dir = process_db
     config_dir.extra = {"api": {"enabled": False}}  # strict mode would also want an API token
@@ -556,6 +555,7 @@ def test_config_check_strict_passes_and_plugin_list_shows_health_from_init(proce
     assert "_lib" not in json.dumps(listed)
 
 
+@pytest.mark.process
 def test_the_gateway_interpreter_runs_fetch_when_the_python3_on_path_lacks_its_libraries(
     config_dir, tmp_path, monkeypatch
 ):

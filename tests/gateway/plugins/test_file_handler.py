@@ -14,8 +14,12 @@ import pytest
 from ledger.models import Job
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import ConfigDir, ductile_json, jobs_by_step, last_response, load_runtime, run_jobs, run_until_idle
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import jobs_by_step, last_response, run_jobs, run_until_idle
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -148,6 +152,7 @@ def test_a_write_without_allowed_write_paths_is_refused_and_overwrite_false_keep
     assert list(dirs["outputs"].iterdir()) == [dirs["outputs"] / "keep.md"]
 
 
+@pytest.mark.process
 def test_health_names_a_default_output_dir_outside_the_granted_paths(config_dir, dirs):
     config_dir.plugins["bad"] = {
         "uses": "file_handler",

@@ -16,8 +16,12 @@ import pytest
 
 from ledger.models import Job, PluginFact, PluginState
 from ledger.states import JobStatus
-from tests.support import ConfigDir, ductile_json, installed_runtime, last_response, run_job
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_response, run_job
+from tests.support.processes import ductile_json
+from tests.support.runtime import installed_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 OLD = time.time() - 3600  # an mtime well past any min_stable_age below
@@ -200,6 +204,7 @@ def test_health_names_a_watch_it_cannot_watch(config_dir, tmp_path, target):
     assert last_response(job)["result"] == "file_watch health OK (watches=1)"
 
 
+@pytest.mark.process
 def test_bad_config_is_refused_at_load_naming_file_line_and_key(config_dir, target):
     config_dir.extra = {"api": {"enabled": False}}
     config_dir.plugins["file_watch"] = {

@@ -16,8 +16,12 @@ import pytest
 
 from ledger.models import Job, PluginFact, PluginState
 from ledger.states import JobStatus
-from tests.support import ConfigDir, ductile_json, installed_runtime, jobs_by_step, last_response, run_job
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import jobs_by_step, last_response, run_job
+from tests.support.processes import ductile_json
+from tests.support.runtime import installed_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 OLD = time.time() - 3600  # an mtime well past any min_stable_age below
@@ -393,6 +397,7 @@ def test_duplicate_watch_ids_are_refused_by_poll_and_health(config_dir, tree):
     assert job.last_error == "invalid folder_watch config: duplicate watch id: docs"
 
 
+@pytest.mark.process
 def test_bad_config_is_refused_at_load_naming_file_line_and_key(config_dir, tree):
     config_dir.extra = {"api": {"enabled": False}}
     bad = {"id": "docs", "root": str(tree), "strategy": "md5", "min_stable_age": "soon", "stratgy": "x"}
@@ -429,6 +434,7 @@ def test_bad_config_is_refused_at_load_naming_file_line_and_key(config_dir, tree
     )
 
 
+@pytest.mark.process
 def test_an_unknown_watch_key_is_a_warning_with_its_line(config_dir, tree):
     config_dir.plugins["folder_watch"] = {"config": {"watches": [watch(tree, stratgy="sha256")]}}
     config_dir.write()
@@ -440,6 +446,7 @@ def test_an_unknown_watch_key_is_a_warning_with_its_line(config_dir, tree):
     ), body["warnings"]
 
 
+@pytest.mark.process
 def test_plugin_list_shows_both_watchers(config_dir, tree, tmp_path):
     config_dir.plugins["folder_watch"] = {"config": {"watches": [watch(tree)]}}
     config_dir.plugins["file_watch"] = {
@@ -486,6 +493,7 @@ pipelines:
 """
 
 
+@pytest.mark.process
 def test_the_cookbook_astro_recipe_passes_strict_check_and_emits_its_event(config_dir, tmp_path):
     home = tmp_path / "home"
     summaries = home / "site" / "src" / "content" / "summaries"

@@ -11,17 +11,12 @@ import pytest
 from ledger.models import Job
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import (
-    ConfigDir,
-    ductile_json,
-    jobs_by_step,
-    last_response,
-    load_runtime,
-    run_job,
-    run_jobs,
-    run_until_idle,
-)
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import jobs_by_step, last_response, run_job, run_jobs, run_until_idle
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # Spec 000, cookbook "Route YouTube vs Web URLs", as printed, with §8.4's `uses: if`: the
@@ -87,6 +82,7 @@ def emitted(job: Job) -> list[dict[str, Any]]:
     return list(last_response(job).get("events") or [])
 
 
+@pytest.mark.process
 def test_the_specs_check_youtube_config_passes_the_strict_check_and_is_listed(config_dir):
     spec_config(config_dir)
     code, body = ductile_json(config_dir, "config", "check", "--strict")

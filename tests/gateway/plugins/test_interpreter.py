@@ -12,7 +12,7 @@ from gateway.operations.doctor import ERROR, INFO, diagnose
 from gateway.plugins.discovery import discover_plugins
 from gateway.plugins.interpreter import missing_interpreter
 from gateway.runtime import build_runtime
-from tests.support import ConfigDir
+from tests.support.config_dirs import ConfigDir
 
 MISSING = "ductile-test-no-such-interpreter"
 

@@ -21,7 +21,7 @@ from gateway.plugins.discovery import Discovery, discover_plugins
 from gateway.plugins.manifest import Manifest, ManifestInvalid, load_manifest
 from gateway.plugins.registry import Registry, build_registry
 from ledger.caps import Cap
-from tests.support import REPO
+from tests.support.checkout import REPO
 
 BUNDLED = REPO / "plugins"
 DROP = object()  # a manifest key to leave out

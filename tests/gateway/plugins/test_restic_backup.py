@@ -20,10 +20,16 @@ import pytest
 
 from ledger.models import Job, JobLog
 from ledger.states import JobStatus
-from tests.support import ConfigDir, ductile_json, free_port, last_response, load_runtime, run_job
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_response, run_job
+from tests.support.network import free_port
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
 RESTIC = shutil.which("restic")
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [
+    pytest.mark.process,
     pytest.mark.skipif(RESTIC is None, reason="restic is not installed here (.ci/run installs Debian's restic)"),
     pytest.mark.django_db(transaction=True),
 ]

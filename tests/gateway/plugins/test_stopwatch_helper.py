@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from gateway.plugins.discovery import discover_plugins
-from tests.support import REPO
+from tests.support.checkout import REPO
 
 LIB = REPO / "plugins" / "_lib"
 

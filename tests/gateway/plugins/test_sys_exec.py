@@ -13,8 +13,12 @@ import pytest
 
 from ledger.models import Job, JobStopwatch
 from ledger.states import JobStatus
-from tests.support import ConfigDir, ductile_json, last_log, last_response, load_runtime, run_job, run_jobs
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_log, last_response, run_job, run_jobs
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # The keys of the original's sys_exec.completed payload (plus timed_out on a timeout).
@@ -155,7 +159,6 @@ def test_a_payload_variable_too_big_for_exec_is_left_out_and_the_command_still_r
     assert any(m.startswith("DUCTILE_PAYLOAD left out") for m in logs)  # the whole payload too
 
 
-@pytest.mark.slow
 def test_a_command_past_its_timeout_is_killed_and_reported_before_the_gateway_steps_in(config_dir):
     config_dir.plugins["sleepy"] = {
         "uses": "sys_exec",
@@ -207,6 +210,7 @@ def test_health_passes_for_a_command_on_path(config_dir):
     }
 
 
+@pytest.mark.process
 def test_a_config_using_every_key_of_the_original_passes_the_strict_check(config_dir):
     config_dir.plugins["backup"] = {
         "uses": "sys_exec",

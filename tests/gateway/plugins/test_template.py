@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, ductile_json
+from tests.support.checkout import REPO
+from tests.support.processes import ductile_json
+
+pytestmark = pytest.mark.process
 
 TEMPLATE = REPO / "plugins" / "_template"
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_plugin_list_neither_loads_nor_warns_about_underscore_directories(config_dir):
     config_dir.write()
     code, body = ductile_json(config_dir, "plugin", "list")

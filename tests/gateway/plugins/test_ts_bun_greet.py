@@ -11,7 +11,10 @@ import pytest
 
 from ledger.models import PluginFact, PluginState
 from ledger.states import JobStatus
-from tests.support import ConfigDir, ductile_json, last_response, load_runtime, run_job
+from tests.support.config_dirs import ConfigDir
+from tests.support.jobs import last_response, run_job
+from tests.support.processes import ductile_json
+from tests.support.runtime import load_runtime
 
 BUN = shutil.which("bun")
 needs_bun = pytest.mark.skipif(BUN is None, reason="bun is not installed here (.ci/run installs it with npm)")
@@ -21,7 +24,7 @@ EXAMPLE = {"enabled": True, "schedules": [{"every": "1m"}], "config": {"greeting
 
 
 @needs_bun
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_poll_answers_as_py_greet_does_and_records_a_snapshot_fact(config_dir: ConfigDir) -> None:
     config_dir.plugins["ts-bun-greet"] = EXAMPLE
     config_dir.plugins["py-greet"] = {"config": EXAMPLE["config"]}
@@ -41,7 +44,7 @@ def test_poll_answers_as_py_greet_does_and_records_a_snapshot_fact(config_dir: C
 
 
 @needs_bun
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the jobs run on the worker's thread, on its own connection
 def test_health_is_healthy_and_records_no_fact(config_dir: ConfigDir) -> None:
     config_dir.plugins["ts-bun-greet"] = {"config": {}}
     job = run_job(load_runtime(config_dir), "ts-bun-greet", command="health")
@@ -49,6 +52,7 @@ def test_health_is_healthy_and_records_no_fact(config_dir: ConfigDir) -> None:
     assert not PluginFact.objects.filter(plugin_name="ts-bun-greet").exists()
 
 
+@pytest.mark.process
 @needs_bun
 def test_config_check_strict_passes_the_originals_example(config_dir: ConfigDir) -> None:
     config_dir.plugins = {"ts-bun-greet": EXAMPLE}
@@ -58,6 +62,7 @@ def test_config_check_strict_passes_the_originals_example(config_dir: ConfigDir)
     assert (code, body["errors"]) == (0, []), body
 
 
+@pytest.mark.process
 def test_without_bun_it_is_skipped_with_the_reason_in_plugin_list_doctor_and_strict_check(
     config_dir: ConfigDir, tmp_path: Path
 ) -> None:

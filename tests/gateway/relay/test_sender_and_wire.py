@@ -19,7 +19,7 @@ import pytest
 from gateway.config.relay_endpoints import Relay, RelayInstance
 from gateway.relay import wire
 from gateway.relay.sender import RelayFailed, send
-from tests.support import http_server
+from tests.support.network import http_server
 
 ENVELOPE = wire.Envelope("backup.ready", {"id": 1}, "k-1", {"instance": "home"})
 

@@ -19,8 +19,11 @@ from gateway.reports.runs import RecentRuns, run_steps
 from ledger.models import Job, JobSpec
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
-from tests.support import load_runtime, run_until_idle, wait_for
+from tests.support.jobs import run_until_idle
+from tests.support.runtime import load_runtime
+from tests.support.waiting import wait_for
 
+# Real commits: the jobs run on the worker daemon's thread (run_until_idle), on a connection of its own.
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.django_db(transaction=True),

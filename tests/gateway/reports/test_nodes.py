@@ -21,7 +21,8 @@ from gateway.reports.live import build_snapshot
 from gateway.runtime import RUNTIME
 from ledger.models import Job, JobSpec, WorkerInstance
 from ledger.submitters import Submitter
-from tests.support import ductile, installed_runtime
+from tests.support.processes import ductile
+from tests.support.runtime import installed_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -162,6 +163,7 @@ def test_with_no_live_node_every_plugin_with_queued_jobs_is_unserved(api):
     assert api.get("/healthz").json()["plugins_unserved"] == []
 
 
+@pytest.mark.process
 def test_doctor_without_a_readable_ledger_gives_the_configs_findings_and_says_what_it_left_out(config_dir):
     config_dir.extra["state"] = {"path": "/proc/no-such-dir/ductile.db"}  # cannot be created
     config_dir.write()

@@ -9,7 +9,12 @@ import json
 import subprocess
 import sys
 
-from tests.support import REPO, script_env, start_script
+import pytest
+
+from tests.support.checkout import REPO
+from tests.support.processes import script_env, start_script
+
+pytestmark = pytest.mark.process
 
 LISTENER = """
 import json, sys, threading, time

@@ -14,11 +14,14 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ductile_site.settings import WAL_AUTOCHECKPOINT_PAGES
 from gateway.storage.checkpoints import CHECKPOINT_PAGES, IDLE_AFTER, JOBS_BETWEEN, Activity, jobs_between
 from ledger.writes.autocheckpoint import BESIDE_CHECKPOINTER_PAGES
-from tests.support import REPO, script_env, start_script
+from tests.support.checkout import REPO
 from tests.support.output import Output
+from tests.support.processes import script_env, start_script
 
 # Every script's start: a process of the gateway on the test's config and SQLite file.
 SET_UP = """
@@ -95,6 +98,7 @@ def go_on(proc: subprocess.Popen[str]) -> None:
     proc.stdin.flush()
 
 
+@pytest.mark.process
 def test_the_checkpoint_copies_the_wal_into_the_file_after_enough_jobs(config_dir, tmp_path):
     database = str(tmp_path / "ledger.db")
     with script(SCRIPT, script_env(config_dir, Path(database))) as proc:
@@ -148,6 +152,7 @@ print(json.dumps({"ran": ran, "started_over": before != after}), flush=True)
 )
 
 
+@pytest.mark.process
 def test_a_checkpoint_among_busy_writers_lets_the_log_start_over(config_dir, tmp_path):
     database = tmp_path / "ledger.db"
     proc = subprocess.run(
@@ -178,6 +183,7 @@ sys.stdin.readline()
 )
 
 
+@pytest.mark.process
 def test_commits_never_checkpoint_while_the_process_does_it_itself(config_dir, tmp_path):
     database = str(tmp_path / "ledger.db")
     with script(BACKSTOP_SCRIPT, script_env(config_dir, Path(database))) as proc:
@@ -220,6 +226,7 @@ def interval_after(config_dir, database: Path, pad: int) -> int:
     return json.loads(proc.stdout.splitlines()[-1])["every"]
 
 
+@pytest.mark.process
 def test_the_interval_follows_the_pages_each_job_wrote(config_dir, tmp_path):
     """Jobs that write more log are checkpointed after fewer of them: the log's length, not the
     count of jobs, is what the automatic checkpoint of the other processes must never reach."""
@@ -279,6 +286,7 @@ with checkpoints_elsewhere():
 )
 
 
+@pytest.mark.process
 def test_writers_leave_the_checkpoints_to_a_daemon_that_does_them(config_dir, tmp_path):
     database = str(tmp_path / "ledger.db")
     env = script_env(config_dir, Path(database))
@@ -309,6 +317,7 @@ sys.stdin.readline()
 )
 
 
+@pytest.mark.process
 def test_an_idle_daemon_leaves_the_checkpoints_to_the_writers(config_dir, tmp_path):
     """A `runworkers` that claims nothing (here it serves only `stress`, and the jobs are echo's)
     checkpoints nothing, so it stops announcing: the writer's COMMITs past the settings' backstop
@@ -379,6 +388,7 @@ def shared_writer(env: dict[str, str], jobs: int):
     return script(SHARED_SCRIPT.replace("int(sys.argv[1])", str(jobs)), env)
 
 
+@pytest.mark.process
 def test_an_api_workers_commits_leave_the_checkpoints_to_its_checkpoint_thread(config_dir, tmp_path):
     """Its COMMITs checkpointed each time the log passed the settings' backstop, with the gate
     held and every request waiting for that commit; now a thread of its own copies the log."""
@@ -393,6 +403,7 @@ def test_an_api_workers_commits_leave_the_checkpoints_to_its_checkpoint_thread(c
         assert Path(database + "-wal").stat().st_size < 1500 * 15 * 4096 / 2
 
 
+@pytest.mark.process
 def test_an_api_worker_leaves_the_checkpoints_to_a_daemon_that_does_them(config_dir, tmp_path):
     database = str(tmp_path / "ledger.db")
     env = script_env(config_dir, Path(database))
@@ -433,6 +444,7 @@ print(json.dumps({"warnings": warnings, "seconds": time.monotonic() - started}),
 )
 
 
+@pytest.mark.process
 def test_a_failing_checkpoint_is_retried_after_a_pause_not_at_every_commit(config_dir, tmp_path):
     """A checkpoint that fails (a full disk) says so, and the writes go on; the thread tries again
     a second later, not at each of the hundreds of commits a second meanwhile, each with a warning."""
