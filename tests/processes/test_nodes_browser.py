@@ -83,7 +83,7 @@ def test_a_group_node_is_listed_and_a_plugin_it_leaves_out_is_warned_of(node, br
     wait_for(lambda: status_of(served, served_job) == "succeeded", 30, what="the group's plugin to run")
     # Shown as it happens, no reload: the warning counts the new job too.
     said = f"stress has {waiting_before + 1} queued jobs that no live node runs"
-    wait_for(lambda: browser.find(warning).text.startswith(said), 5, what="the warning to count the new job")
+    wait_for(lambda: browser.text_of(warning).startswith(said), 5, what="the warning to count the new job")
     assert browser.find("#unserved-warning").is_displayed()
     browser.driver.execute_script("document.getElementById('h-nodes').scrollIntoView({block: 'center'})")
     browser.screenshot("dashboard-nodes-unserved")

@@ -56,6 +56,16 @@ class Page:
 
         return self.driver.find_element(By.CSS_SELECTOR, css)
 
+    def text_of(self, css: str) -> str:
+        """The text of the first element matching `css`, or "" when there is none or it was replaced
+        while it was read (a live page re-renders its parts: a wait must look again, not fail)."""
+        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+        try:
+            return str(self.find(css).text)
+        except (NoSuchElementException, StaleElementReferenceException):
+            return ""
+
     def find_all(self, css: str) -> list:
         from selenium.webdriver.common.by import By
 
