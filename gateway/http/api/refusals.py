@@ -151,7 +151,9 @@ def merge_tally(path: Path, unsaved: dict[str, tuple[int, str, str]]) -> None:
         }
         file.seek(0)
         file.truncate()
-        file.write(json.dumps(tally, indent=1))
+        # No `indent`: it takes json's pure-Python encoder, whose closures leave reference cycles for
+        # the collector, whose passes stop every thread of the API worker (gateway/http/cycles.py).
+        file.write(json.dumps(tally))
 
 
 def tally_path(state_path: Path) -> Path:

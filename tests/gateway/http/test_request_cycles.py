@@ -86,3 +86,21 @@ def test_api_requests_leave_nothing_for_the_garbage_collector(app):
     # Before: ~80 objects a request (the view and its own bound `get`, DRF's Request and its
     # parser context, the auth middleware's partial, the messages storage).
     assert left_for_the_collector(requests) == Counter()
+
+
+def test_saving_the_refusal_tally_leaves_nothing_for_the_collector(tmp_path) -> None:
+    """The API saves its tally of refused requests from a timer thread of the worker; written with
+    `indent`, json's pure-Python encoder left reference cycles at every save (and a later test's
+    count of a request's garbage picked them up)."""
+    from gateway.http.api.refusals import merge_tally, read_tally
+
+    path = tmp_path / "auth-failures.json"
+    merge_tally(path, {"198.51.100.7": (1, "bad token", "2026-11-28T12:00:00Z")})  # the file exists
+    gc.collect()
+    gc.disable()
+    try:
+        merge_tally(path, {"198.51.100.7": (2, "bad token", "2026-11-28T12:00:01Z")})
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    assert read_tally(path)["failures"] == 3
