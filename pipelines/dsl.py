@@ -29,6 +29,8 @@ HOOK_SIGNALS = ("job.completed", "job.failed", "job.timed_out", "job.dead")
 DEFAULT_MAX_DEPTH = 20
 SWITCH = "core.switch"
 RELAY = "core.relay"  # the hop a `relay:` step compiles to (pipelines/relay_step.py)
+# The hops the core runs itself, which every worker takes whatever plugins it serves.
+CORE_HOPS = frozenset({SWITCH, RELAY})
 SWITCH_TRUE, SWITCH_FALSE = "ductile.switch.true", "ductile.switch.false"
 STEP_SUCCEEDED = "ductile.step.succeeded"
 SWITCH_SUFFIX = "__switch"

@@ -34,6 +34,7 @@ from gateway.version import gateway_version
 from ledger.caps import Cap
 from ledger.models import Job, WorkerInstance
 from ledger.writes.autocheckpoint import Announcement, checkpoints_elsewhere
+from pipelines.dsl import CORE_HOPS
 
 log = logger("workers")
 
@@ -435,7 +436,9 @@ class WorkerDaemon:
     def _caps(self, runtime: Runtime) -> dict[str, Cap]:
         caps = runtime.claim_caps()
         if self.plugins is not None:
-            caps = {name: cap for name, cap in caps.items() if name in self.plugins}
+            # A group runs its plugins and the pipelines' core hops (`if:` switches, relay sends):
+            # without them a cluster of group nodes left every pipeline with such a step waiting.
+            caps = {name: cap for name, cap in caps.items() if name in self.plugins or name in CORE_HOPS}
         return caps
 
     # -- housekeeping --------------------------------------------------------------------

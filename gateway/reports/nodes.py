@@ -21,6 +21,7 @@ from django.db.models import Count, Min
 from ledger.models import Job, WorkerInstance
 from ledger.models.workers import WorkerState
 from ledger.timestamps import rfc3339
+from pipelines.dsl import CORE_HOPS
 
 # How long a lost node stays listed after its last heartbeat.
 LISTED_FOR = timedelta(days=1)
@@ -86,6 +87,8 @@ def unserved_plugins(now: datetime, lease_ttl: float) -> list[dict[str, Any]]:
     served = WorkerInstance.objects.serving(now, lease_ttl)
     if served is None:
         return []
+    # Every live node, of a group or not, runs the core hops (WorkerDaemon._caps).
+    served = served | CORE_HOPS if served else served
     waiting = (
         Job.objects.queued()
         .exclude(plugin__in=served)

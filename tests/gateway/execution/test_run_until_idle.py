@@ -85,3 +85,12 @@ def test_a_queue_that_never_goes_idle_fails_the_test(config_dir: ConfigDir) -> N
         Job.objects.enqueue(JobSpec("echo", "poll", Submitter.CLI, payload={"n": n}), default_dedupe_ttl=60)
     with pytest.raises(AssertionError, match="not idle after 2 jobs"):
         run_until_idle(holder, limit=2)
+
+
+def test_a_worker_group_runs_the_if_switches_of_its_plugins_pipelines(config_dir: ConfigDir) -> None:
+    """A group (`runworkers --plugins echo,probe`, or `--group`) claims the pipelines' core hops too:
+    before, its only due job was the switch, which it never claimed, and the pipeline waited."""
+    holder = load(config_dir)
+    publish_event(holder.get(), "gated.start", {"go": True}, submitter=Submitter.CLI)
+    assert run_until_idle(holder, plugins={"echo", "probe"}) == 3
+    assert statuses_by_step("gated")["after"] == ("probe", JobStatus.SUCCEEDED)

@@ -21,6 +21,7 @@ from gateway.reports.live import build_snapshot
 from gateway.runtime import RUNTIME
 from ledger.models import Job, JobSpec, WorkerInstance
 from ledger.submitters import Submitter
+from pipelines.dsl import SWITCH
 from tests.support.processes import ductile
 from tests.support.runtime import installed_runtime
 
@@ -123,15 +124,17 @@ def test_the_nodes_are_listed_live_then_lost_with_host_group_version_and_slots(a
 
 def test_a_plugin_no_live_node_runs_is_named_by_healthz_doctor_and_status(api):
     """Only the media group (echo, probe) is live; a lost node that ran every plugin does not
-    count. stress's jobs wait: every surface names it, and nothing else (echo's job is served)."""
+    count. stress's jobs wait: every surface names it, and nothing else (echo's job is served, and
+    a pipeline's `if:` hop too: every node runs the core hops)."""
     node("b:2:x", "host-b", plugins="echo,probe", group="media")
     node("c:3:x", "host-c", heard=120)
     enqueue("stress", 2)
     enqueue("echo")
+    enqueue(SWITCH)
     oldest = Job.objects.filter(plugin="stress").order_by("created_at")[0].created_at
     health = api.get("/healthz").json()
     assert health["plugins_unserved"] == ["stress"]
-    assert set(health) >= HEALTH_FIELDS and health["status"] == "ok" and health["queue_depth"] == 3
+    assert set(health) >= HEALTH_FIELDS and health["status"] == "ok" and health["queue_depth"] == 4
     nodes = get(api, "/system/nodes").json()
     assert nodes["unserved"] == [
         {"plugin": "stress", "queued": 2, "oldest_queued_at": oldest.isoformat().replace("+00:00", "Z")}
