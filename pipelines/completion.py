@@ -84,11 +84,13 @@ def aftermath(
     pipelines and routes its events start, the listeners of its announcements, and its hooks.
     `clock` (an RFC 3339 instant, read once if an event is stamped) and `new_id` stamp the events."""
     position = finished.position
+    if not leads_somewhere(
+        finished.emitted, position, opening=finished.opening, announced=finished.announced, signals=finished.signals
+    ):
+        return Aftermath()
     emitted = list(finished.emitted or ())
     if finished.emitted is not None and not emitted and position.pipeline:
         emitted = [synthetic_success(finished.ran_with or finished.event, finished.result)]
-    if not (emitted or finished.opening or finished.announced or finished.signals):
-        return Aftermath()  # the common case of a job outside any pipeline, route or hook
     input_payload = finished.event.get("payload") or {}
     timestamp = clock()
 
@@ -118,6 +120,20 @@ def aftermath(
     found = follow(stamped, position) + follow(opening, outside) + follow(announced, outside)
     hooks, unstarted = hook_successors(finished, pipelines, hook_max_depth) if finished.hooks else ([], [])
     return Aftermath(opening, stamped + announced + [dict(s) for s in finished.signals], found + hooks, unstarted)
+
+
+def leads_somewhere(
+    emitted: Sequence[Event] | None,
+    position: Position,
+    *,
+    opening: Sequence[Event] = (),
+    announced: Sequence[Event] = (),
+    signals: Sequence[Event] = (),
+) -> bool:
+    """Whether a finished attempt has anything to stamp or to start: false in the common case, a
+    job outside any pipeline that emitted and announced nothing (a pipeline step that succeeds
+    silently still moves its pipeline on)."""
+    return bool(emitted or opening or announced or signals or (emitted is not None and position.pipeline))
 
 
 def upstream(event: Event, plugin: str, pipeline: str | None) -> dict[str, Any]:

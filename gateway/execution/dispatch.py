@@ -29,7 +29,7 @@ from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from ledger.timestamps import rfc3339
 from ledger.writes.transaction import writing
-from pipelines.completion import Finished, aftermath, relayed_event, switch_branch
+from pipelines.completion import Finished, aftermath, leads_somewhere, relayed_event, switch_branch
 from pipelines.dsl import RELAY, SWITCH, SWITCH_TRUE, Node
 from pipelines.successors import Position
 from pipelines.templates import TemplateError, remap
@@ -86,7 +86,7 @@ class Executor:
         try:
             # A retry or a dead end is announced here too (job.retry_scheduled, job.dead, hooks):
             # an internal error must not make a job's end silent.
-            conclude(runtime, job, outcome, Position(depth=job.route_depth))
+            conclude(runtime, job, outcome)
         except Exception:
             log.exception("announcing the failed attempt failed too", extra={"plugin": job.plugin, "job_id": job.id})
             outcome = AttemptOutcome(JobStatus.FAILED, error=outcome.error)
@@ -297,15 +297,7 @@ class Executor:
         result: Any = None,
         ran_with: dict[str, Any] | None = None,
     ) -> Job | None:
-        conclude(
-            runtime,
-            job,
-            outcome,
-            position or Position(depth=job.route_depth),
-            emitted=emitted,
-            result=result,
-            ran_with=ran_with,
-        )
+        conclude(runtime, job, outcome, position, emitted=emitted, result=result, ran_with=ran_with)
         instance = runtime.registry.instances.get(job.plugin)
         if job.submitter is Submitter.SCHEDULER and instance is not None:
             outcome.breaker_threshold = instance.config.circuit_breaker.threshold
@@ -457,7 +449,7 @@ def conclude(
     runtime: Runtime,
     job: Job,
     outcome: AttemptOutcome,
-    position: Position,
+    position: Position | None = None,
     *,
     emitted: list[dict[str, Any]] | None = None,
     result: Any = None,
@@ -465,13 +457,15 @@ def conclude(
     recovery: bool = False,
 ) -> None:
     """Add to `outcome`, before it is recorded, what its end announces and every job that follows:
-    `pipelines.completion` decides them, the intake builds each job. `recovery`: a lost job that
-    lease recovery ends (its hooks fire with `recovery: true`; no retry is announced)."""
+    `pipelines.completion` decides them, the intake builds each job. Without `position` (no step
+    ran: an internal error, a refusal, lease recovery) the job's depth alone. `recovery`: a lost job
+    that lease recovery ends (its hooks fire with `recovery: true`; no retry is announced)."""
+    position = position or Position(depth=job.route_depth)
     final = outcome.final_status(job.attempt, job.max_attempts)
     opening, announced = ([], []) if recovery else endings(job, outcome, final)
     logged, hooks = signals(runtime, job, outcome, final, recovery=recovery)
-    if not (emitted or opening or announced or logged or (emitted is not None and position.pipeline)):
-        return  # the common case, a job outside any pipeline that emitted nothing: it leads nowhere
+    if not leads_somewhere(emitted, position, opening=opening, announced=announced, signals=logged):
+        return  # the common case: no Finished or Aftermath built for a job that leads nowhere
     finished = Finished(
         plugin=job.plugin,
         position=position,
@@ -507,6 +501,6 @@ def recovery_ending(runtime: Runtime) -> Ending:
     """What announces a lost job that lease recovery ends dead: its hooks, with `recovery: true`."""
 
     def ending(job: Job, outcome: AttemptOutcome) -> None:
-        conclude(runtime, job, outcome, Position(depth=job.route_depth), recovery=True)
+        conclude(runtime, job, outcome, recovery=True)
 
     return ending
