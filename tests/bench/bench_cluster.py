@@ -39,7 +39,6 @@ def drain(
     made: Cluster, config: ConfigDir, nodes: list[str], jobs: int, sleep: float, plugin: str = "sleeper"
 ) -> dict[str, Any]:
     """Enqueue the backlog, start `nodes`' daemons, and time the drain (module docstring)."""
-    ledger(config, "enqueue", [])  # the schema, on the first drain
     with psycopg.connect(made.database_url, autocommit=True) as conn:
         conn.execute("TRUNCATE job_queue, job_transitions, job_log, job_attempts, event_log, job_stopwatch")
     specs = [{"plugin": "sleeper", "command": "poll", "submitted_by": "cli"} for _ in range(jobs)]
@@ -158,6 +157,7 @@ def main() -> None:
         config.extra["plugin_roots"] = [str(root)]
         config.database_url = made.database_url
         config.write()
+        ledger(config, "enqueue", [])  # the ledger's schema, once, before the first drain truncates it
         one = drain(made, config, ["a"], args.jobs, args.sleep)
         three = drain(made, config, ["a", "b", "c"], args.jobs, args.sleep)
         rate = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import subprocess
 import time
 
 import psycopg
@@ -26,6 +27,12 @@ def sleepers(count: int, seconds: float) -> list[dict[str, object]]:
     ]
 
 
+def claimed_by(job: dict[str, object], proc: subprocess.Popen[str]) -> bool:
+    """Whether `proc`'s daemon holds `job`: `ip netns exec` execs the daemon, so its pid is the one
+    in its worker id (host:pid:suffix; the nodes share the host's name)."""
+    return f":{proc.pid}:" in str(job["claimed_by"] or "")
+
+
 def test_a_node_killed_mid_drain_loses_nothing_and_reruns_only_what_it_held(config_dir: ConfigDir) -> None:
     """Two nodes drain a backlog; one is SIGKILLed while it runs jobs. Its jobs are recovered
     when their leases end and run again on the other node; every other job ran exactly once."""
@@ -42,9 +49,7 @@ def test_a_node_killed_mid_drain_loses_nothing_and_reruns_only_what_it_held(conf
             output.wait_for("runworkers started")
 
         def running_on_b() -> list[str]:
-            # `ip netns exec` execs the daemon: its pid is in its worker id (host:pid:suffix).
-            mine = f":{b.pid}:"
-            return [j["id"] for j in ledger(config_dir) if j["status"] == "running" and mine in (j["claimed_by"] or "")]
+            return [j["id"] for j in ledger(config_dir) if j["status"] == "running" and claimed_by(j, b)]
 
         held = wait_for(running_on_b, timeout=60, interval=0.1, what="node b to run jobs")
         b.send_signal(signal.SIGKILL)
@@ -80,13 +85,8 @@ def test_a_partitioned_node_has_its_jobs_taken_over_its_late_results_refused_and
         b_output = Output(b)
         b_output.wait_for("runworkers started")
         held = ledger(config_dir, "enqueue", sleepers(2, 3.0))
-        mine = f":{b.pid}:"
         wait_for(
-            lambda: all(
-                j["status"] == "running" and mine in (j["claimed_by"] or "")
-                for j in ledger(config_dir)
-                if j["id"] in held
-            ),
+            lambda: all(j["status"] == "running" and claimed_by(j, b) for j in ledger(config_dir) if j["id"] in held),
             timeout=60,
             interval=0.1,
             what="node b to run both jobs",
@@ -97,7 +97,7 @@ def test_a_partitioned_node_has_its_jobs_taken_over_its_late_results_refused_and
 
         def done_by_a() -> bool:
             jobs = {j["id"]: j for j in ledger(config_dir)}
-            return all(jobs[i]["status"] == "succeeded" and mine not in (jobs[i]["claimed_by"] or "") for i in held)
+            return all(jobs[i]["status"] == "succeeded" and not claimed_by(jobs[i], b) for i in held)
 
         wait_for(done_by_a, timeout=90, interval=0.5, what="node a to take over and finish b's jobs")
         made.mend("b")
