@@ -21,6 +21,7 @@ import pytest
 from tests.support.checkout import REPO
 from tests.support.config_dirs import ConfigDir
 from tests.support.console_setup import PASSWORD, audit_config, audit_payload
+from tests.support.output import Output
 from tests.support.processes import cli_env, ductile, ductile_json, start_workers, stop_gracefully
 from tests.support.waiting import wait_for
 
@@ -239,11 +240,20 @@ def test_it_refuses_while_the_source_is_in_use_and_a_url_that_is_not_postgresql(
     assert missing.returncode == 1 and f"no SQLite ledger at {cfg.db_path}" in missing.stderr
 
     workers = start_workers(cfg)
+    output = Output(workers)
+    answers: list[tuple[int, Any]] = []
+
+    def heartbeat() -> Any:
+        assert workers.poll() is None, f"runworkers exited {workers.returncode}:\n{output.finish()[-3000:]}"
+        answers.append(on(cfg, sqlite_url(cfg), "system", "status"))
+        return answers[-1][1].get("workers")
+
     try:
         wait_for(
-            lambda: on(cfg, sqlite_url(cfg), "system", "status")[1].get("workers"),
+            heartbeat,
             timeout=60,
             what="the worker's heartbeat",
+            explain=lambda: f"last status: {answers[-1:]}\nrunworkers said:\n{output.text}",
         )
         busy = ductile(cfg, "system", "migrate-ledger", "--to", target)
         assert busy.returncode == 1 and "worker(s) are running on the source ledger" in busy.stderr, busy.stderr
