@@ -316,11 +316,37 @@ def json_value(value: Any) -> Any:
 # Statuses are literals, never parameters: SQLite uses a partial index only when the query's
 # WHERE clause matches the index's own literally (a bound parameter never does).
 
-# PostgreSQL only. Why: a claim decides from counts of running rows (parallelism caps, the
-# same-key rule), which SKIP LOCKED alone cannot protect across nodes; one transaction-scoped
-# advisory lock serialises claim decisions (a few hundred microseconds each). SQLite's write
-# lock (BEGIN IMMEDIATE) already does.
-CLAIM_LOCK = "SELECT pg_advisory_xact_lock(7242031)"
+# PostgreSQL only: the guards of a claim (JobQuerySet.claim_next). A claim decides from counts of
+# running rows (the caps, the same-key rule), which SKIP LOCKED alone cannot protect across
+# connections: two claimers each see the other's claim uncommitted. So a claim that could break a
+# rule checks it again after its UPDATE, holding a transaction-scoped advisory lock on what it
+# counts (a plugin's cap; a plugin, command and dedupe key), taken after the claimers before it
+# committed: PostgreSQL makes a commit visible before it releases the transaction's locks, and
+# each statement under READ COMMITTED reads what was committed when it began. Keys are hashed
+# (hashtext): a collision only makes two claims wait for each other. A claim that breaks no rule
+# (no cap that binds, no dedupe key) takes no lock at all. SQLite's write lock (BEGIN IMMEDIATE)
+# already serialises claims, so it checks nothing twice.
+CAP_LOCK = "SELECT pg_advisory_xact_lock(7242031, hashtext(%s))"
+KEY_LOCK = "SELECT pg_advisory_xact_lock(7242032, hashtext(%s))"
+# One plugin's running jobs across the ledger and those of one worker (parameters: the worker, the
+# plugin); the caller's own claim counts, being its transaction's.
+RUNNING_OF = (
+    "SELECT COUNT(*), COALESCE(SUM(CASE WHEN claimed_by = %s THEN 1 ELSE 0 END), 0)"
+    " FROM job_queue WHERE status = 'running' AND plugin = %s"
+)
+# Another running job of the same plugin, command and dedupe key (parameters: those, the job's id).
+TWIN_RUNNING = (
+    "SELECT 1 FROM job_queue WHERE status = 'running' AND plugin = %s AND command = %s AND dedupe_key = %s"
+    " AND id <> %s LIMIT 1"
+)
+# A claim whose check failed, undone in its transaction: the row as it was (parameters: the
+# columns the claim returned as `was_*`, then the job's id).
+UNCLAIM = (
+    "UPDATE job_queue SET status = 'queued', claimed_by = %s, lease_until = %s, started_at = %s,"
+    " next_retry_at = %s WHERE id = %s AND status = 'running'"
+)
+# What a PostgreSQL claim returns after the caller's columns: what it overwrote, for UNCLAIM.
+WAS = ("was_claimed_by", "was_lease_until", "was_started_at", "was_next_retry_at")
 
 
 @cache
@@ -358,25 +384,12 @@ ANY_RUNNING = "SELECT 1 FROM job_queue WHERE status = 'running' LIMIT 1"
 @cache
 def claim(plugin_count: int, only: bool, vendor: str, returning: str) -> str:
     """Move the oldest runnable queued job of `plugin_count` open plugins to running, and return
-    its row (`returning`: the columns). Parameters: worker id, lease_until, started_at, the
-    plugins, now (for next_retry_at), then the job id when `only`. The pick and the
-    compare-and-set are one UPDATE, so a job is never claimed twice."""
+    its row (`returning`: the columns; on PostgreSQL followed by the `WAS` columns). Parameters:
+    worker id, lease_until, started_at, the plugins, now (for next_retry_at), then the job id when
+    `only`. The pick and the compare-and-set are one UPDATE, so a job is never claimed twice."""
     placeholders = ", ".join(["%s"] * plugin_count)
     only_clause = "AND q.id = %s" if only else ""
-    lock_clause = "FOR UPDATE SKIP LOCKED" if vendor == "postgresql" else ""
-    # Why name the index on SQLite: without statistics its planner takes (status, created_at) for
-    # the equality on status and then sorts every queued job of the oldest created_at by id, and
-    # the jobs of one batch (a scheduler tick, a bulk enqueue) share their created_at: 3,000 of
-    # them made a claim's transaction ~580 µs instead of ~50 (docs/performance-history.md, item 43). The
-    # partial index of queued jobs is already in (created_at, id) order. INDEXED BY also makes a
-    # claim fail loudly, rather than slow down unseen, if that index is ever gone.
-    pinned = "INDEXED BY job_queue_claim_idx" if vendor == "sqlite" else ""
-    return native(
-        f"""
-        UPDATE job_queue SET status = 'running', claimed_by = %s, lease_until = %s, started_at = %s,
-               next_retry_at = NULL
-        WHERE id = (
-            SELECT q.id FROM job_queue q {pinned}
+    runnable = f"""
             WHERE q.status = 'queued' AND q.plugin IN ({placeholders})
               AND (q.next_retry_at IS NULL OR q.next_retry_at <= %s)
               AND (q.dedupe_key IS NULL OR NOT EXISTS (
@@ -384,9 +397,40 @@ def claim(plugin_count: int, only: bool, vendor: str, returning: str) -> str:
                     WHERE r.status = 'running' AND r.dedupe_key = q.dedupe_key
                       AND r.plugin = q.plugin AND r.command = q.command))
               {only_clause}
-            ORDER BY q.created_at, q.id LIMIT 1
-            {lock_clause}
-        ) AND status = 'queued'
+            ORDER BY q.created_at, q.id LIMIT 1"""
+    claimed = (
+        "UPDATE job_queue SET status = 'running', claimed_by = %s, lease_until = %s, started_at = %s,"
+        " next_retry_at = NULL"
+    )
+    if vendor == "postgresql":
+        # Claimers skip each other's picks (SKIP LOCKED) rather than queue behind them; the
+        # overwritten columns come back (`was`) in case the claim's check undoes it. Why the pick
+        # is a scalar subquery inside `was`: that runs once (an InitPlan). The pick as `was`
+        # itself was planned as a rescanned join, which moved every queued job to running.
+        return native(
+            f"""
+        {claimed}
+        FROM (
+            SELECT w.id AS was_id, w.claimed_by AS was_claimed_by, w.lease_until AS was_lease_until,
+                   w.started_at AS was_started_at, w.next_retry_at AS was_next_retry_at
+            FROM job_queue w
+            WHERE w.id = (SELECT q.id FROM job_queue q {runnable} FOR UPDATE SKIP LOCKED)
+        ) was
+        WHERE job_queue.id = was.was_id AND job_queue.status = 'queued'
+        RETURNING {returning}, {", ".join(WAS)}
+    """,
+            vendor,
+        )
+    # Why name the index on SQLite: without statistics its planner takes (status, created_at) for
+    # the equality on status and then sorts every queued job of the oldest created_at by id, and
+    # the jobs of one batch (a scheduler tick, a bulk enqueue) share their created_at: 3,000 of
+    # them made a claim's transaction ~580 µs instead of ~50 (docs/performance-history.md, item 43). The
+    # partial index of queued jobs is already in (created_at, id) order. INDEXED BY also makes a
+    # claim fail loudly, rather than slow down unseen, if that index is ever gone.
+    return native(
+        f"""
+        {claimed}
+        WHERE id = (SELECT q.id FROM job_queue q INDEXED BY job_queue_claim_idx {runnable}) AND status = 'queued'
         RETURNING {returning}
     """,
         vendor,

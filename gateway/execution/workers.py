@@ -397,7 +397,11 @@ class WorkerDaemon:
         job = None
         try:
             job = self._queue.claim_next(
-                worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, now=now
+                worker_id=self.worker_id,
+                caps=caps,
+                lease_ttl=runtime.config.service.lease_ttl,
+                now=now,
+                slots=self.threads,
             )
         finally:
             # Why finally: a claim that raised must give back its `_busy` count, or `--once`
@@ -431,7 +435,9 @@ class WorkerDaemon:
         caps = self._caps(runtime)
         if not caps:
             return None
-        return self._queue.claim_next(worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl)
+        return self._queue.claim_next(
+            worker_id=self.worker_id, caps=caps, lease_ttl=runtime.config.service.lease_ttl, slots=self.threads
+        )
 
     def _caps(self, runtime: Runtime) -> dict[str, Cap]:
         caps = runtime.claim_caps()

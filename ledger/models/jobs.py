@@ -18,7 +18,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from ledger import sql
+from ledger import django_internals, sql
 from ledger.caps import Cap
 from ledger.ids import new_id
 from ledger.job_notifications import notify_enqueued, notify_finished
@@ -183,6 +183,42 @@ def _below(cap: Cap | int, running: tuple[int, int]) -> bool:
     if isinstance(cap, int):
         return everywhere < cap
     return (cap.cluster is None or everywhere < cap.cluster) and mine < cap.node
+
+
+# A claim undone by its check (`_recheck`) lost a race for the plugin's last slot or its key: the
+# next try counts again. Three, because each lost race means another claimer just succeeded.
+_CLAIM_TRIES = 3
+
+
+@dataclass(frozen=True)
+class _Undone:
+    """A claim its check undid; `full`: the plugin found at its cap, None for a running twin."""
+
+    full: str | None
+
+
+def _recheck(job: Job, cap: Cap | int, worker_id: str, slots: int | None) -> _Undone | None:
+    """PostgreSQL: the claim of `job` checked again against the rules it was picked by, each under
+    the lock of what it counts (why: at ledger.sql.CAP_LOCK); None when it holds."""
+    if _cap_binds(cap, slots):
+        sql.execute(sql.CAP_LOCK, [job.plugin]).close()
+        everywhere, mine = sql.fetch_row(sql.RUNNING_OF, [worker_id, job.plugin]) or (0, 0)
+        # The counts include this claim: were it not made, would it still be allowed?
+        if not _below(cap, (int(everywhere) - 1, int(mine) - 1)):
+            return _Undone(job.plugin)
+    if job.dedupe_key is not None:
+        sql.execute(sql.KEY_LOCK, [f"{job.plugin}\x1f{job.command}\x1f{job.dedupe_key}"]).close()
+        if sql.fetch_value(sql.TWIN_RUNNING, [job.plugin, job.command, job.dedupe_key, job.id]):
+            return _Undone(None)
+    return None
+
+
+def _cap_binds(cap: Cap | int, slots: int | None) -> bool:
+    """Whether concurrent claims could exceed `cap`: a cap across nodes always could; a node's only
+    when this worker runs more jobs at once than it allows (or we do not know how many)."""
+    if isinstance(cap, int) or cap.cluster is not None:
+        return True
+    return slots is None or cap.node < slots
 
 
 def backoff_seconds(attempt: int, base: float, rng: random.Random | None = None) -> float:
@@ -356,21 +392,45 @@ class JobQuerySet(PrunableQuerySet["Job"]):
         lease_ttl: float,
         now: datetime | None = None,
         only: str | None = None,
+        slots: int | None = None,
     ) -> Job | None:
         """Take the oldest runnable job for one of `caps`' plugins (FIFO with smart dequeue).
 
         Skipped, never starved behind: jobs waiting for `next_retry_at`, jobs of a plugin at its
         parallelism cap across the nodes or on this worker's node, and jobs whose same-key
         same-target twin is running (spec §3.5, §3.6). A cap given as a number is one node's view
-        (the spec's `parallelism`): the same limit across nodes and on this one.
+        (the spec's `parallelism`): the same limit across nodes and on this one. `slots`: how many
+        jobs `worker_id` runs at once (its threads), when known: its claims cannot exceed a node
+        cap of that many or more, so they need no check for one.
         One write transaction; the pick and the compare-and-set are a single UPDATE.
         """
         now = now or timezone.now()
+        caps = dict(caps)
+        for _ in range(_CLAIM_TRIES):
+            claimed = self._claim_once(worker_id, caps, lease_ttl, now, only, slots)
+            if not isinstance(claimed, _Undone):
+                return claimed
+            # Why not again inside a caller's transaction (a completion claiming its worker's next
+            # job): it keeps the lock the undone claim took, and a second claim taking another
+            # could wait on a claimer waiting for the first. The caller claims again on its own.
+            if django_internals.in_transaction(sql.current()):
+                return None
+            if claimed.full is not None:
+                caps.pop(claimed.full)  # at its cap, as the check just counted
+        return None
+
+    def _claim_once(
+        self,
+        worker_id: str,
+        caps: Mapping[str, Cap | int],
+        lease_ttl: float,
+        now: datetime,
+        only: str | None,
+        slots: int | None,
+    ) -> Job | _Undone | None:
         conn = sql.current()
         postgres = conn.vendor == "postgresql"
         with writing(savepoint=False):
-            if postgres:
-                sql.execute(sql.CLAIM_LOCK, [], conn).close()  # why: at sql.CLAIM_LOCK
             cursor = sql.execute(sql.running_counts(conn.vendor), [worker_id], conn)
             running = {plugin: (everywhere, mine) for plugin, everywhere, mine in cursor.fetchall()}
             cursor.close()
@@ -395,6 +455,13 @@ class JobQuerySet(PrunableQuerySet["Job"]):
                 return None
             fields = len(sql.plan(Job).columns)
             job: Job = sql.from_row(Job, row[:fields])
+            if postgres:
+                was = row[len(row) - len(sql.WAS) :]
+                row = row[: len(row) - len(sql.WAS)]
+                undone = _recheck(job, caps[job.plugin], worker_id, slots)
+                if undone is not None:
+                    sql.execute(sql.UNCLAIM, [*was, job.id], conn).close()
+                    return undone
             job.claim_reads = ClaimReads.from_row(row[fields:])
             JobTransition.record(
                 job, JobStatus.QUEUED, JobStatus.RUNNING, f"claimed by {worker_id}", now=now, worker=worker_id

@@ -42,14 +42,12 @@ def run_claim(plugins: list[str], worker: str = "w1", only: str | None = None) -
     if only is not None:
         params.append(only)
     with writing():
-        if connection.vendor == "postgresql":
-            sql.execute(sql.CLAIM_LOCK, []).close()
         cursor = sql.execute(
             sql.claim(len(plugins), only is not None, connection.vendor, sql.select_columns(Job)), params
         )
         row = cursor.fetchone()
         cursor.close()
-    return None if row is None else sql.from_row(Job, row)
+    return None if row is None else sql.from_row(Job, row[: len(sql.plan(Job).columns)])
 
 
 def test_claim_takes_the_oldest_runnable_job_of_the_open_plugins_and_returns_its_whole_row():
@@ -107,13 +105,45 @@ def test_running_counts_counts_running_jobs_per_plugin_everywhere_and_of_one_wor
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
-@pytest.mark.django_db(transaction=True)  # the lock's end is the real transaction's end, a commit
-def test_claim_lock_is_held_to_the_end_of_the_transaction():
+def test_a_postgresql_claim_returns_what_it_overwrote_and_unclaim_puts_it_back():
+    job_id = enqueue()
+    retry_at = timezone.now() - timedelta(seconds=5)
+    Job.objects.filter(pk=job_id).update(claimed_by="earlier", next_retry_at=retry_at)
+    columns = ("status", "claimed_by", "lease_until", "started_at", "next_retry_at")
+    before = Job.objects.filter(pk=job_id).values(*columns)[0]
+    now = timezone.now()
+    params = [
+        "w1",
+        sql.prep(Job, "lease_until", now),
+        sql.prep(Job, "started_at", now),
+        "echo",
+        sql.prep(Job, "next_retry_at", now),
+    ]
     with writing():
-        sql.execute(sql.CLAIM_LOCK, []).close()
-        held = rows("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 7242031 AND granted")
-        assert held == [(1,)]
-    assert rows("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 7242031") == [(0,)]
+        row = sql.fetch_row(sql.claim(1, False, "postgresql", sql.select_columns(Job)), params)
+        assert row is not None
+        was = row[-len(sql.WAS) :]
+        assert was[0] == "earlier" and was[3] == retry_at
+        assert Job.objects.get(pk=job_id).status == JobStatus.RUNNING
+        sql.execute(sql.UNCLAIM, [*was, job_id]).close()
+    after = Job.objects.filter(pk=job_id).values(*columns)[0]
+    assert after == before
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.django_db(transaction=True)  # the locks' end is the real transaction's end, a commit
+def test_the_claim_guards_locks_are_held_to_the_end_of_the_transaction():
+    def held() -> list[tuple[Any, ...]]:
+        return rows(
+            "SELECT classid::bigint, COUNT(*) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND classid IN (7242031, 7242032) AND granted GROUP BY classid ORDER BY classid"
+        )
+
+    with writing():
+        sql.execute(sql.CAP_LOCK, ["echo"]).close()
+        sql.execute(sql.KEY_LOCK, ["echo\x1fpoll\x1fk"]).close()
+        assert held() == [(7242031, 1), (7242032, 1)]
+    assert held() == []
 
 
 def entry(schedule_id: str, due: Any) -> ScheduleEntry:

@@ -363,6 +363,7 @@ class Command(DuctileCommand):
                 caps=runtime.claim_caps(),
                 lease_ttl=runtime.config.service.lease_ttl,
                 only=job_id,
+                slots=1,  # one job at a time
             )
             if job is not None:
                 Executor(RUNTIME, worker_id).execute(job)
