@@ -59,7 +59,7 @@ def summary() -> list[Figure]:
         ),
         Figure(
             "live workers",
-            WorkerInstance.objects.heartbeating(now, lease_ttl()).count(),
+            WorkerInstance.objects.heartbeating(now, lease_ttl()).workers().count(),
             reverse("admin:ledger_workerinstance_changelist") + "?live=yes",
             False,
         ),

@@ -33,6 +33,7 @@ from gateway import intake
 from gateway.config.errors import ConfigError
 from gateway.config.frozen import thaw
 from gateway.config.schedules import CatchUp, IfRunning, Kind, Schedule
+from gateway.daemon.presence import Presence
 from gateway.intake.events import announce
 from gateway.logs import logger
 from gateway.runtime import Runtime, RuntimeHolder
@@ -237,10 +238,14 @@ class Scheduler:
         clock: Callable[[], datetime] = timezone.now,
         once: bool = False,
         install_signals: bool = True,
+        presence: Presence | None = None,
     ):
+        """`presence`: the node row of a standalone `runscheduler` (a resident one's is its
+        supervisor's)."""
         self.holder = holder
         self.clock = clock
         self.once = once
+        self.presence = presence
         self.install_signals = install_signals
         self.started_at = clock()  # `after:` schedules count from here
         self.stopping = threading.Event()
@@ -262,9 +267,13 @@ class Scheduler:
                 delay = self._step()
                 if self.once:
                     break
+                if self.presence is not None:
+                    delay = min(delay, self.presence.beat())
                 self._wake.wait(delay)
                 self._wake.clear()
         finally:
+            if self.presence is not None:
+                self.presence.leave()
             connections.close_all()
             log.info("runscheduler stopped")
         return 0

@@ -40,6 +40,7 @@ from types import FrameType
 from gateway.config.errors import ConfigError
 from gateway.daemon.config_snapshots import record_config
 from gateway.daemon.control import pid_file_for, running_pid, snapshot_file_for
+from gateway.daemon.presence import Presence
 from gateway.daemon.resident import Loop, Resident
 from gateway.daemon.scheduler import Scheduler
 from gateway.daemon.tree import CHILDREN_FILE, SUPERVISOR_ENV, end_dead_tree, record_children
@@ -383,21 +384,38 @@ class Supervisor:
             if child.demand is None:
                 child.start(self._wake)  # the on-demand ones at their first answer, in _watch
         self._record_tree()
+        roles = self._own_roles()
+        presence = Presence(roles, self.holder.get().config.service.lease_ttl) if roles else None
         try:
             while True:
                 self._handle_signals()
                 if self.stopping:
                     break
                 self._watch()
-                self._sleep(self._next_pass())
+                beat = presence.beat() if presence is not None else MAX_PASS
+                self._sleep(min(self._next_pass(), beat))
             self._wait_all()
         finally:
+            if presence is not None:
+                presence.leave()
             self._remove_pid()
             self._pause.close()
             if self.install_signals:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         log.info("system stopped")
         return 0
+
+    def _own_roles(self) -> set[str]:
+        """The roles this process takes itself, for its node row (gateway.daemon.presence): the
+        listeners, the resident scheduler, housekeeping. The workers' daemon keeps a row of its
+        own."""
+        roles = {"api"} if self.listen else set()
+        names = {child.name for child in self.children}
+        if "runscheduler" in names:
+            roles.add("scheduler")
+        if "housekeeping" in names:
+            roles.add("housekeeping")
+        return roles
 
     def _next_pass(self) -> float:
         """Seconds until the next pass has something to do: a demand question or a restart."""

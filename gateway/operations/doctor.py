@@ -86,7 +86,7 @@ class _Doctor:
         plugin starts: a group or --plugins that leaves it out, or no worker node at all."""
         if not nodes.unserved:
             return
-        live = nodes.live
+        live = nodes.live_workers
         if not live:
             who = "no worker node is live"
         else:

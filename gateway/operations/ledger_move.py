@@ -169,17 +169,18 @@ def _refuse_a_source_behind(source: BaseDatabaseWrapper) -> None:
 
 
 def _refuse_live_workers(lease_ttl: float) -> None:
-    """Workers that heartbeat on the source would go on changing it after the copy."""
+    """Nodes that heartbeat on the source (workers, a scheduler, an API) would go on changing it
+    after the copy."""
     live = list(
         WorkerInstance.objects.using(settings.LEDGER_SOURCE)
         .heartbeating(timezone.now(), lease_ttl)
-        .values_list("id", flat=True)
+        .values_list("id", "roles")
     )
     if live:
         raise MoveRefused(
-            f"{len(live)} worker(s) are running on the source ledger {source_description()} "
-            f"({', '.join(live)}): stop every gateway process that uses it (systemctl stop ductile), "
-            "then move it"
+            f"{len(live)} node(s) are running on the source ledger {source_description()} "
+            f"({', '.join(f'{node} ({roles})' for node, roles in live)}): stop every gateway process that uses it "
+            "(systemctl stop ductile), then move it"
         )
 
 

@@ -279,7 +279,7 @@ def job_detail(job: Job) -> dict[str, Any]:
 def queue_status(now: datetime | None = None, lease_ttl: float = 60.0) -> dict[str, Any]:
     now = now or timezone.now()
     counts = dict(Job.objects.values_list("status").annotate(n=Count("id")).order_by())
-    workers = WorkerInstance.objects.heartbeating(now, lease_ttl).order_by("started_at")
+    workers = WorkerInstance.objects.heartbeating(now, lease_ttl).workers().order_by("started_at")
     return {
         "queue": {status: counts.get(status, 0) for status in JobStatus.values},
         # Outstanding work, as /healthz and the original count it: queued and running.

@@ -1,8 +1,9 @@
 """The cluster's nodes, as `system status`, `GET /system/nodes`, the audit console and the dashboard
 list them: each worker daemon's `worker_instances` row (host, pid, group, version, slots, started,
-last heartbeat), live or lost. And the plugins with queued jobs that no live node serves, which
-would otherwise wait without a word: `system doctor` finds them, `/healthz` names them
-(`plugins_unserved`) and the dashboard warns of them.
+last heartbeat), and each process that claims nothing but runs the API, a scheduler or
+housekeeping (gateway.daemon.presence) with its roles, live or lost. And the plugins with queued
+jobs that no live node serves, which would otherwise wait without a word: `system doctor` finds
+them, `/healthz` names them (`plugins_unserved`) and the dashboard warns of them.
 
 A node is live while its heartbeat is younger than a lease (`service.lease_ttl`, what recovery
 waits before taking its jobs over); past that it is lost, as is one that recovery found dead on
@@ -19,7 +20,7 @@ from typing import Any
 from django.db.models import Count, Min
 
 from ledger.models import Job, WorkerInstance
-from ledger.models.workers import WorkerState
+from ledger.models.workers import WORKERS, WorkerState
 from ledger.timestamps import rfc3339
 from pipelines.dsl import CORE_HOPS
 
@@ -36,6 +37,11 @@ class NodesReport:
     @property
     def live(self) -> list[dict[str, Any]]:
         return [node for node in self.nodes if node["liveness"] == LIVE]
+
+    @property
+    def live_workers(self) -> list[dict[str, Any]]:
+        """The live nodes that claim jobs (the `workers` role)."""
+        return [node for node in self.live if WORKERS in node["roles"]]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,9 +75,12 @@ def node(row: WorkerInstance, liveness: str) -> dict[str, Any]:
         "id": row.id,
         "hostname": row.hostname,
         "pid": row.pid,
+        # What it runs: `workers` (a worker daemon), or a supervisor's or a standalone
+        # scheduler's own roles (gateway.daemon.presence).
+        "roles": row.roles.split(","),
         "group": row.worker_group or None,
         # What it claims: its group's plugins or its --plugins; null for every plugin.
-        "plugins": row.plugins.split(",") if row.plugins else None,
+        "plugins": (row.plugins.split(",") if row.plugins else None) if row.roles == WORKERS else [],
         "version": row.version or None,
         "slots": row.threads,
         "state": row.state,

@@ -23,9 +23,19 @@ class WorkerState(models.TextChoices):
 ALIVE_ON_HOST = "SELECT id, pid FROM worker_instances WHERE state = 'running' AND hostname = %s AND id <> %s"
 
 
+# A node's `roles` (`system start --role`): a worker daemon's row says WORKERS; a `system start`
+# supervisor's names what it runs itself (the listeners' `api`, the resident `scheduler`,
+# `housekeeping`), a standalone `runscheduler`'s `scheduler`.
+WORKERS = "workers"
+
+
 class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
     def alive(self) -> WorkerInstanceQuerySet:
         return self.filter(state=WorkerState.RUNNING)
+
+    def workers(self) -> WorkerInstanceQuerySet:
+        """The rows of processes that claim jobs (not the API's or a scheduler's)."""
+        return self.filter(roles=WORKERS)
 
     def heartbeating(self, now: datetime, lease_ttl: float) -> WorkerInstanceQuerySet:
         """Running and heard from within one lease: what status reports count as live."""
@@ -35,7 +45,7 @@ class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
         """The plugins the live workers claim between them; None when one claims every plugin
         (no group, no --plugins). Empty when no worker is live."""
         served: set[str] = set()
-        for plugins in self.heartbeating(now, lease_ttl).values_list("plugins", flat=True):
+        for plugins in self.heartbeating(now, lease_ttl).workers().values_list("plugins", flat=True):
             if not plugins:
                 return None
             served.update(plugins.split(","))
@@ -64,6 +74,7 @@ class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
         plugins: str,
         version: str = "",
         group: str = "",
+        roles: str = WORKERS,
     ) -> WorkerInstance:
         """A daemon's row, made as it starts: what `system status` lists as a node and counts,
         and recovery reads."""
@@ -76,6 +87,7 @@ class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
                 plugins=plugins,
                 version=version,
                 worker_group=group,
+                roles=roles,
             )
 
     def serve(self, worker_id: str, plugins: str) -> None:
@@ -100,6 +112,7 @@ class WorkerInstance(models.Model):
     worker_group = models.CharField(max_length=200, blank=True, default="")
     version = models.CharField(max_length=64, blank=True, default="")  # the gateway's, as it started
     threads = models.IntegerField(default=1)  # its slots: plugin processes it runs at once
+    roles = models.CharField(max_length=100, default=WORKERS)  # comma-separated (WORKERS)
     state = models.CharField(max_length=16, choices=WorkerState.choices, default=WorkerState.RUNNING)
     started_at = models.DateTimeField(default=timezone.now)
     heartbeat_at = models.DateTimeField(default=timezone.now)

@@ -256,9 +256,36 @@ def test_it_refuses_while_the_source_is_in_use_and_a_url_that_is_not_postgresql(
             explain=lambda: f"last status: {answers[-1:]}\nrunworkers said:\n{output.text}",
         )
         busy = ductile(cfg, "system", "migrate-ledger", "--to", target)
-        assert busy.returncode == 1 and "worker(s) are running on the source ledger" in busy.stderr, busy.stderr
+        assert busy.returncode == 1 and "node(s) are running on the source ledger" in busy.stderr, busy.stderr
     finally:
         stop_gracefully(workers)
+
+    # A standalone scheduler alone (it enqueues into the source while it runs) is refused too:
+    # it keeps a node row of its own (gateway.daemon.presence).
+    scheduler = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "runscheduler", "--config-dir", str(cfg.path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_env(cfg),
+        cwd=REPO,
+    )
+    said = Output(scheduler)
+    try:
+        wait_for(
+            lambda: [
+                n for n in on(cfg, sqlite_url(cfg), "system", "status")[1].get("nodes", []) if n["liveness"] == "live"
+            ],
+            timeout=60,
+            what="the scheduler's node row",
+            explain=lambda: said.text,
+        )
+        busy = ductile(cfg, "system", "migrate-ledger", "--to", target)
+        assert busy.returncode == 1 and "(scheduler)" in busy.stderr, busy.stderr
+    finally:
+        stop_gracefully(scheduler)
+    code, status = on(cfg, sqlite_url(cfg), "system", "status")
+    assert [n for n in status["nodes"] if n["liveness"] == "live"] == []  # it left as it stopped
 
     # A gateway's PID lock (`system start` writes it beside the ledger) naming a live process.
     pid_file = Path(cfg.db_path).parent / "ductile.pid"

@@ -1,6 +1,7 @@
 """A worker node of a named group, as `system start --role api,workers --group media` runs it (no
 scheduler, no housekeeping), seen by a person and an agent (issue 38, "Nodes as first-class"):
-the dashboard lists the node with its group, version and slots, and warns, without a reload, of
+the dashboard lists the node's worker daemon with its group, version and slots and its API
+process with its role, and warns, without a reload, of
 a plugin whose queued job no live node runs; `/healthz` names that plugin, `system doctor` finds
 it; the node's own plugin runs. Screenshots are saved to be looked at."""
 
@@ -52,14 +53,28 @@ def status_of(served: LiveApi, job_id: str) -> str:
 
 def test_a_group_node_is_listed_and_a_plugin_it_leaves_out_is_warned_of(node, browser):
     served, cfg = node
-    # Live, and its version recorded: at the daemon's first pass, off its start (WorkerDaemon._main_loop).
-    wait_for(lambda: nodes(served)["live"] == 1 and nodes(served)["nodes"][0]["version"], 30, what="the node's row")
-    (row,) = nodes(served)["nodes"]
+    # Live, and the worker's version recorded: at the daemon's first pass, off its start
+    # (WorkerDaemon._main_loop). Two rows: the worker daemon, and `system start` itself for its
+    # listeners (the api role), which claims nothing.
+    wait_for(
+        lambda: nodes(served)["live"] == 2 and all(n["version"] for n in nodes(served)["nodes"]),
+        30,
+        what="the node's rows",
+    )
+    by_role = {",".join(n["roles"]): n for n in nodes(served)["nodes"]}
+    assert sorted(by_role) == ["api", "workers"], by_role
+    row, front = by_role["workers"], by_role["api"]
     assert (row["group"], row["plugins"], row["version"], row["slots"]) == (
         "media",
         ["echo", "probe"],
         gateway_version(),
         2,
+    )
+    assert (front["pid"], front["plugins"], front["slots"], front["version"]) == (
+        served.proc.pid,
+        [],
+        0,
+        gateway_version(),
     )
     assert "started runscheduler" not in served.output.text  # not this node's role
 
@@ -72,6 +87,8 @@ def test_a_group_node_is_listed_and_a_plugin_it_leaves_out_is_warned_of(node, br
     wait_for(lambda: browser.find_all(node_row), 10, what="the node on the dashboard")
     cells = browser.find(node_row).text
     assert "media" in cells and "echo, probe" in cells and gateway_version() in cells and "live" in cells
+    front_cells = browser.text_of(f"#nodes-table tr[data-node='{front['id']}']")
+    assert "api" in front_cells and "every plugin" not in front_cells and "live" in front_cells
     # stress's `init`, which the node's start-up enqueued, waits already: no node here runs stress.
     waiting_before = unserved_count(served, "stress")
     assert waiting_before >= 1
@@ -99,5 +116,6 @@ def test_a_group_node_is_listed_and_a_plugin_it_leaves_out_is_warned_of(node, br
     assert alarm.text.split("\n") == ["1", "plugins no live node runs"]
     browser.screenshot("console-index-unserved")
     browser.open("/admin/ledger/workerinstance/")
-    assert "media" in browser.find("#result_list").text
+    listed = browser.find("#result_list").text
+    assert "media" in listed and "api" in listed
     browser.screenshot("console-nodes")

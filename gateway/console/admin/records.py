@@ -166,13 +166,16 @@ class LiveFilter(admin.SimpleListFilter):
 
 @admin.register(WorkerInstance)
 class WorkerInstanceAdmin(LedgerAdmin):
-    """The cluster's nodes: each worker daemon with its host, group, version and slots."""
+    """The cluster's nodes: each worker daemon with its host, group, version and slots, and each
+    process that claims no jobs (a `system start` for its API, scheduler or housekeeping; a
+    standalone scheduler) with its roles."""
 
     list_display = (
         "id",
         "liveness",
         "hostname",
         "pid",
+        "roles",
         "group",
         "version",
         "slots",
@@ -181,7 +184,7 @@ class WorkerInstanceAdmin(LedgerAdmin):
         "heartbeat_at",
         "holding",
     )
-    list_filter = (LiveFilter, "hostname", "worker_group", "version")
+    list_filter = (LiveFilter, "roles", "hostname", "worker_group", "version")
     ordering = ("-started_at",)
 
     @admin.display(description="group", ordering="worker_group")

@@ -376,14 +376,21 @@ class QueueStatusSerializer(serializers.Serializer):
 
 
 class NodeSerializer(serializers.Serializer):
-    id = serializers.CharField(help_text="The worker's id, `host:pid:random`: what its claimed jobs name.")
+    id = serializers.CharField(help_text="The process's id, `host:pid:random`: what a worker's claimed jobs name.")
     hostname = serializers.CharField()
     pid = serializers.IntegerField()
+    roles = serializers.ListField(
+        child=serializers.ChoiceField(["api", "workers", "scheduler", "housekeeping"]),
+        help_text="What the process runs: `workers` for a worker daemon (runworkers, or the one `system start` "
+        "runs); a `system start` supervisor's own roles (`api`: its listeners, `scheduler`, `housekeeping`); "
+        "`scheduler` for a standalone runscheduler. Only `workers` claims jobs.",
+    )
     group = serializers.CharField(allow_null=True, help_text="Its group of `service.worker_groups`; null for none.")
     plugins = serializers.ListField(
         child=serializers.CharField(),
         allow_null=True,
-        help_text="The plugins it claims (its group's, or its --plugins); null for every plugin.",
+        help_text="The plugins it claims (its group's, or its --plugins); null for every plugin; empty for a node "
+        "that claims no jobs (no `workers` role).",
     )
     version = serializers.CharField(allow_null=True, help_text="The gateway's version it runs.")
     slots = serializers.IntegerField(help_text="Plugin processes it runs at once (its worker threads).")

@@ -188,7 +188,7 @@ class Health(Endpoint):
 
 def health(runtime: Runtime) -> dict[str, Any]:
     """`/healthz`'s answer, which the landing page shows too."""
-    workers = WorkerInstance.objects.heartbeating(timezone.now(), runtime.config.service.lease_ttl).count()
+    workers = WorkerInstance.objects.heartbeating(timezone.now(), runtime.config.service.lease_ttl).workers().count()
     return {
         **health_status(runtime, uptime_seconds()),
         "workers": workers,

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from gateway.cli.base import DuctileCommand
+from gateway.daemon.presence import Presence
 from gateway.daemon.scheduler import Scheduler
 from gateway.runtime import RUNTIME
 
@@ -22,4 +23,6 @@ class Command(DuctileCommand):
         runtime = self.open_ledger(check_integrity=True)
         for warning in runtime.config.warnings:
             self.stderr.write(f"warning: {warning}")
-        Scheduler(RUNTIME, once=options["once"]).run()
+        # A node of its own, listed with its role; not a one-tick `--once`.
+        presence = None if options["once"] else Presence({"scheduler"}, runtime.config.service.lease_ttl)
+        Scheduler(RUNTIME, once=options["once"], presence=presence).run()

@@ -452,11 +452,12 @@ def _gateway_lock(config: GatewayConfig) -> Check:
 def node_lines(cluster: NodesReport, now: datetime) -> list[str]:
     """The nodes as a table, then each plugin no live node serves."""
     lines = [f"nodes: {len(cluster.live)} live, {len(cluster.nodes) - len(cluster.live)} lost"]
-    header = ("HOST", "PID", "GROUP", "VERSION", "SLOTS", "LAST HEARTBEAT", "STATE")
+    header = ("HOST", "PID", "ROLES", "GROUP", "VERSION", "SLOTS", "LAST HEARTBEAT", "STATE")
     table = [header] + [
         (
             n["hostname"],
             str(n["pid"]),
+            ",".join(n["roles"]),
             n["group"] or "*",
             n["version"] or "-",
             str(n["slots"]),

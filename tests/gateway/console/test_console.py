@@ -210,17 +210,21 @@ def test_the_workers_list_shows_each_nodes_group_version_and_slots(holder, audit
         "vm:101:media", hostname="vm", pid=101, threads=3, plugins="stress", version="9.9.9", group="media"
     )
     WorkerInstance.objects.register("vm:102:all", hostname="vm", pid=102, threads=2, plugins="")
+    # A `system start --role api` node: its own row, with its roles (gateway.daemon.presence).
+    WorkerInstance.objects.register("vm:103:api", hostname="vm", pid=103, threads=0, plugins="", roles="api")
     url = reverse("admin:ledger_workerinstance_changelist")
     page = text(auditor.get(url))
     thead = re.search(r"<thead>.*?</thead>", page, re.S)
     assert thead, page
     head = cells(thead.group())
-    assert head[:8] == ["Id", "Live?", "Hostname", "Pid", "Group", "Version", "Slots", "Plugins"], head
+    assert head[:9] == ["Id", "Live?", "Hostname", "Pid", "Roles", "Group", "Version", "Slots", "Plugins"], head
     row = re.search(r"<tr>(?:(?!</tr>).)*vm:101:media.*?</tr>", page, re.S)
     assert row, page
-    assert cells(row.group())[:7] == ["vm:101:media", "live", "vm", "101", "media", "9.9.9", "3"]
+    assert cells(row.group())[:8] == ["vm:101:media", "live", "vm", "101", "workers", "media", "9.9.9", "3"]
     by_group = text(auditor.get(url + "?worker_group=media"))
     assert "vm:101:media" in by_group and "vm:102:all" not in by_group
+    by_role = text(auditor.get(url + "?roles=api"))
+    assert "vm:103:api" in by_role and "vm:101:media" not in by_role
 
 
 def figure(page: str, label: str) -> tuple[str, str]:

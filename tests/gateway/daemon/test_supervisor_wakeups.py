@@ -63,6 +63,7 @@ def first_exit(child: Child, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     return seen[0][0] - started, seen[0][1]
 
 
+@pytest.mark.django_db(transaction=True)  # the supervisor keeps its node row (gateway.daemon.presence)
 def test_a_child_s_exit_wakes_the_sleeping_supervisor(tmp_path: Path, monkeypatch, own_signals) -> None:
     child = Child("short", [sys.executable, "-c", "import time; time.sleep(0.5)"], {}, reloads=False)
     after, code = first_exit(child, tmp_path, monkeypatch)
@@ -84,6 +85,7 @@ class EndsSoon:
         pass
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_resident_loop_s_end_wakes_the_sleeping_supervisor(tmp_path: Path, monkeypatch, own_signals) -> None:
     # No signal announces a thread's end: the loop itself wakes the supervisor, which restarts it.
     after, code = first_exit(Child("runscheduler", [], {}, resident=EndsSoon), tmp_path, monkeypatch)

@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from rich.console import Console
 
 from gateway.cli.watch import render
+from gateway.daemon.presence import Presence
 from gateway.reports.live import build_snapshot
 from gateway.runtime import RUNTIME
 from ledger.models import Job, JobSpec, WorkerInstance
@@ -116,10 +117,41 @@ def test_the_nodes_are_listed_live_then_lost_with_host_group_version_and_slots(a
     call_command("system", "status", stdout=text, stderr=io.StringIO())
     lines = text.getvalue().splitlines()
     start = lines.index("nodes: 2 live, 2 lost")
-    assert lines[start + 1].split() == ["HOST", "PID", "GROUP", "VERSION", "SLOTS", "LAST", "HEARTBEAT", "STATE"]
+    header = ["HOST", "PID", "ROLES", "GROUP", "VERSION", "SLOTS", "LAST", "HEARTBEAT", "STATE"]
+    assert lines[start + 1].split() == header
     # The heartbeat's age: a few seconds at most for host-b, two minutes (and a few seconds) for host-c.
-    assert re.fullmatch(r"host-b 4005 media 9\.9\.9 4 \ds ago live", " ".join(lines[start + 3].split()))
-    assert re.fullmatch(r"host-c 4005 \* 9\.9\.9 4 2m(\ds)? ago lost", " ".join(lines[start + 4].split()))
+    assert re.fullmatch(r"host-b 4005 workers media 9\.9\.9 4 \ds ago live", " ".join(lines[start + 3].split()))
+    assert re.fullmatch(r"host-c 4005 workers \* 9\.9\.9 4 2m(\ds)? ago lost", " ".join(lines[start + 4].split()))
+
+
+def test_an_api_node_and_a_scheduler_are_listed_with_their_roles_and_claim_nothing(api):
+    """`system start --role api` and a standalone `runscheduler` keep rows of their own
+    (gateway.daemon.presence): listed with their roles, never counted as workers nor as serving
+    a plugin, and gone from the list once they stop."""
+    front, clock = Presence({"api", "housekeeping"}, 60.0), Presence({"scheduler"}, 60.0)
+    assert front.beat() == 15.0 and clock.beat() == 15.0  # the row, then a beat every quarter lease
+    enqueue("echo")
+    body = get(api, "/system/nodes", "reader").json()
+    assert [(n["roles"], n["plugins"], n["slots"], n["liveness"]) for n in body["nodes"]] == [
+        (["api", "housekeeping"], [], 0, "live"),
+        (["scheduler"], [], 0, "live"),
+    ]
+    assert body["live"] == 2
+    # No worker: echo's job waits, as every surface says.
+    assert body["unserved"][0]["plugin"] == "echo"
+    health = api.get("/healthz").json()
+    assert (health["workers"], health["plugins_unserved"]) == (0, ["echo"])
+    assert cli("system", "status")["workers"] == []
+    (finding,) = [f for f in get(api, "/system/doctor").json()["findings"] if f["check"] == "unserved_plugin"]
+    assert "no worker node is live" in finding["message"]
+    # The rows move on with the heartbeat and end when their process does.
+    WorkerInstance.objects.update(heartbeat_at=timezone.now() - timedelta(seconds=50))
+    front._next = clock._next = 0.0
+    front.beat()
+    assert WorkerInstance.objects.get(pk=front.id).heartbeat_at > timezone.now() - timedelta(seconds=5)
+    front.leave()
+    clock.leave()
+    assert get(api, "/system/nodes", "reader").json()["nodes"] == []
 
 
 def test_a_plugin_no_live_node_runs_is_named_by_healthz_doctor_and_status(api):
