@@ -36,6 +36,7 @@ from ledger.models import (
     JobStopwatch,
     JobTransition,
     RelayAcceptance,
+    WorkerInstance,
 )
 from ledger.models.retention import PrunableQuerySet
 
@@ -81,6 +82,8 @@ def prune(*, job_queue_retention: float, job_log_retention: float, batch: int = 
         "config_snapshots": drain(ConfigSnapshot.objects.expired(log_cutoff), batch),
         # Past its own window (ledger/models/relay_acceptances.py): no replay or retry is answered from it.
         "relay_acceptances": drain(RelayAcceptance.objects.expired(now), batch),
+        # Nodes silent for as long as the job history is kept (ledger.models.workers).
+        "worker_instances": drain(WorkerInstance.objects.expired(log_cutoff), batch),
     }
     if any(deleted.values()):
         log.info("retention pruned %s", ", ".join(f"{n} {table}" for table, n in deleted.items() if n))

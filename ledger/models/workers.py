@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from ledger import sql
+from ledger.models.retention import PrunableQuerySet
 from ledger.writes.transaction import writing
 
 
@@ -29,7 +30,14 @@ ALIVE_ON_HOST = "SELECT id, pid FROM worker_instances WHERE state = 'running' AN
 WORKERS = "workers"
 
 
-class WorkerInstanceQuerySet(models.QuerySet["WorkerInstance"]):
+class WorkerInstanceQuerySet(PrunableQuerySet["WorkerInstance"]):
+    def expired(self, before: datetime) -> WorkerInstanceQuerySet:
+        """Nodes not heard from since `before` (now minus `job_log_retention`), whatever their
+        state: stopped, lost, or `running` on a host that went away for good (a container's
+        hostname is new at every start). Every daemon's start adds a row; without this the
+        table only grew. Jobs keep the id in `claimed_by`, as text."""
+        return self.filter(heartbeat_at__lt=before)
+
     def alive(self) -> WorkerInstanceQuerySet:
         return self.filter(state=WorkerState.RUNNING)
 

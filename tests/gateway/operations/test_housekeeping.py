@@ -25,6 +25,7 @@ from ledger.models import (
     JobStopwatch,
     JobTransition,
     RelayAcceptance,
+    WorkerInstance,
 )
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
@@ -91,6 +92,18 @@ class TestRetention:
         # A relay acceptance lives as long as its own window, whatever the retention settings.
         relay_acceptance("a" * 64, expires_at=now - timedelta(seconds=1))
         answering = relay_acceptance("b" * 64, expires_at=now + timedelta(minutes=5))
+        # Nodes: one silent for 40 days (its host gone, its row still `running`) and one stopped
+        # 40 days ago leave; one stopped yesterday and a live one stay.
+        for node, heard, stopped in (
+            ("gone", 40, False),
+            ("old", 40, True),
+            ("yesterday", 1, True),
+            ("live", 0, False),
+        ):
+            row = WorkerInstance.objects.register(node, hostname="vm", pid=1, threads=1, plugins="")
+            if stopped:
+                row.stop(now - timedelta(days=heard))
+            WorkerInstance.objects.filter(pk=node).update(heartbeat_at=now - timedelta(days=heard))
 
         deleted = prune(job_queue_retention=DAY, job_log_retention=30 * DAY)
 
@@ -103,7 +116,9 @@ class TestRetention:
             "event_log": 1,
             "config_snapshots": 0,
             "relay_acceptances": 1,
+            "worker_instances": 2,
         }
+        assert set(WorkerInstance.objects.values_list("id", flat=True)) == {"yesterday", "live"}
         assert list(RelayAcceptance.objects.values_list("receiver_event_id", flat=True)) == [answering]
         assert set(Job.objects.values_list("id", flat=True)) == {recent, waiting.job_id, running.job_id}
         # job_log, stopwatch and events live for job_log_retention: the 2-day-old attempts stay.
