@@ -20,7 +20,7 @@ from typing import Any
 from django.db.models import Count, Min
 
 from ledger.models import Job, WorkerInstance
-from ledger.models.workers import WORKERS, WorkerState
+from ledger.models.workers import CLI, WORKERS, WorkerState
 from ledger.timestamps import rfc3339
 from pipelines.dsl import CORE_HOPS
 
@@ -62,6 +62,7 @@ def node_list(now: datetime, lease_ttl: float) -> list[dict[str, Any]]:
     rows = (
         WorkerInstance.objects.heard_from(now - LISTED_FOR)
         .exclude(state=WorkerState.STOPPED)
+        .exclude(roles=CLI)
         .order_by("hostname", "started_at", "id")
     )
     nodes = [

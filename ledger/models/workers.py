@@ -28,6 +28,9 @@ ALIVE_ON_HOST = "SELECT id, pid FROM worker_instances WHERE state = 'running' AN
 # supervisor's names what it runs itself (the listeners' `api`, the resident `scheduler`,
 # `housekeeping`), a standalone `runscheduler`'s `scheduler`.
 WORKERS = "workers"
+# A CLI call running its own job (`plugin run`): a row while it runs, so recovery sees its claim
+# as a dead worker's at once should the process die; not a node (the nodes list leaves it out).
+CLI = "cli"
 
 
 class WorkerInstanceQuerySet(PrunableQuerySet["WorkerInstance"]):

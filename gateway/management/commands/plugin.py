@@ -23,6 +23,7 @@ from gateway.runtime import RUNTIME, Runtime
 from gateway.terminal import one_line
 from ledger.ids import new_id
 from ledger.models import Job, PluginInstanceRecord, WorkerInstance
+from ledger.models.workers import CLI
 from ledger.submitters import Submitter
 
 
@@ -347,26 +348,29 @@ class Command(DuctileCommand):
             hostname=socket.gethostname(),
             pid=os.getpid(),
             threads=1,
-            plugins="cli",
+            plugins="",
+            roles=CLI,
         )
         try:
-            return [self._run_one(job_id, worker.id, runtime) for job_id in job_ids]
+            return [self._run_one(job_id, worker, runtime) for job_id in job_ids]
         finally:
             worker.leave()
 
-    def _run_one(self, job_id: str, worker_id: str, runtime: Runtime) -> Job:
+    def _run_one(self, job_id: str, worker: WorkerInstance, runtime: Runtime) -> Job:
         from gateway.execution.dispatch import Executor
+        from gateway.execution.lease_keeper import LeaseKeeper
 
         while True:
             job = Job.objects.claim_next(
-                worker_id=worker_id,
+                worker_id=worker.id,
                 caps=runtime.claim_caps(),
                 lease_ttl=runtime.config.service.lease_ttl,
                 only=job_id,
                 slots=1,  # one job at a time
             )
             if job is not None:
-                Executor(RUNTIME, worker_id).execute(job)
+                with LeaseKeeper(worker, job.id, runtime.config.service.lease_ttl):
+                    Executor(RUNTIME, worker.id).execute(job)
                 return Job.objects.get(pk=job_id)
             job = Job.objects.get(pk=job_id)
             if job.is_terminal or (job.status == "queued" and job.attempt > 1):
