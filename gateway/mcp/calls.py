@@ -65,14 +65,29 @@ def checked_arguments(arguments: Mapping[str, Any] | None) -> dict[str, Any]:
 def validated(tool: Tool, arguments: dict[str, Any]) -> None:
     """The arguments against the tool's input schema (a plugin's from its manifest): every problem
     named with where it is, as the agent must fix it."""
-    # Imported here: jsonschema costs a process that never validates (gateway.config.validity).
-    from jsonschema import Draft202012Validator
-
-    problems = sorted(Draft202012Validator(tool.input_schema).iter_errors(arguments), key=lambda e: list(e.path))
+    problems = sorted(_validator(tool).iter_errors(arguments), key=lambda e: list(e.path))
     if problems:
         shown = [f"{'/'.join(map(str, p.absolute_path)) or '(arguments)'}: {p.message[:300]}" for p in problems[:10]]
         more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
         raise ToolError(f"arguments do not match {tool.name}'s input schema: " + "; ".join(shown) + more)
+
+
+_VALIDATORS: dict[int, tuple[Tool, Any]] = {}
+
+
+def _validator(tool: Tool) -> Any:
+    """The tool's schema compiled once (a validator costs more to build than to run)."""
+    kept = _VALIDATORS.get(id(tool))
+    if kept is not None and kept[0] is tool:
+        return kept[1]
+    # Imported here: jsonschema costs a process that never validates (gateway.config.validity).
+    from jsonschema import Draft202012Validator
+
+    if len(_VALIDATORS) > 10_000:  # tools of runtimes a reload replaced
+        _VALIDATORS.clear()
+    validator = Draft202012Validator(tool.input_schema)
+    _VALIDATORS[id(tool)] = (tool, validator)
+    return validator
 
 
 def fresh_connection() -> None:

@@ -85,16 +85,20 @@ def _refusal(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-def build_server(caller_of: CallerOf, *, refresh: Callable[[], None] | None = None) -> Server[Any]:
+def build_server(
+    caller_of: CallerOf, *, refresh: Callable[[], None] | None = None, announces: bool = True
+) -> Server[Any]:
     """`refresh`: what takes a new runtime in this process (stdio); it also means the connection
-    stands, so a handshake-era client is told of a reload on it directly."""
+    stands, so a handshake-era client is told of a reload on it directly. `announces`: whether
+    this server tells its listen streams of a reload (a server that serves none need not look)."""
     bus = InMemorySubscriptionBus()
     standing: set[ServerSession] = set()
 
     @asynccontextmanager
     async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:
         async with anyio.create_task_group() as group:
-            group.start_soon(_watch_reloads, bus, refresh, standing)
+            if announces:
+                group.start_soon(_watch_reloads, bus, refresh, standing)
             yield {}
             group.cancel_scope.cancel()
 
@@ -115,10 +119,11 @@ def build_server(caller_of: CallerOf, *, refresh: Callable[[], None] | None = No
                 raise ToolError(f"no tool named {params.name!r} (tools/list names them)")
             if not caller.allows(tool.scopes):
                 raise ToolError(f"token lacks scope: {tool.name} needs one of {', '.join(tool.scopes or ())}")
-            arguments = await _blocking(_checked, tool, params.arguments)
             if tool.action[0] == "job.wait":
+                arguments = await _blocking(_checked, tool, params.arguments)
                 return _answer(await _wait(ctx, caller, runtime, arguments))
-            return _answer(await _blocking(_perform, runtime, caller, tool, arguments))
+            # One trip to a worker thread for the whole call: each costs a hand-over of the GIL.
+            return _answer(await _blocking(_checked_and_performed, runtime, caller, tool, params.arguments))
         except ToolError as exc:
             return _refusal(str(exc))
         except intake.Refused as exc:
@@ -199,7 +204,8 @@ def _checked(tool: Tool, arguments: dict[str, Any] | None) -> dict[str, Any]:
     return given
 
 
-def _perform(runtime: Runtime, caller: Caller, tool: Tool, arguments: dict[str, Any]) -> Any:
+def _checked_and_performed(runtime: Runtime, caller: Caller, tool: Tool, given: dict[str, Any] | None) -> Any:
+    arguments = _checked(tool, given)
     action = tool.action
     if action[0] == "plugin":
         return calls.run_plugin(runtime, caller, action[1], action[2], arguments)

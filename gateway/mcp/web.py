@@ -34,6 +34,8 @@ from gateway.mcp.server import build_server
 # The key the `/mcp` view puts the authenticated caller under, in the WSGI environ a2wsgi hands
 # to the SDK as `scope["wsgi_environ"]`.
 CALLER_KEY = "ductile.mcp.caller"
+# Set by the view when the request's answer may stay open (a listen stream, job.wait).
+STREAMS_KEY = "ductile.mcp.streams"
 # Under the key below, for an answer that stays open, the view's `() -> bool`: whether the client
 # closed its connection (gateway.http.api.syncgate.caller_gone). An idle listen stream writes only
 # the SDK's ping every 15 s; without looking, a client gone would hold its seat that long.
@@ -100,21 +102,19 @@ def wsgi_app() -> Callable[..., Iterator[bytes]]:
 
 
 def _start() -> Callable[..., Iterator[bytes]]:
-    manager = StreamableHTTPSessionManager(
-        app=build_server(caller_of),
-        stateless=True,
-        json_response=False,
-        # Host and Origin: the API's own ALLOWED_HOSTS and CORS rules apply before the view,
-        # and every request carries a bearer token a rebinding page cannot have.
-        security_settings=None,
-        max_request_body_size=MAX_BODY,
-    )
+    # Two managers of one server each: an answer that may stream (SSE: a listen stream, job.wait's
+    # progress) and every other, answered as JSON. The SDK's SSE path runs each request's handler
+    # beside a task that watches for the client's disconnect; under a2wsgi every one of those is
+    # another hand-over between the request's thread and the loop's, and under load each
+    # hand-over waits for a CPU: the enqueueing calls' tail was several times the API's.
+    streaming = _manager(build_server(caller_of), json_response=False)
+    plain = _manager(build_server(caller_of, announces=False), json_response=True)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="mcp-loop", daemon=True).start()
     started = threading.Event()
 
     async def run() -> None:
-        async with manager.run():
+        async with streaming.run(), plain.run():
             started.set()
             await asyncio.Event().wait()  # for the process's life
 
@@ -122,13 +122,27 @@ def _start() -> Callable[..., Iterator[bytes]]:
     started.wait(10)
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        gone = (scope.get("wsgi_environ") or {}).get(GONE_KEY)
-        if gone is None:
-            await manager.handle_request(scope, receive, send)
+        environ = scope.get("wsgi_environ") or {}
+        if not environ.get(STREAMS_KEY):
+            await plain.handle_request(scope, receive, send)
+        elif (gone := environ.get(GONE_KEY)) is None:
+            await streaming.handle_request(scope, receive, send)
         else:
-            await _until_gone(manager.handle_request, gone, scope, receive, send)
+            await _until_gone(streaming.handle_request, gone, scope, receive, send)
 
     return _Bridge(app, loop=loop)  # type: ignore[arg-type]
+
+
+def _manager(server: Any, *, json_response: bool) -> StreamableHTTPSessionManager:
+    return StreamableHTTPSessionManager(
+        app=server,
+        stateless=True,
+        json_response=json_response,
+        # Host and Origin: the API's own ALLOWED_HOSTS and CORS rules apply before the view,
+        # and every request carries a bearer token a rebinding page cannot have.
+        security_settings=None,
+        max_request_body_size=MAX_BODY,
+    )
 
 
 async def _until_gone(app: Any, gone: Callable[[], bool], scope: Any, receive: Any, send: Any) -> None:

@@ -99,6 +99,9 @@ def gateway(process_db: ConfigDir):
 def test_an_mcp_client_drives_the_gateway_within_its_token(gateway, transport):
     live, cfg = gateway
     anyio.run(drive, transport, live, cfg)
+    if transport == "stdio":  # a token that is none of the API's is refused at the start
+        unknown = ductile(cfg, "mcp", "--token", "tok-unknown", input="")
+        assert unknown.returncode == 2 and "none of the API's tokens" in unknown.stderr, unknown.stderr
     # Nesting deeper than the SDK's client serializes (~250), as raw JSON-RPC: the SDK's parser
     # refuses it before the gateway sees it (over HTTP a parse error, -32700, with a 400; over stdio
     # the line is dropped unanswered), and the server answers the next request.

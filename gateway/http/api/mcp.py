@@ -38,7 +38,7 @@ from gateway.http.api.views import OPEN, Endpoint
 from gateway.http.eventstream import stream_headers
 from gateway.http.streamseats import Refusal, seats_beside
 from gateway.mcp.catalogue import Caller, catalogue
-from gateway.mcp.web import CALLER_KEY, GONE_KEY, wsgi_app
+from gateway.mcp.web import CALLER_KEY, GONE_KEY, STREAMS_KEY, wsgi_app
 
 # The SDK's answer headers passed on (hop-by-hop ones, such as Connection, are gunicorn's own).
 PASSED_HEADERS = ("content-type", "cache-control", "allow", "www-authenticate")
@@ -107,7 +107,8 @@ class Mcp(Endpoint):
                 "CONTENT_LENGTH": str(len(body)),
                 CALLER_KEY: Caller(token),
             }
-            if message is not None and held_stream:
+            if held_stream:
+                environ[STREAMS_KEY] = True
                 environ[GONE_KEY] = caller_gone(request.META)
             return answer(environ, held)
         except BaseException:
