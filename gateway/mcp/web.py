@@ -36,9 +36,10 @@ from gateway.mcp.server import build_server
 CALLER_KEY = "ductile.mcp.caller"
 # Set by the view when the request's answer may stay open (a listen stream, job.wait).
 STREAMS_KEY = "ductile.mcp.streams"
-# Under the key below, for an answer that stays open, the view's `() -> bool`: whether the client
-# closed its connection (gateway.http.api.syncgate.caller_gone). An idle listen stream writes only
-# the SDK's ping every 15 s; without looking, a client gone would hold its seat that long.
+# Under the key below, for an answer that stays open, the view's `() -> bool`: whether it should
+# end (the client closed its connection, gateway.http.api.syncgate.caller_gone, or the worker
+# stops). An idle listen stream writes only the SDK's ping every 15 s; without looking, a client
+# gone would hold its seat that long, and a stopping worker would wait for its stream.
 GONE_KEY = "ductile.mcp.gone"
 GONE_CHECK_SECONDS = 0.25
 # The SDK's own cap on a request body; the API's (Django's DATA_UPLOAD_MAX_MEMORY_SIZE) is lower.

@@ -7,9 +7,12 @@ answering after them), and a reload that adds a tool, announced on a listen stre
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,6 +23,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types import TextResourceContents
 
@@ -269,3 +273,21 @@ async def listen_twice(live: LiveApi, cfg: ConfigDir) -> None:
             except MCPError:
                 await anyio.sleep(0.1)
         raise AssertionError("the seat of an ended listen stream was never given back")
+
+
+def test_a_stopping_gateway_ends_its_listen_streams_at_once(process_db):
+    """A listen stream holds a request thread; gunicorn's graceful stop waits for its requests (up
+    to 30 s). The worker's stop ends the stream as it ends /events' (the client re-listens)."""
+    with live_api(process_db, TOKENS) as live:
+        took = anyio.run(stop_while_listening, live, process_db)
+    assert took < 10, f"the listen stream ended {took:.1f} s after SIGTERM"
+
+
+async def stop_while_listening(live: LiveApi, cfg: ConfigDir) -> float:
+    async with connect("http", live, cfg, "tok-admin") as admin, admin.listen(tools_list_changed=True) as events:
+        live.proc.send_signal(signal.SIGTERM)
+        asked = time.monotonic()
+        with anyio.fail_after(40), contextlib.suppress(SubscriptionLost):
+            async for _ in events:
+                pass
+        return time.monotonic() - asked

@@ -10,7 +10,8 @@ request's thread while it lasts: it takes a seat of the event streams' caps (`ap
 `api.max_concurrent_sync` (the threads synchronous callers may hold: 429 past it), both given
 back when the answer ends, the client goes away or stops reading (gunicorn's send timeout); a
 refusal is a JSON-RPC error for the request, with the status `/events` answers. The
-SDK pings such a stream every 15 s, which finds a dead client within that.
+SDK pings such a stream every 15 s, which finds a dead client within that; a stopping worker ends
+its streams as it ends `/events`' (the client re-listens with the next worker).
 
 Not in OpenAPI: it is one JSON-RPC endpoint whose operations are MCP's, described by the
 protocol's own `tools/list` (docs/mcp.md).
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -35,7 +36,7 @@ from gateway.http.api.auth import refused
 from gateway.http.api.ops import _JsonWhateverIsAccepted
 from gateway.http.api.syncgate import Busy, caller_gone, sync_slot
 from gateway.http.api.views import OPEN, Endpoint
-from gateway.http.eventstream import stream_headers
+from gateway.http.eventstream import STOPPING, stream_headers
 from gateway.http.streamseats import Refusal, seats_beside
 from gateway.mcp.catalogue import Caller, catalogue
 from gateway.mcp.web import CALLER_KEY, GONE_KEY, STREAMS_KEY, wsgi_app
@@ -64,6 +65,12 @@ def streams(message: dict[str, Any] | None, tools: dict[str, Any]) -> bool:
     name = params.get("name") if isinstance(params, dict) else None
     tool = tools.get(name) if message.get("method") == "tools/call" and isinstance(name, str) else None
     return bool(tool is not None and tool.streams)
+
+
+def ended(gone: Callable[[], bool] | None) -> Callable[[], bool]:
+    """Whether an open answer should end: its client went away, or this worker stops (the signal
+    that ends `/events`' streams, eventstream.STOPPING), which would otherwise wait for it."""
+    return lambda: STOPPING.is_set() or (gone is not None and gone())
 
 
 def refusal(message: dict[str, Any], status: int, words: str) -> HttpResponse:
@@ -109,7 +116,7 @@ class Mcp(Endpoint):
             }
             if held_stream:
                 environ[STREAMS_KEY] = True
-                environ[GONE_KEY] = caller_gone(request.META)
+                environ[GONE_KEY] = ended(caller_gone(request.META))
             return answer(environ, held)
         except BaseException:
             held.close()
