@@ -21,6 +21,7 @@ class Submitter(StrEnum):
     SYSTEM = "system"  # the gateway itself: a plugin's `init`, the pipelines its `scheduler.*` events start
     ADMIN = "admin"  # a person in the audit console
     RELAY = "relay"  # a peer gateway (remote event relay)
+    MCP = "mcp"  # an agent over the Model Context Protocol (gateway/mcp/), with its token's name
 
     def by(self, actor: str | None) -> str:
         """The stored `submitted_by`: this submitter, and who acted for it when known."""

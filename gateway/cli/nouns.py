@@ -59,6 +59,11 @@ NOUNS: dict[str, Noun] = {
         ("inspect", "replay", "cancel", "retry", "logs"),
         (EVERY_ACTION,),
     ),
+    "mcp": Noun(
+        "MCP server on stdin/stdout for a local agent (`mcp [--token TOKEN]`); over HTTP it is the API's /mcp.",
+        (),
+        (EVERY_ACTION,),
+    ),
     "pipeline": Noun(
         "Pipelines: `pipeline list`, `show NAME`, `visualize NAME`, `dry-run NAME`, `run NAME`.",
         ("list", "show", "visualize", "dry-run", "run"),

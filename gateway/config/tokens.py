@@ -39,6 +39,12 @@ FINER = {
     "jobs:logs:ro": "jobs:ro",
     "jobs:tree:ro": "jobs:ro",
 }
+# What a plugin wrote about a job (its result, its error, its stderr): the reads of jobs show it
+# only to a token with `jobs:result:ro` (which `jobs:ro`, `jobs:rw` and `*` grant), as the
+# original shapes its answers; a narrower token sees the same rows without these keys. The API
+# (gateway/http/api/auth.py) and MCP (gateway/mcp/) shape their answers by it.
+RESULT_FIELDS = ("result", "last_error", "stderr")
+RESULTS = "jobs:result:ro"
 # The registry's alternative spelling (spec §9.4 example scope file): `read:jobs`, `write:events`.
 _VERBS = {"read": "ro", "write": "rw"}
 

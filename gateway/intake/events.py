@@ -92,19 +92,32 @@ def as_roots(
 
 
 def publish_event(
-    runtime: Runtime, event_type: str, payload: dict[str, Any], *, submitter: Submitter, dedupe_key: str | None = None
+    runtime: Runtime,
+    event_type: str,
+    payload: dict[str, Any],
+    *,
+    submitter: Submitter,
+    dedupe_key: str | None = None,
+    actor: str | None = None,
 ) -> list[str]:
-    """A root event, routed like any other: every matching pipeline starts. Returns the job ids."""
+    """A root event, routed like any other: every matching pipeline starts. Returns the job ids.
+    `actor`: who acted for the submitter (an MCP token's name)."""
     starts = event_starts(runtime, event_type, payload, source=submitter.value, dedupe_key=dedupe_key)
-    return intake.submit_ids(runtime, as_roots(runtime, starts, submitter))
+    return intake.submit_ids(runtime, as_roots(runtime, starts, submitter, actor=actor))
 
 
 def pipeline_entries(
-    runtime: Runtime, name: str, payload: dict[str, Any], *, submitter: Submitter, dedupe_key: str | None = None
+    runtime: Runtime,
+    name: str,
+    payload: dict[str, Any],
+    *,
+    submitter: Submitter,
+    dedupe_key: str | None = None,
+    actor: str | None = None,
 ) -> list[JobSpec]:
     """The root jobs that start one named pipeline."""
     starts = pipeline_starts(runtime, name, payload, source=submitter.value, dedupe_key=dedupe_key)
-    return as_roots(runtime, starts, submitter)
+    return as_roots(runtime, starts, submitter, actor=actor)
 
 
 def preview(runtime: Runtime, starts: list[Successor]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from gateway.config.frozen import thaw
 from gateway.config.redaction import CONFIG_NAME_MAPS, redact
+from gateway.runtime import Runtime
 
 
 def config_view(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,3 +42,15 @@ def config_view(document: Mapping[str, Any]) -> dict[str, Any]:
 
 def _scopes(entry: Mapping[str, Any]) -> list[str]:
     return [str(scope) for scope in entry.get("scopes") or []]
+
+
+def served_config(runtime: Runtime) -> dict[str, Any]:
+    """`GET /config/view` and MCP's config resource: the loaded config, redacted, with each
+    pipeline's compiled routes (keyed by pipeline names, which are names, not fields; predicates
+    may hold anything) and the pipelines' fingerprint."""
+    compiled = {name: p.shape() for name, p in sorted(runtime.pipelines.pipelines.items())}
+    return {
+        **config_view(runtime.config.document),
+        "compiled_routes": redact(compiled, name_maps={()}),
+        "pipelines_fingerprint": runtime.pipelines.fingerprint(),
+    }

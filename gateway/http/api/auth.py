@@ -18,7 +18,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from gateway.config.errors import ConfigError
-from gateway.config.tokens import ApiToken
+from gateway.config.tokens import RESULT_FIELDS, RESULTS, ApiToken
 from gateway.http.api.refusals import Refusals, tally_path
 from gateway.http.clients import client_address
 from gateway.runtime import RUNTIME
@@ -90,13 +90,6 @@ class Scoped(BasePermission):
         if not request.auth.allows(*needed):
             raise exceptions.PermissionDenied(f"token lacks scope: needs one of {', '.join(needed)}")
         return True
-
-
-# What a plugin wrote about a job (its result, its error, its stderr): the reads of jobs show it
-# only to a token with `jobs:result:ro` (which `jobs:ro`, `jobs:rw` and `*` grant), as the
-# original shapes its answers; a narrower token sees the same rows without these keys.
-RESULT_FIELDS = ("result", "last_error", "stderr")
-RESULTS = "jobs:result:ro"
 
 
 def sees_results(request: Request) -> bool:

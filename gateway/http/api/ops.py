@@ -21,7 +21,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gateway.config.errors import ConfigError
-from gateway.config.redaction import redact
 from gateway.daemon.control import NotRunning, reload_gateway
 from gateway.daemon.supervisor import listener_changes
 from gateway.http import eventstream
@@ -34,7 +33,7 @@ from gateway.operations.doctor import diagnose
 from gateway.reports import events, schedule_entries, ts
 from gateway.reports.nodes import nodes_report
 from gateway.reports.percentiles import summary
-from gateway.reports.redaction import config_view as redacted_config
+from gateway.reports.redaction import served_config
 from gateway.reports.topology import topology
 from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import JobStopwatch
@@ -52,16 +51,7 @@ class ConfigView(Endpoint):
         responses={200: OpenApiTypes.OBJECT, **errors(401, 403)},
     )
     def get(self, request: Request) -> Response:
-        runtime = self.runtime
-        compiled = {name: p.shape() for name, p in sorted(runtime.pipelines.pipelines.items())}
-        return Response(
-            {
-                **redacted_config(runtime.config.document),
-                # Keyed by pipeline names, which are names, not fields; predicates may hold anything.
-                "compiled_routes": redact(compiled, name_maps={()}),
-                "pipelines_fingerprint": runtime.pipelines.fingerprint(),
-            }
-        )
+        return Response(served_config(self.runtime))
 
 
 # -- stopwatch -------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import include, path, re_path
 
-from gateway.http.api import relay_ingress, views
+from gateway.http.api import mcp, relay_ingress, views
 
 urlpatterns = [
     path("", include("gateway.http.api.openapi_urls")),
@@ -23,6 +23,7 @@ urlpatterns = [
     path("job-logs", views.JobLogs.as_view(), name="job-logs"),
     path("analytics/queue", views.AnalyticsQueue.as_view(), name="analytics-queue"),
     path("analytics/summary", views.AnalyticsSummary.as_view(), name="analytics-summary"),
+    path("mcp", mcp.Mcp.as_view(), name="mcp"),
     path("ingest/peer/<str:peer>", relay_ingress.RelayIngress.as_view(), name="relay-ingress"),
     # Last of every route: a `remote_ingress.listen_path` other than the default; 404 otherwise.
     re_path(r"^(?P<prefix>.+)/(?P<peer>[^/]+)$", relay_ingress.configured_ingress),
