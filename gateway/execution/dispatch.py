@@ -134,7 +134,7 @@ class Executor:
             outcome.events.append(preflight_event(job, "fail", spawn.refusal))
             return self._record(job, outcome, runtime)
         runtime_pre_ns = time.perf_counter_ns() - pre_started
-        run = run_plugin(spawn.path, request, timeout=timeout, env=runtime.plugin_env)
+        run = run_plugin(spawn.path, request, timeout=timeout, env=runtime.plugin_env, confinement=instance.confinement)
         if spawn.warning:
             run.warnings.insert(0, spawn.warning)
         post_started = time.perf_counter_ns()
