@@ -13,8 +13,10 @@ from django.utils import timezone
 
 from gateway import intake
 from gateway.config.frozen import thaw
+from gateway.config.sandbox import NONE
 from gateway.execution.announcements import endings, preflight_event, signals
 from gateway.execution.leases import Leases
+from gateway.execution.namespaces import empty_namespace
 from gateway.execution.protocol import build_request, judge, stored_stderr
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
@@ -134,7 +136,15 @@ class Executor:
             outcome.events.append(preflight_event(job, "fail", spawn.refusal))
             return self._record(job, outcome, runtime)
         runtime_pre_ns = time.perf_counter_ns() - pre_started
-        run = run_plugin(spawn.path, request, timeout=timeout, env=runtime.plugin_env, confinement=instance.confinement)
+        confinement = instance.confinement
+        run = run_plugin(
+            spawn.path,
+            request,
+            timeout=timeout,
+            env=runtime.plugin_env,
+            confinement=confinement,
+            network=empty_namespace() if confinement.network == NONE else None,
+        )
         if spawn.warning:
             run.warnings.insert(0, spawn.warning)
         post_started = time.perf_counter_ns()

@@ -18,9 +18,11 @@ import select
 import signal
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.execution.namespaces import NetworkNamespace
 from gateway.execution.reaper import LIFELINE, sweep_adopted
 from gateway.plugins.sandboxing import Confinement, rlimit_pair
 
@@ -77,11 +79,13 @@ def run_plugin(
     env: Mapping[str, str],
     grace: float = KILL_GRACE,
     confinement: Confinement = _HOST,
+    network: NetworkNamespace | None = None,
 ) -> RunResult:
+    """Run the plugin once; `network` is the namespace it is spawned into (None: the gateway's)."""
     result = RunResult(enter_wall_ns=time.time_ns())
     started = time.monotonic()
     try:
-        child = _spawn((*confinement.wrapper, str(entrypoint)), env)
+        child = _spawn((*confinement.wrapper, str(entrypoint)), env, network)
     except OSError as exc:
         result.spawn_error = f"cannot start {entrypoint}: {exc.strerror or exc}"
         result.spawn_errno = exc.errno
@@ -116,7 +120,7 @@ class _Child:
 _DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name))
 
 
-def _spawn(argv: tuple[str, ...], env: Mapping[str, str]) -> _Child:
+def _spawn(argv: tuple[str, ...], env: Mapping[str, str], network: NetworkNamespace | None = None) -> _Child:
     """Start the plugin in a new session (so its own process group) with pipes for stdin, stdout
     and stderr, in the spawner's working directory (spec 000 §9: "Plugin subprocesses inherit the
     dispatcher's working directory").
@@ -138,18 +142,19 @@ def _spawn(argv: tuple[str, ...], env: Mapping[str, str]) -> _Child:
         for _ in range(3):
             ends += os.pipe()
         stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w = ends
-        pid = os.posix_spawn(
-            argv[0],
-            list(argv),
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, stdin_r, 0),
-                (os.POSIX_SPAWN_DUP2, stdout_w, 1),
-                (os.POSIX_SPAWN_DUP2, stderr_w, 2),
-            ],
-            setsid=True,
-            setsigdef=_DEFAULT_SIGNALS,
-        )
+        with network.entered() if network is not None else nullcontext():
+            pid = os.posix_spawn(
+                argv[0],
+                list(argv),
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, stdin_r, 0),
+                    (os.POSIX_SPAWN_DUP2, stdout_w, 1),
+                    (os.POSIX_SPAWN_DUP2, stderr_w, 2),
+                ],
+                setsid=True,
+                setsigdef=_DEFAULT_SIGNALS,
+            )
     except BaseException:
         for fd in ends:
             os.close(fd)
