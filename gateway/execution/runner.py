@@ -91,10 +91,13 @@ def run_plugin(
         result.spawn_errno = exc.errno
         result.exit_wall_ns = time.time_ns()
         return result
-    _limit(child.pid, confinement.rlimits)
+    limited = _limit(child.pid, confinement.rlimits)
     LIVE_GROUPS.add(child.pid)
     LIFELINE.hold(child.pid, LIVE_GROUPS)
     _lower_priority(child.pid)
+    if limited is not None:
+        os.killpg(child.pid, signal.SIGKILL)  # never run a plugin without the limits it was given
+        result.warnings.append(f"the plugin was stopped: its limits could not be set ({limited})")
     try:
         _Exchange(child, request, result, deadline=started + timeout, grace=grace).run()
     finally:
@@ -184,18 +187,21 @@ def _keep_inherited_descriptors() -> None:
     _sealed_for = os.getpid()
 
 
-def _limit(pid: int, rlimits: tuple[tuple[int, int], ...]) -> None:
+def _limit(pid: int, rlimits: tuple[tuple[int, int], ...]) -> str | None:
     """The sandbox's resource limits, set right after the spawn for the same reason as the
     priority (`_lower_priority`): a `preexec_fn` would disable vfork (+3.4 ms per spawn). The race
     this leaves: the plugin runs its first microseconds (an exec, at most the start of its
     interpreter) before its limits apply; a process it forks after this inherits them. Under
-    bubblewrap the limits are set inside the sandbox before the plugin's exec instead, without a
-    race (gateway.plugins.sandboxing)."""
+    bubblewrap or setpriv the limits are set by `prlimit` before the plugin's exec instead,
+    without a race (gateway.plugins.sandboxing). Why a limit could not be set, or None."""
     for which, value in rlimits:
         try:
             resource.prlimit(pid, which, rlimit_pair(which, value))
         except ProcessLookupError:
-            return  # the plugin has already exited: nothing left to limit
+            return None  # the plugin has already exited: nothing left to limit
+        except OSError as exc:
+            return str(exc)
+    return None
 
 
 def _lower_priority(pid: int) -> None:

@@ -38,9 +38,8 @@ class Confinement:
     # Run before the entrypoint (absolute paths); empty under the host profile: then the runner
     # spawns the entrypoint itself, as it always did.
     wrapper: tuple[str, ...] = ()
-    # (RLIMIT_*, value) set soft = hard with prlimit(pid) right after the spawn. Under bwrap
-    # the limits are set inside the sandbox by `prlimit` instead (`wrapper`), so this is empty:
-    # bwrap clones the plugin, and a limit set on bwrap after that clone would miss it.
+    # (RLIMIT_*, value) set soft = hard with prlimit(pid) right after the spawn. With a wrapper
+    # the limits are set by `prlimit` at its head instead, and this is empty (`confine`).
     rlimits: tuple[tuple[int, int], ...] = ()
     network: str = HOST
     egress: tuple[str, ...] = ()
@@ -61,13 +60,16 @@ def confine(sandbox: Sandbox, plugin_dir: Path) -> Confinement:
     wrapper: list[str] = []
     if sandbox.filesystem == STRICT:
         wrapper += _bubblewrap(sandbox, plugin_dir)
-        if limits:
-            wrapper += [_program("prlimit", "util-linux"), *_prlimit_options(limits), "--"]
     if sandbox.user is not None:
         wrapper += _setpriv(sandbox.user)
+    if wrapper and limits:
+        # Before the program that clones (bwrap) or changes uid (setpriv): after either, a limit
+        # set from outside would miss the plugin or be refused (prlimit() on another uid's
+        # process needs CAP_SYS_RESOURCE, which a container's root often lacks).
+        wrapper[:0] = [_program("prlimit", "util-linux"), *_prlimit_options(limits), "--"]
     return Confinement(
         wrapper=tuple(wrapper),
-        rlimits=() if sandbox.filesystem == STRICT else limits,
+        rlimits=() if wrapper else limits,
         network=sandbox.network,
         egress=sandbox.egress,
         profile=sandbox.describe(),
