@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from gateway.config.sandbox import EGRESS, HOST, STRICT, Limits, Sandbox
+from gateway.config.sandbox import HOST, STRICT, Limits, Sandbox
 
 # Bit 21 of the capability sets (linux/capability.h): setns() and unshare() of a network namespace.
 CAP_SYS_ADMIN = 21
@@ -54,8 +54,6 @@ def confine(sandbox: Sandbox, plugin_dir: Path) -> Confinement:
             f"network: {sandbox.network} needs CAP_SYS_ADMIN (a daemon running as root) to enter a "
             "network namespace, and this process does not have it"
         )
-    if sandbox.network == EGRESS:
-        raise Unconfinable("network: egress is not available in this build yet")
     limits = _rlimits(sandbox.limits)
     wrapper: list[str] = []
     if sandbox.filesystem == STRICT:

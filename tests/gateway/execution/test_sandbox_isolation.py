@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from ledger.models import EgressHost, JobAttempt
 from ledger.states import JobStatus
 from tests.gateway.execution.test_sandbox_limits import intruder
 from tests.support.config_dirs import ConfigDir
@@ -22,6 +24,7 @@ from tests.support.network import http_server
 from tests.support.waiting import wait_for
 
 pytestmark = [
+    pytest.mark.postgres,
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces, bubblewrap and setpriv need root (CI has it)"),
 ]
@@ -167,3 +170,37 @@ def test_under_filesystem_strict_the_limits_bind_the_plugin_inside_the_sandbox(c
     job = intruder(config_dir, {"try": "allocate", "mb": 256}, {"filesystem": "strict", "limits": {"memory": "64MB"}})
     assert job.status == JobStatus.DEAD
     assert "MemoryError" in (last_log(job).stderr or "")
+
+
+# -- network: egress ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def second_url() -> Iterator[str]:
+    with http_server(Hello) as port:
+        yield f"http://127.0.0.1:{port}/"
+
+
+def test_under_egress_an_allowed_host_passes_an_unlisted_one_is_refused_and_the_ledger_records_both(
+    config_dir: ConfigDir, loopback_url: str, second_url: str
+) -> None:
+    allowed = urlsplit(loopback_url).netloc
+    sandbox = {"network": "egress", "egress": [allowed]}
+    job = intruder(config_dir, {"try": "fetch_each", "urls": [loopback_url, second_url, loopback_url]}, sandbox)
+    assert did(job) == ["hello from the test", "refused: HTTP Error 403: Forbidden", "hello from the test"]
+    # The attempt records the profile it ran under.
+    assert JobAttempt.objects.get(job_id=job.id).sandbox == (
+        f"network=egress[{allowed}] filesystem=host limits=memory:4GB,cpu:3600s,files:8192,fsize:32GB,nproc:4096"
+    )
+    assert EgressHost.objects.of_job(job.id) == [
+        {"attempt": 1, "host": allowed, "verdict": "allowed", "requests": 2},
+        {"attempt": 1, "host": urlsplit(second_url).netloc, "verdict": "refused", "requests": 1},
+    ]
+    # The proxy is the only way out: a connection that ignores it reaches nothing.
+    job = intruder(config_dir, {"try": "connect", "host": "127.0.0.1", "port": urlsplit(loopback_url).port}, sandbox)
+    assert did(job) == "refused: [Errno 111] Connection refused"
+    assert EgressHost.objects.of_job(job.id) == []
+    summed = EgressHost.objects.by_plugin("intruder")
+    assert sorted((row["host"], row["verdict"], row["requests"], row["jobs"]) for row in summed) == sorted(
+        [(allowed, "allowed", 2, 1), (urlsplit(second_url).netloc, "refused", 1, 1)]
+    )

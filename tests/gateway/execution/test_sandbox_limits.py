@@ -18,7 +18,7 @@ from tests.support.jobs import last_log, last_response, run_job
 from tests.support.processes import ductile_json
 from tests.support.runtime import installed_runtime
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def intruder(config_dir: ConfigDir, payload: dict[str, Any], sandbox: dict[str, Any] | None = None) -> Any:

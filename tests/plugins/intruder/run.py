@@ -19,6 +19,8 @@ def attempt(payload):
     if what == "fetch":  # HTTP as a well-behaved client does it: through HTTP(S)_PROXY when set
         with urllib.request.urlopen(payload["url"], timeout=5) as answer:
             return answer.read().decode()
+    if what == "fetch_each":
+        return [tried({"try": "fetch", "url": url}) for url in payload["urls"]]
     if what == "write":
         with open(payload["path"], "w") as fh:
             fh.write("intruder was here")
@@ -62,13 +64,17 @@ def attempt(payload):
     raise SystemExit(f"unknown try {what!r}")
 
 
+def tried(payload):
+    try:
+        return attempt(payload)
+    except OSError as exc:
+        return f"refused: {exc}"
+
+
 def main():
     request = json.load(sys.stdin)
     payload = (request.get("event") or {}).get("payload") or {}
-    try:
-        did = attempt(payload)
-    except OSError as exc:
-        did = f"refused: {exc}"
+    did = tried(payload)
     sys.stdout.write(json.dumps({"status": "ok", "result": {"did": did, "uid": os.getuid()}}))
 
 
