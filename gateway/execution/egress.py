@@ -13,7 +13,8 @@ connected (HTTP CONNECT for TLS, which stays end to end, or a plain HTTP request
 attribution and the record are the point, and the protocol part is the small one.
 
 It lives and dies with its worker process (its threads are daemon threads; the namespace goes
-with the process's descriptor), so a worker restarted by the supervisor starts a new one.
+with the process's descriptor), so a worker restarted by the supervisor starts a new one, and so
+does the next egress job after its listener failed.
 """
 
 from __future__ import annotations
@@ -117,7 +118,12 @@ class EgressProxy:
             try:
                 conn, _ = listener.accept()
             except OSError:
-                log.exception("the egress proxy's listener failed; egress jobs can no longer connect")
+                # The next egress job starts a new proxy, in a new namespace: the jobs running
+                # now lose theirs (their requests fail), none is left without one.
+                log.exception("the egress proxy's listener failed; the next egress job starts it again")
+                with self._lock:
+                    self._namespace = None
+                listener.close()
                 return
             threading.Thread(target=self._serve, args=(conn,), name="ductile-egress-conn", daemon=True).start()
 

@@ -20,6 +20,9 @@ from .discovery import Discovery
 from .manifest import CommandSpec, Manifest
 from .sandboxing import Confinement, Unconfinable, confine
 
+# How a plugin skipped for its sandbox is reported (`system doctor` tells it from the other reasons).
+UNCONFINABLE = "its sandbox cannot be enforced on this host"
+
 
 @dataclass(frozen=True)
 class PluginInstance:
@@ -127,7 +130,7 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
             confinement = confine(plugin.sandbox, manifest.directory)
         except Unconfinable as exc:
             # Never run it less isolated than configured: refused, with what this host lacks.
-            skipped[name] = f"its sandbox cannot be enforced on this host: {exc}"
+            skipped[name] = f"{UNCONFINABLE}: {exc}"
             continue
         instances[name] = PluginInstance(
             name=name,
