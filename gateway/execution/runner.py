@@ -22,6 +22,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.execution.credentials import as_user
 from gateway.execution.namespaces import NetworkNamespace
 from gateway.execution.reaper import LIFELINE, sweep_adopted
 from gateway.plugins.sandboxing import Confinement, rlimit_pair
@@ -85,19 +86,18 @@ def run_plugin(
     result = RunResult(enter_wall_ns=time.time_ns())
     started = time.monotonic()
     try:
-        child = _spawn((*confinement.wrapper, str(entrypoint)), env, network)
+        child = _spawn((*confinement.wrapper, str(entrypoint)), env, network, confinement)
     except OSError as exc:
         result.spawn_error = f"cannot start {entrypoint}: {exc.strerror or exc}"
         result.spawn_errno = exc.errno
         result.exit_wall_ns = time.time_ns()
         return result
-    limited = _limit(child.pid, confinement.rlimits)
     LIVE_GROUPS.add(child.pid)
     LIFELINE.hold(child.pid, LIVE_GROUPS)
     _lower_priority(child.pid)
-    if limited is not None:
+    if child.unlimited is not None:
         os.killpg(child.pid, signal.SIGKILL)  # never run a plugin without the limits it was given
-        result.warnings.append(f"the plugin was stopped: its limits could not be set ({limited})")
+        result.warnings.append(f"the plugin was stopped: its limits could not be set ({child.unlimited})")
     try:
         _Exchange(child, request, result, deadline=started + timeout, grace=grace).run()
     finally:
@@ -116,6 +116,7 @@ class _Child:
     stdin: int
     stdout: int
     stderr: int
+    unlimited: str | None = None  # why its limits could not be set (it must not run on)
 
 
 # What `subprocess` puts back to the default in a child (`restore_signals`): Python ignores
@@ -123,7 +124,12 @@ class _Child:
 _DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name))
 
 
-def _spawn(argv: tuple[str, ...], env: Mapping[str, str], network: NetworkNamespace | None = None) -> _Child:
+def _spawn(
+    argv: tuple[str, ...],
+    env: Mapping[str, str],
+    network: NetworkNamespace | None = None,
+    confinement: Confinement = _HOST,
+) -> _Child:
     """Start the plugin in a new session (so its own process group) with pipes for stdin, stdout
     and stderr, in the spawner's working directory (spec 000 §9: "Plugin subprocesses inherit the
     dispatcher's working directory").
@@ -145,7 +151,8 @@ def _spawn(argv: tuple[str, ...], env: Mapping[str, str], network: NetworkNamesp
         for _ in range(3):
             ends += os.pipe()
         stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w = ends
-        with network.entered() if network is not None else nullcontext():
+        user = confinement.credentials
+        with network.entered() if network is not None else nullcontext(), as_user(*user) if user else nullcontext():
             pid = os.posix_spawn(
                 argv[0],
                 list(argv),
@@ -158,13 +165,15 @@ def _spawn(argv: tuple[str, ...], env: Mapping[str, str], network: NetworkNamesp
                 setsid=True,
                 setsigdef=_DEFAULT_SIGNALS,
             )
+            # Still as the plugin's user, if it has one: see gateway.execution.credentials.
+            unlimited = _limit(pid, confinement.rlimits)
     except BaseException:
         for fd in ends:
             os.close(fd)
         raise
     for fd in (stdin_r, stdout_w, stderr_w):
         os.close(fd)
-    return _Child(pid, stdin_w, stdout_r, stderr_r)
+    return _Child(pid, stdin_w, stdout_r, stderr_r, unlimited)
 
 
 _sealed_for = 0  # the pid whose inherited descriptors were made close-on-exec
@@ -192,16 +201,36 @@ def _limit(pid: int, rlimits: tuple[tuple[int, int], ...]) -> str | None:
     priority (`_lower_priority`): a `preexec_fn` would disable vfork (+3.4 ms per spawn). The race
     this leaves: the plugin runs its first microseconds (an exec, at most the start of its
     interpreter) before its limits apply; a process it forks after this inherits them. Under
-    bubblewrap or setpriv the limits are set by `prlimit` before the plugin's exec instead,
-    without a race (gateway.plugins.sandboxing). Why a limit could not be set, or None."""
+    bubblewrap the limits are set by `prlimit` before the plugin's exec instead, without a race
+    (gateway.plugins.sandboxing). Why a limit could not be set, or None.
+
+    A plugin spawned as another user (gateway.execution.credentials) may refuse the first calls:
+    the kernel lets its vfork parent go on before the exec commits the child's credentials (its
+    saved uid is still root meanwhile), and prlimit() matches every id. The call is tried again
+    until the child has them: microseconds, or the scheduler's delay on a busy machine."""
     for which, value in rlimits:
-        try:
-            resource.prlimit(pid, which, rlimit_pair(which, value))
-        except ProcessLookupError:
-            return None  # the plugin has already exited: nothing left to limit
-        except OSError as exc:
-            return str(exc)
+        deadline = 0.0
+        while True:
+            try:
+                resource.prlimit(pid, which, rlimit_pair(which, value))
+                break
+            except ProcessLookupError:
+                return None  # the plugin has already exited: nothing left to limit
+            except PermissionError as exc:
+                now = time.monotonic()
+                deadline = deadline or now + _LIMIT_PATIENCE
+                if now > deadline:
+                    return str(exc)
+                # A sleep, not a spin: on a busy machine the child waits for this CPU to exec.
+                time.sleep(_LIMIT_RETRY)
+            except OSError as exc:
+                return str(exc)
     return None
+
+
+# How long a refused prlimit() is tried again while a plugin's exec commits its credentials.
+_LIMIT_PATIENCE = 1.0
+_LIMIT_RETRY = 0.0001
 
 
 def _lower_priority(pid: int) -> None:

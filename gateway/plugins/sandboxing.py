@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import grp
 import os
+import platform
 import pwd
 import resource
 import shutil
@@ -25,6 +26,9 @@ from gateway.config.sandbox import HOST, STRICT, Limits, Sandbox
 
 # Bit 21 of the capability sets (linux/capability.h): setns() and unshare() of a network namespace.
 CAP_SYS_ADMIN = 21
+# (setgroups, setresuid, setresgid) system call numbers by machine, for switching one thread's
+# credentials (gateway.execution.credentials); elsewhere `user:` goes through setpriv.
+CREDENTIAL_SYSCALLS = {"x86_64": (116, 117, 119), "aarch64": (159, 147, 149)}
 
 
 class Unconfinable(Exception):
@@ -43,6 +47,9 @@ class Confinement:
     rlimits: tuple[tuple[int, int], ...] = ()
     network: str = HOST
     egress: tuple[str, ...] = ()
+    # (uid, gid) the spawning thread takes for the spawn (`user:` without bubblewrap): the plugin
+    # is that user from its exec on, with no wrapper to exec (gateway.execution.credentials).
+    credentials: tuple[int, int] | None = None
     # Sandbox.describe(): recorded on each attempt, shown by the console and `job inspect`.
     profile: str = ""
 
@@ -56,9 +63,12 @@ def confine(sandbox: Sandbox, plugin_dir: Path) -> Confinement:
         )
     limits = _rlimits(sandbox.limits)
     wrapper: list[str] = []
+    credentials = None
     if sandbox.filesystem == STRICT:
         wrapper += _bubblewrap(sandbox, plugin_dir)
-    if sandbox.user is not None:
+    if sandbox.user is not None and not wrapper and platform.machine() in CREDENTIAL_SYSCALLS:
+        credentials = _credentials(sandbox.user)
+    elif sandbox.user is not None:
         wrapper += _setpriv(sandbox.user)
     if wrapper and limits:
         # Before the program that clones (bwrap) or changes uid (setpriv): after either, a limit
@@ -70,13 +80,14 @@ def confine(sandbox: Sandbox, plugin_dir: Path) -> Confinement:
         rlimits=() if wrapper else limits,
         network=sandbox.network,
         egress=sandbox.egress,
+        credentials=credentials,
         profile=sandbox.describe(),
     )
 
 
 def _rlimits(limits: Limits) -> tuple[tuple[int, int], ...]:
-    """Each configured limit, never above what this process may grant (its own hard limit,
-    unless it may raise limits: root): prlimit() refuses a raise without CAP_SYS_RESOURCE."""
+    """Each configured limit, never above this process's own hard limit: prlimit() refuses a
+    raise without CAP_SYS_RESOURCE, and a plugin gets no more than its daemon has."""
     wanted = (
         (resource.RLIMIT_DATA, limits.memory),
         (resource.RLIMIT_CPU, limits.cpu),
@@ -89,7 +100,7 @@ def _rlimits(limits: Limits) -> tuple[tuple[int, int], ...]:
         if value is None:
             continue
         hard = resource.getrlimit(which)[1]
-        if hard != resource.RLIM_INFINITY and os.geteuid() != 0:
+        if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         found.append((which, value))
     return tuple(found)
@@ -151,15 +162,21 @@ def _bubblewrap_fails(bwrap: str) -> str | None:
     return done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}" if done.returncode else None
 
 
-def _setpriv(user: str) -> list[str]:
-    """Drop to `user` (name or uid, `:group` optional; else the user's primary group) with no
-    supplementary groups and no way back to privileges (no_new_privs: setuid binaries and file
-    capabilities grant nothing)."""
+def _credentials(user: str) -> tuple[int, int]:
+    """(uid, gid) of `user` (name or uid, `:group` optional; else the user's primary group), which
+    only a root daemon can switch to."""
     if os.geteuid() != 0:
         raise Unconfinable(
             f"user: {user} needs the daemon to run as root (it runs as uid {os.geteuid()}) to switch users"
         )
-    uid, gid = resolve_user(user)
+    return resolve_user(user)
+
+
+def _setpriv(user: str) -> list[str]:
+    """Drop to `user` with no supplementary groups and no way back to privileges (no_new_privs:
+    setuid binaries and file capabilities grant nothing): under bubblewrap, whose capabilities
+    are dropped but for the two setpriv needs, and on machines without `CREDENTIAL_SYSCALLS`."""
+    uid, gid = _credentials(user)
     setpriv = _program("setpriv", "util-linux")
     return [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs", "--"]
 
