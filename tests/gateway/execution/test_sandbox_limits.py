@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +36,23 @@ def limits_of(job: Any) -> dict[str, str]:
     return {line[:26].strip(): line[26:].split()[0] for line in text.splitlines()[1:]}
 
 
+def capped(which: int, value: int) -> str:
+    """A limit as the plugin reads it: never above the daemon's (this process's) own hard limit."""
+    hard = resource.getrlimit(which)[1]
+    return str(value if hard == resource.RLIM_INFINITY else min(value, hard))
+
+
 def test_the_default_limits_are_set_on_the_plugin_process_and_bundled_plugins_run_unchanged(
     config_dir: ConfigDir,
 ) -> None:
     job = intruder(config_dir, {"try": "read", "path": "/proc/self/limits"})
     assert job.status == JobStatus.SUCCEEDED
     limits = limits_of(job)
-    assert limits["Max data size"] == str(4 * 1024**3)
-    assert limits["Max cpu time"] == "3600"
-    assert limits["Max open files"] == "8192"
-    assert limits["Max file size"] == str(32 * 1024**3)
-    assert limits["Max processes"] == "4096"
+    assert limits["Max data size"] == capped(resource.RLIMIT_DATA, 4 * 1024**3)
+    assert limits["Max cpu time"] == capped(resource.RLIMIT_CPU, 3600)
+    assert limits["Max open files"] == capped(resource.RLIMIT_NOFILE, 8192)
+    assert limits["Max file size"] == capped(resource.RLIMIT_FSIZE, 32 * 1024**3)
+    assert limits["Max processes"] == capped(resource.RLIMIT_NPROC, 4096)
     with installed_runtime(config_dir) as holder:
         for plugin, payload in (("echo", {"message": "x"}), ("py-greet", {}), ("probe", {})):
             done = run_job(holder, plugin, payload=payload)
