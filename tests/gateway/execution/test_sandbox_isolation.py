@@ -75,7 +75,10 @@ def test_under_network_none_the_plugin_reaches_nothing_not_even_the_hosts_loopba
 # -- filesystem: strict (bubblewrap) and user: --------------------------------------------------
 
 
-NOBODY = 65534
+# Users with no passwd entry, one per test: RLIMIT_NPROC counts every process of a uid, so a test
+# on another xdist worker must not share one (nor may the host's own `nobody`).
+READER = 39001
+FORKERS = {"host": 39002, "strict": 39003}
 
 
 def processes_of(uid: int) -> list[int]:
@@ -140,10 +143,10 @@ def test_under_filesystem_strict_the_plugin_writes_only_its_writable_paths_and_s
 def test_as_its_own_user_the_plugin_cannot_read_root_only_files_nor_signal_the_daemons_processes(
     config_dir: ConfigDir, root_only: Path, bystander: subprocess.Popen[bytes]
 ) -> None:
-    job = intruder(config_dir, {"try": "read", "path": str(root_only)}, {"user": "nobody"})
+    job = intruder(config_dir, {"try": "read", "path": str(root_only)}, {"user": READER})
     assert did(job) == f"refused: [Errno 13] Permission denied: '{root_only}'"
-    assert last_response(job)["result"]["uid"] == NOBODY
-    job = intruder(config_dir, {"try": "signal", "pid": bystander.pid}, {"user": "nobody"})
+    assert last_response(job)["result"]["uid"] == READER
+    job = intruder(config_dir, {"try": "signal", "pid": bystander.pid}, {"user": READER})
     assert did(job) == "refused: [Errno 1] Operation not permitted"
     assert bystander.poll() is None
     # Root inside bubblewrap with every capability dropped still owns root's files: only another
@@ -151,19 +154,20 @@ def test_as_its_own_user_the_plugin_cannot_read_root_only_files_nor_signal_the_d
     assert did(intruder(config_dir, {"try": "read", "path": str(root_only)}, {"filesystem": "strict"})) == (
         "the daemon's secret"
     )
-    job = intruder(config_dir, {"try": "read", "path": str(root_only)}, {"filesystem": "strict", "user": "nobody"})
+    job = intruder(config_dir, {"try": "read", "path": str(root_only)}, {"filesystem": "strict", "user": READER})
     assert did(job) == f"refused: [Errno 13] Permission denied: '{root_only}'"
 
 
 @pytest.mark.parametrize("filesystem", ["host", "strict"])
 def test_as_its_own_user_forking_past_the_process_limit_is_refused(config_dir: ConfigDir, filesystem: str) -> None:
     """RLIMIT_NPROC binds a plugin with a uid of its own (the kernel never applies it to root)."""
-    # The limit counts every process of the uid: wait out an earlier test's children being reaped.
-    wait_for(lambda: not processes_of(NOBODY), what="no process of nobody's left", timeout=15)
-    sandbox = {"user": "nobody", "filesystem": filesystem, "limits": {"processes": 8}}
+    uid = FORKERS[filesystem]
+    # The limit counts every process of the uid: wait out an earlier run's children being reaped.
+    wait_for(lambda: not processes_of(uid), what=f"no process of uid {uid} left", timeout=15)
+    sandbox = {"user": uid, "filesystem": filesystem, "limits": {"processes": 8}}
     job = intruder(config_dir, {"try": "fork", "count": 30}, sandbox)
     assert did(job) == "refused: [Errno 11] Resource temporarily unavailable"
-    assert did(intruder(config_dir, {"try": "fork", "count": 30}, {"user": "nobody"})) == "forked 30"
+    assert did(intruder(config_dir, {"try": "fork", "count": 30}, {"user": uid})) == "forked 30"
 
 
 def test_under_filesystem_strict_the_limits_bind_the_plugin_inside_the_sandbox(config_dir: ConfigDir) -> None:
