@@ -23,6 +23,7 @@ from .durations import format_duration, parse_duration
 from .errors import ConfigError, ConfigProblem
 from .frozen import freeze
 from .loader import MergedConfig, load_config_tree
+from .sandbox import EGRESS, Sandbox, SandboxDefaults, plugin_sandbox, sandbox_defaults
 from .schedules import Schedule, parse_schedules
 from .validity import describe_all, schema_errors, unknown_keys
 from .webhooks import WebhooksConfig, webhooks_config
@@ -147,6 +148,8 @@ class ServiceConfig:
     admission: AdmissionPolicy = AdmissionPolicy()
     # Named worker groups: the plugins each group's workers claim (`runworkers --group NAME`).
     worker_groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # The profile and limits of every plugin without its own `sandbox:` (docs/sandbox.md).
+    sandbox: SandboxDefaults = field(default_factory=SandboxDefaults)
 
     def worker_group(self, name: str) -> tuple[str, ...]:
         """The plugins of group `name`; ValueError, saying which groups there are, if none has it."""
@@ -175,6 +178,11 @@ class PluginConfig:
     max_outstanding_polls: int
     circuit_breaker: CircuitBreakerPolicy
     source: Path | None = None
+    # What its processes may touch: its own `sandbox:` over the gateway's default.
+    sandbox: Sandbox = field(default_factory=Sandbox)
+    # Whether the entry has a `sandbox:` of its own (`system doctor` names those left on the
+    # host's network and filesystem under a strict default).
+    own_sandbox: bool = False
 
     def timeout_for(self, command: str) -> float:
         if command in self.timeouts:
@@ -395,6 +403,7 @@ class _Builder:
             backup=self._backup(raw.get("backup")),
             admission=self.gates,
             worker_groups=self._worker_group_map(raw.get("worker_groups")),
+            sandbox=sandbox_defaults(raw),
         )
         if service.job_queue_retention < service.dedupe_ttl:
             self.problems.append(
@@ -543,6 +552,15 @@ class _Builder:
         self.problems.extend(schedules.problems)
         self.merged.warnings.extend(schedules.warnings)
         origin = self.merged.origin_of(p)
+        sandbox = plugin_sandbox(raw.get("sandbox"), service.sandbox)
+        if sandbox.egress and sandbox.network != EGRESS:
+            self.problems.append(
+                self.merged.problem(
+                    (*p, "sandbox", "egress"),
+                    f"egress lists hosts but network is {sandbox.network!r}: "
+                    "they are reached only with network: egress",
+                )
+            )
         return PluginConfig(
             name=name,
             uses=raw.get("uses") or name,
@@ -560,4 +578,6 @@ class _Builder:
                 reset_after=self._duration((*p, "circuit_breaker", "reset_after"), cb_raw.get("reset_after"), 1800.0),
             ),
             source=origin.file if origin else None,
+            sandbox=sandbox,
+            own_sandbox=raw.get("sandbox") is not None,
         )

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.errors import ConfigError
+from gateway.config.sandbox import EGRESS
 from gateway.console.render import json_tree
 from gateway.plugins.manifest import Manifest
 from gateway.reports import seal_status
 from gateway.reports.redaction import config_view
 from gateway.runtime import RUNTIME
-from ledger.models import PluginInstanceRecord
+from ledger.models import EgressHost, PluginInstanceRecord
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class PluginRow:
     manifest: Manifest | None
     parallelism: int | None
     health: PluginInstanceRecord | None
+    sandbox: str  # the profile its jobs run under (gateway.config.sandbox.Sandbox.describe)
+    # The hosts its jobs asked the egress proxy for, summed (EgressHost.objects.by_plugin).
+    egress: list[dict[str, Any]]
 
 
 def config_context() -> dict[str, Any]:
@@ -52,6 +56,8 @@ def config_context() -> dict[str, Any]:
                 manifest=instance.manifest if instance else registry.discovery.manifests.get(plugin.uses),
                 parallelism=instance.shown_parallelism if instance else None,
                 health=health.get(name),
+                sandbox=plugin.sandbox.describe(),
+                egress=EgressHost.objects.by_plugin(name) if plugin.sandbox.network == EGRESS else [],
             )
         )
     return {

@@ -12,7 +12,17 @@ from gateway.config.redaction import REDACTED
 from gateway.console.render import capped
 from gateway.console.safety import Safe
 from gateway.reports import added_paths, claims_only, depth_first, parse_response, tree_root
-from ledger.models import EventContext, EventRecord, Job, JobLog, JobStopwatch, JobTransition, PluginFact
+from ledger.models import (
+    EgressHost,
+    EventContext,
+    EventRecord,
+    Job,
+    JobAttempt,
+    JobLog,
+    JobStopwatch,
+    JobTransition,
+    PluginFact,
+)
 from pipelines.successors import CONTROL
 
 # Rows of a tree shown on one page (a split can fan out to thousands).
@@ -46,6 +56,9 @@ class Attempt:
     stderr: str
     stderr_omitted: int
     error: str
+    sandbox: str | None = None  # the profile the plugin ran under
+    # Hosts it asked the egress proxy for: {"host", "verdict", "requests"}.
+    egress: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -107,6 +120,8 @@ def read_story(job: Job, safe: Safe) -> Story:
 
 def _attempts(job: Job, safe: Safe) -> list[Attempt]:
     timings = {s.attempt: s for s in JobStopwatch.objects.filter(job_id=job.id).order_by("id")}
+    profiles = dict(JobAttempt.objects.filter(job_id=job.id).values_list("attempt", "sandbox"))
+    egress = EgressHost.objects.of_job(job.id)
     attempts = []
     for log in JobLog.objects.filter(job_id=job.id).order_by("completed_at"):
         parsed = parse_response(log.result)
@@ -121,6 +136,8 @@ def _attempts(job: Job, safe: Safe) -> list[Attempt]:
                 stderr=stderr,
                 stderr_omitted=omitted,
                 error=safe.text(log.last_error),
+                sandbox=profiles.get(log.attempt),
+                egress=[e for e in egress if e["attempt"] == log.attempt],
             )
         )
     return attempts

@@ -13,8 +13,11 @@ from django.utils import timezone
 
 from gateway import intake
 from gateway.config.frozen import thaw
+from gateway.config.sandbox import EGRESS, NONE
 from gateway.execution.announcements import endings, preflight_event, signals
+from gateway.execution.egress import PROXY as EGRESS_PROXY
 from gateway.execution.leases import Leases
+from gateway.execution.namespaces import empty_namespace
 from gateway.execution.protocol import build_request, judge, stored_stderr
 from gateway.execution.runner import run_plugin
 from gateway.logs import logger
@@ -134,7 +137,17 @@ class Executor:
             outcome.events.append(preflight_event(job, "fail", spawn.refusal))
             return self._record(job, outcome, runtime)
         runtime_pre_ns = time.perf_counter_ns() - pre_started
-        run = run_plugin(spawn.path, request, timeout=timeout, env=runtime.plugin_env)
+        confinement = instance.confinement
+        network, env, ticket = None, runtime.plugin_env, None
+        if confinement.network == NONE:
+            network = empty_namespace()
+        elif confinement.network == EGRESS:
+            ticket = EGRESS_PROXY.admit(job.id, confinement.egress)
+            network, env = ticket.namespace, {**env, **ticket.env}
+        try:
+            run = run_plugin(spawn.path, request, timeout=timeout, env=env, confinement=confinement, network=network)
+        finally:
+            asked = EGRESS_PROXY.release(ticket) if ticket is not None else []
         if spawn.warning:
             run.warnings.insert(0, spawn.warning)
         post_started = time.perf_counter_ns()
@@ -150,6 +163,8 @@ class Executor:
             # set aside (a dropped event, an ignored field) go with its stderr in job_log.
             stderr=stored_stderr(run.stderr, verdict.warnings),
             backoff_base=instance.config.retry.backoff_base,
+            sandbox=confinement.profile,
+            egress=asked,
         )
         outcome.events.append(preflight_event(job, "run", ""))
         emitted = None

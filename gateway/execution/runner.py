@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import select
 import signal
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.execution.credentials import as_user
+from gateway.execution.namespaces import NetworkNamespace
 from gateway.execution.reaper import LIFELINE, sweep_adopted
+from gateway.plugins.sandboxing import Confinement, rlimit_pair
 
 STDOUT_CAP = 10 * 1024 * 1024
 STDERR_CAP = 64 * 1024
@@ -36,6 +41,8 @@ _EXIT_POLL = 0.05
 # still runs a plugin at full speed.
 PLUGIN_NICENESS = 10
 _READ_CHUNK = 65536
+
+_HOST = Confinement()
 
 # Process groups of plugins running now, so a forced shutdown can kill them rather than orphan them.
 LIVE_GROUPS: set[int] = set()
@@ -72,11 +79,14 @@ def run_plugin(
     timeout: float,
     env: Mapping[str, str],
     grace: float = KILL_GRACE,
+    confinement: Confinement = _HOST,
+    network: NetworkNamespace | None = None,
 ) -> RunResult:
+    """Run the plugin once; `network` is the namespace it is spawned into (None: the gateway's)."""
     result = RunResult(enter_wall_ns=time.time_ns())
     started = time.monotonic()
     try:
-        child = _spawn(entrypoint, env)
+        child = _spawn((*confinement.wrapper, str(entrypoint)), env, network, confinement)
     except OSError as exc:
         result.spawn_error = f"cannot start {entrypoint}: {exc.strerror or exc}"
         result.spawn_errno = exc.errno
@@ -85,6 +95,9 @@ def run_plugin(
     LIVE_GROUPS.add(child.pid)
     LIFELINE.hold(child.pid, LIVE_GROUPS)
     _lower_priority(child.pid)
+    if child.unlimited is not None:
+        os.killpg(child.pid, signal.SIGKILL)  # never run a plugin without the limits it was given
+        result.warnings.append(f"the plugin was stopped: its limits could not be set ({child.unlimited})")
     try:
         _Exchange(child, request, result, deadline=started + timeout, grace=grace).run()
     finally:
@@ -103,6 +116,7 @@ class _Child:
     stdin: int
     stdout: int
     stderr: int
+    unlimited: str | None = None  # why its limits could not be set (it must not run on)
 
 
 # What `subprocess` puts back to the default in a child (`restore_signals`): Python ignores
@@ -110,7 +124,12 @@ class _Child:
 _DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name))
 
 
-def _spawn(entrypoint: Path, env: Mapping[str, str]) -> _Child:
+def _spawn(
+    argv: tuple[str, ...],
+    env: Mapping[str, str],
+    network: NetworkNamespace | None = None,
+    confinement: Confinement = _HOST,
+) -> _Child:
     """Start the plugin in a new session (so its own process group) with pipes for stdin, stdout
     and stderr, in the spawner's working directory (spec 000 §9: "Plugin subprocesses inherit the
     dispatcher's working directory").
@@ -121,7 +140,8 @@ def _spawn(entrypoint: Path, env: Mapping[str, str]) -> _Child:
     a failed exec as an error. It closes no descriptors, so this process's own must all be
     close-on-exec: Python makes every descriptor it opens so, SQLite and libpq open theirs so, and
     what the process inherited at its start is made so before its first spawn
-    (`_keep_inherited_descriptors`)."""
+    (`_keep_inherited_descriptors`). `argv[0]` is the entrypoint, or the sandbox's first program
+    (gateway.plugins.sandboxing)."""
     _keep_inherited_descriptors()
     ends: list[int] = []
     try:
@@ -131,25 +151,29 @@ def _spawn(entrypoint: Path, env: Mapping[str, str]) -> _Child:
         for _ in range(3):
             ends += os.pipe()
         stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w = ends
-        pid = os.posix_spawn(
-            str(entrypoint),
-            [str(entrypoint)],
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, stdin_r, 0),
-                (os.POSIX_SPAWN_DUP2, stdout_w, 1),
-                (os.POSIX_SPAWN_DUP2, stderr_w, 2),
-            ],
-            setsid=True,
-            setsigdef=_DEFAULT_SIGNALS,
-        )
+        user = confinement.credentials
+        with network.entered() if network is not None else nullcontext(), as_user(*user) if user else nullcontext():
+            pid = os.posix_spawn(
+                argv[0],
+                list(argv),
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, stdin_r, 0),
+                    (os.POSIX_SPAWN_DUP2, stdout_w, 1),
+                    (os.POSIX_SPAWN_DUP2, stderr_w, 2),
+                ],
+                setsid=True,
+                setsigdef=_DEFAULT_SIGNALS,
+            )
+            # Still as the plugin's user, if it has one: see gateway.execution.credentials.
+            unlimited = _limit(pid, confinement.rlimits)
     except BaseException:
         for fd in ends:
             os.close(fd)
         raise
     for fd in (stdin_r, stdout_w, stderr_w):
         os.close(fd)
-    return _Child(pid, stdin_w, stdout_r, stderr_r)
+    return _Child(pid, stdin_w, stdout_r, stderr_r, unlimited)
 
 
 _sealed_for = 0  # the pid whose inherited descriptors were made close-on-exec
@@ -170,6 +194,43 @@ def _keep_inherited_descriptors() -> None:
         except OSError:
             pass  # the listing's own descriptor, closed by now
     _sealed_for = os.getpid()
+
+
+def _limit(pid: int, rlimits: tuple[tuple[int, int], ...]) -> str | None:
+    """The sandbox's resource limits, set right after the spawn for the same reason as the
+    priority (`_lower_priority`): a `preexec_fn` would disable vfork (+3.4 ms per spawn). The race
+    this leaves: the plugin runs its first microseconds (an exec, at most the start of its
+    interpreter) before its limits apply; a process it forks after this inherits them. Under
+    bubblewrap the limits are set by `prlimit` before the plugin's exec instead, without a race
+    (gateway.plugins.sandboxing). Why a limit could not be set, or None.
+
+    A plugin spawned as another user (gateway.execution.credentials) may refuse the first calls:
+    the kernel lets its vfork parent go on before the exec commits the child's credentials (its
+    saved uid is still root meanwhile), and prlimit() matches every id. The call is tried again
+    until the child has them: microseconds, or the scheduler's delay on a busy machine."""
+    for which, value in rlimits:
+        deadline = 0.0
+        while True:
+            try:
+                resource.prlimit(pid, which, rlimit_pair(which, value))
+                break
+            except ProcessLookupError:
+                return None  # the plugin has already exited: nothing left to limit
+            except PermissionError as exc:
+                now = time.monotonic()
+                deadline = deadline or now + _LIMIT_PATIENCE
+                if now > deadline:
+                    return str(exc)
+                # A sleep, not a spin: on a busy machine the child waits for this CPU to exec.
+                time.sleep(_LIMIT_RETRY)
+            except OSError as exc:
+                return str(exc)
+    return None
+
+
+# How long a refused prlimit() is tried again while a plugin's exec commits its credentials.
+_LIMIT_PATIENCE = 1.0
+_LIMIT_RETRY = 0.0001
 
 
 def _lower_priority(pid: int) -> None:

@@ -8,7 +8,9 @@ chain, or a cycle), routes that loop, a token scope naming a plugin that is not 
 plugins discovered but never configured (or unable to run here) or configured but never
 triggered, a webhook listener sharing the API's address, a tick under a second, an alias whose
 target is in no plugin root, on-hook pipelines of notify_on_complete plugins that run each other
-in a loop, and a token scope allowing or denying a command its plugin does not have. Given the
+in a loop, a token scope allowing or denying a command its plugin does not have, a plugin whose
+sandbox this host cannot enforce, and one left on the host's network and filesystem under
+`sandbox_default: strict`. Given the
 cluster as the ledger has it (read by the caller), also the plugins whose queued jobs no live
 node runs.
 """
@@ -20,7 +22,9 @@ from typing import Any
 
 from gateway.config.durations import format_duration
 from gateway.config.model import RECOMMENDED_TICK_INTERVAL
+from gateway.config.sandbox import HOST, STRICT
 from gateway.config.tokens import ADMIN, FINER, RESOURCES
+from gateway.plugins.registry import UNCONFINABLE
 from gateway.reports.nodes import NodesReport
 from gateway.runtime import Runtime
 
@@ -53,6 +57,7 @@ def diagnose(runtime: Runtime, nodes: NodesReport | None = None) -> list[Finding
     for check in (
         doctor.service_tick,
         doctor.skipped_plugins,
+        doctor.sandbox_holes,
         doctor.alias_chains,
         doctor.route_cycles,
         doctor.hook_cycles,
@@ -133,6 +138,14 @@ class _Doctor:
             if name in self.runtime.registry.refusals:
                 continue
             manifest = manifests.get(plugin.uses)
+            if reason.startswith(UNCONFINABLE):
+                self.add(
+                    "sandbox_unenforceable",
+                    ERROR,
+                    f"plugin {name!r} is enabled but cannot run: {reason}",
+                    ("plugins", name, "sandbox") if plugin.own_sandbox else ("service", "sandbox_default"),
+                )
+                continue
             if manifest is not None and manifest.cannot_run:
                 check = "interpreter_missing"
             elif "missing required config keys" in reason:
@@ -150,6 +163,22 @@ class _Doctor:
             else:
                 check = "plugin_not_discovered"
             self.add(check, ERROR, f"plugin {name!r} is enabled but cannot run: {reason}", ("plugins", name))
+
+    def sandbox_holes(self) -> None:
+        """Under `sandbox_default: strict`, a plugin whose own `sandbox:` puts it back on the host's
+        network and filesystem is the one an auditor should look at first."""
+        if self.config.service.sandbox.profile != STRICT:
+            return
+        for name, plugin in self.config.plugins.items():
+            sandbox = plugin.sandbox
+            if plugin.enabled and sandbox.network == HOST and sandbox.filesystem == HOST:
+                self.add(
+                    "sandbox_host_under_strict",
+                    WARNING,
+                    f"plugin {name!r} runs with the host's network and filesystem while service.sandbox_default "
+                    "is strict: its own sandbox: says so",
+                    ("plugins", name, "sandbox"),
+                )
 
     def alias_chains(self) -> None:
         """`uses:` names a plugin in the roots; an alias of an alias is never followed."""

@@ -29,6 +29,7 @@ from gateway.operations.backups.archive import plan_for, write_backup
 from gateway.runtime import RUNTIME
 from ledger.models import (
     ConfigSnapshot,
+    EgressHost,
     EventRecord,
     Job,
     JobAttempt,
@@ -75,6 +76,7 @@ def prune(*, job_queue_retention: float, job_log_retention: float, batch: int = 
         "job_queue": drain(Job.objects.expired(queue_cutoff), batch),
         "job_log": drain(JobLog.objects.expired(log_cutoff), batch),
         "job_attempts": drain(JobAttempt.objects.expired(log_cutoff), batch),
+        "egress_hosts": drain(EgressHost.objects.expired(log_cutoff), batch),
         "job_transitions": drain(JobTransition.objects.expired(log_cutoff), batch),
         "job_stopwatch": drain(JobStopwatch.objects.expired(log_cutoff), batch),
         "event_log": drain(EventRecord.objects.expired(log_cutoff), batch),

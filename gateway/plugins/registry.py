@@ -6,7 +6,7 @@ An instance that cannot load is skipped with a reason; it never stops the others
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gateway.config.errors import ConfigProblem
@@ -18,6 +18,10 @@ from pipelines.dsl import SWITCH
 
 from .discovery import Discovery
 from .manifest import CommandSpec, Manifest
+from .sandboxing import Confinement, Unconfinable, confine
+
+# How a plugin skipped for its sandbox is reported (`system doctor` tells it from the other reasons).
+UNCONFINABLE = "its sandbox cannot be enforced on this host"
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,8 @@ class PluginInstance:
     # there), and on one node (spec §4.2.1's `parallelism`, per node).
     parallelism: int | None
     node_parallelism: int
+    # How its sandbox is enforced here (gateway.plugins.sandboxing); the host profile when disabled.
+    confinement: Confinement = field(default_factory=Confinement)
 
     @property
     def cap(self) -> Cap:
@@ -120,8 +126,19 @@ def build_registry(config: GatewayConfig, discovery: Discovery) -> Registry:
                             key=f"plugins.{name}.config.{key}",
                         )
                     )
+        try:
+            confinement = confine(plugin.sandbox, manifest.directory)
+        except Unconfinable as exc:
+            # Never run it less isolated than configured: refused, with what this host lacks.
+            skipped[name] = f"{UNCONFINABLE}: {exc}"
+            continue
         instances[name] = PluginInstance(
-            name=name, config=plugin, manifest=manifest, parallelism=cap.cluster, node_parallelism=cap.node
+            name=name,
+            config=plugin,
+            manifest=manifest,
+            parallelism=cap.cluster,
+            node_parallelism=cap.node,
+            confinement=confinement,
         )
     for name, reason in skipped.items():
         warnings.append(ConfigProblem(f"plugin {name!r} skipped: {reason}", key=f"plugins.{name}"))

@@ -31,6 +31,7 @@ from gateway.scheduler.timing import first_due
 from ledger.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
+    EgressHost,
     EventContext,
     Job,
     JobAttempt,
@@ -246,9 +247,13 @@ def job_detail(job: Job) -> dict[str, Any]:
                     "started_at": ts(a.started_at),
                     "completed_at": ts(a.completed_at),
                     "error": a.error,
+                    # The sandbox profile the plugin ran under (None: nothing was spawned).
+                    "sandbox": a.sandbox,
                 }
                 for a in JobAttempt.objects.filter(job_id=job.id).order_by("attempt")
             ],
+            # Every host the plugin asked the egress proxy for (network: egress), per attempt.
+            "egress": EgressHost.objects.of_job(job.id),
             "stopwatch": [
                 {
                     "attempt": s.attempt,

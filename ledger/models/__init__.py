@@ -4,6 +4,7 @@ from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import BreakerState, CircuitBreaker, CircuitBreakerTransition, Gate
 from ledger.models.config_snapshots import ConfigSnapshot
 from ledger.models.context import EventContext
+from ledger.models.egress import EgressHost
 from ledger.models.events import EventRecord
 from ledger.models.facts import PluginFact, PluginState, StorageSequence
 from ledger.models.jobs import (
@@ -27,6 +28,7 @@ __all__ = [
     "CircuitBreaker",
     "CircuitBreakerTransition",
     "ConfigSnapshot",
+    "EgressHost",
     "EnqueueResult",
     "EventContext",
     "EventRecord",

@@ -30,6 +30,9 @@ class JobAttempt(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(default=timezone.now)
     error = models.TextField(null=True, blank=True)
+    # The sandbox profile the plugin ran under (gateway.config.sandbox.Sandbox.describe); None for
+    # an attempt that spawned nothing (a refusal, a recovery, an internal hop).
+    sandbox = models.TextField(null=True, blank=True)
 
     objects = JobAttemptQuerySet.as_manager()
 
@@ -55,6 +58,7 @@ class JobAttempt(models.Model):
         started_at: datetime | None,
         error: str | None,
         now: datetime,
+        sandbox: str | None = None,
     ) -> None:
         """Call inside the transaction that records the attempt's outcome."""
         sql.insert(
@@ -67,5 +71,6 @@ class JobAttempt(models.Model):
                 "started_at": started_at,
                 "completed_at": now,
                 "error": error,
+                "sandbox": sandbox,
             },
         )

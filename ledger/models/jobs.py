@@ -25,6 +25,7 @@ from ledger.job_notifications import notify_enqueued, notify_finished
 from ledger.models.attempts import JobAttempt
 from ledger.models.breakers import record_scheduled_outcome
 from ledger.models.context import EventContext
+from ledger.models.egress import EgressHost
 from ledger.models.events import EventRecord
 from ledger.models.facts import write_state
 from ledger.models.retention import PrunableQuerySet
@@ -158,6 +159,10 @@ class AttemptOutcome:
     events: list[dict[str, Any]] = field(default_factory=list)
     # Set for scheduler-originated jobs: the circuit breaker's failure threshold for this target.
     breaker_threshold: int | None = None
+    # The sandbox profile the plugin ran under, and the hosts it asked the egress proxy for:
+    # (host:port, allowed|refused, requests).
+    sandbox: str | None = None
+    egress: list[tuple[str, str, int]] = field(default_factory=list)
     # When a retried attempt's successor is due, decided before recording so that the
     # `job.retry_scheduled` event announces the very time the row gets; None: computed here.
     retry_at: datetime | None = None
@@ -951,7 +956,10 @@ class JobLog(models.Model):
             started_at=job.started_at,
             error=outcome.error,
             now=now,
+            sandbox=outcome.sandbox,
         )
+        if outcome.egress:
+            EgressHost.record(job_id=job.id, attempt=job.attempt, plugin=job.plugin, hosts=outcome.egress, now=now)
         sql.insert(
             cls,
             {

@@ -136,8 +136,12 @@ def test_sysusers_and_tmpfiles_make_the_account_and_its_private_directories(tmp_
         [sysusers, f"--root={root}", str(SYSTEMD / "ductile.sysusers.conf")], capture_output=True, text=True
     )
     assert made.returncode == 0, made.stderr
-    [account] = [line.split(":") for line in (root / "etc" / "passwd").read_text().splitlines()]
-    assert account[0] == "ductile" and account[5:] == ["/var/lib/ductile", "/usr/sbin/nologin"]
+    accounts = {line.split(":")[0]: line.split(":") for line in (root / "etc" / "passwd").read_text().splitlines()}
+    assert sorted(accounts) == ["ductile", "ductile-plugin"]
+    account = accounts["ductile"]
+    assert account[5:] == ["/var/lib/ductile", "/usr/sbin/nologin"]
+    # The plugins' own account (sandbox.user) owns no home and cannot log in.
+    assert accounts["ductile-plugin"][5:] == ["/", "/usr/sbin/nologin"]
     made = subprocess.run(
         [tmpfiles, f"--root={root}", "--create", str(SYSTEMD / "ductile.tmpfiles.conf")], capture_output=True, text=True
     )

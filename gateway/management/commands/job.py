@@ -222,8 +222,16 @@ class Command(DuctileCommand):
                 f"  {t['at']}  {t['from'] or '-'} -> {t['to']}  {one_line(t['reason'] or '')}"
                 for t in data["transitions"]
             ]
+            profiles = {a["attempt"]: a["sandbox"] for a in data["job_attempts"]}
             for attempt in data["attempts"]:
                 lines.append(f"attempt {attempt['attempt']}: {attempt['status']} at {attempt['completed_at']}")
+                if profiles.get(attempt["attempt"]):
+                    lines.append(f"  sandbox: {profiles[attempt['attempt']]}")
+                lines += [
+                    f"  egress: {e['host']} {e['verdict']} ({e['requests']} request{'s' * (e['requests'] != 1)})"
+                    for e in data["egress"]
+                    if e["attempt"] == attempt["attempt"]
+                ]
                 if attempt["result"] is not None:
                     lines.append(f"  response: {json.dumps(attempt['result'])[:2000]}")
                 if attempt["stderr"]:

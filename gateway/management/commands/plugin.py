@@ -16,13 +16,14 @@ from gateway.cli.base import EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, DuctileComman
 from gateway.cli.nouns import NOUNS
 from gateway.config.frozen import thaw
 from gateway.config.integrity import SealUnusable
+from gateway.config.sandbox import EGRESS
 from gateway.plugins.manifest import Manifest
 from gateway.plugins.seal import lock_plugins
 from gateway.reports import latest_result, ts
 from gateway.runtime import RUNTIME, Runtime
 from gateway.terminal import one_line
 from ledger.ids import new_id
-from ledger.models import Job, PluginInstanceRecord, WorkerInstance
+from ledger.models import EgressHost, Job, PluginInstanceRecord, WorkerInstance
 from ledger.models.workers import CLI
 from ledger.submitters import Submitter
 
@@ -176,9 +177,14 @@ class Command(DuctileCommand):
         if options["check"]:
             self._check_health(runtime)
         health: dict[str, str] = {}
+        egress: dict[str, list[dict[str, Any]]] = {}
         try:
             self.open_ledger()
             health = dict(PluginInstanceRecord.objects.values_list("name", "health"))
+            # The hosts each egress plugin's jobs asked for, summed over the ledger's jobs.
+            for name, inst in registry.instances.items():
+                if inst.config.sandbox.network == EGRESS:
+                    egress[name] = EgressHost.objects.by_plugin(name)
         except Exception:  # plugin list is useful before the database exists or when it is down
             pass
         rows: list[dict[str, Any]] = []
@@ -197,6 +203,8 @@ class Command(DuctileCommand):
                         "cluster_parallelism": inst.parallelism,
                         "health": health.get(name, "unknown"),
                         "directory": str(inst.manifest.directory),
+                        "sandbox": inst.config.sandbox.describe(),
+                        "egress": egress.get(name, []),
                     }
                 )
         configured_bases = {p.uses for p in runtime.config.plugins.values()}
@@ -245,6 +253,11 @@ class Command(DuctileCommand):
                     f"{r['name']:24} {r['state']:9} {r['version']:9} {parallelism:>3} {r['health']:9} "
                     f"{', '.join(r['commands'])}"
                 )
+            for r in data["plugins"]:
+                lines += [
+                    f"egress {r['name']}: {e['host']} {e['verdict']}, {e['requests']} requests by {e['jobs']} jobs"
+                    for e in r.get("egress", ())
+                ]
             for s in data["skipped"]:
                 lines.append(f"skipped {s['name']}: {s['reason']}")
             for d in data["invalid_manifests"]:

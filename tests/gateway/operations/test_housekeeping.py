@@ -111,6 +111,7 @@ class TestRetention:
             "job_queue": 3,
             "job_log": 1,
             "job_attempts": 1,
+            "egress_hosts": 0,
             "job_transitions": 3,
             "job_stopwatch": 1,
             "event_log": 1,
