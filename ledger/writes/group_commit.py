@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable
@@ -20,6 +21,15 @@ from django.db import DatabaseError, connection
 
 from ledger import django_internals as django
 from ledger.writes.transaction import writing
+
+
+def refused_commit(exc: BaseException) -> bool:
+    """Whether the database said the COMMIT was not made: SQLite answers SQLITE_FULL before it
+    writes the commit record to the WAL (and rolls the transaction back), so
+    a full disk at COMMIT recorded nothing, however the lent connection is closed after it
+    (tests/reliability/test_disk_full.py pins that). Without this, a write whose disk filled at
+    its COMMIT rather than at an INSERT answered "it may have been recorded"."""
+    return getattr(exc.__cause__, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
 
 
 class CommitUnknown(DatabaseError):
@@ -116,7 +126,7 @@ class _Writer:
                 for call in calls:
                     call.result = None
                 self._commit(calls, reconnected=True)
-            elif lost and ran:
+            elif lost and ran and not refused_commit(exc):
                 # The connection went during the COMMIT: whether it was made, nobody here knows.
                 # Running the calls again could record them twice; each caller is told so.
                 for call in calls:

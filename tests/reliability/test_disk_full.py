@@ -157,3 +157,27 @@ def test_a_full_disk_is_ridden_out_and_everything_resumes_when_space_returns(con
     text = output.finish()
     assert "exited with" not in text and "keeps exiting" not in text, text  # no process died
     assert proc.returncode == 0, text
+
+
+def test_sqlite_answers_a_full_disk_at_commit_with_sqlite_full_and_records_nothing(small_disk):
+    """What ledger.writes.group_commit.refused_commit relies on: the dirty pages of a transaction
+    stay in SQLite's cache until its COMMIT writes them to the WAL; with no space left that COMMIT
+    fails with SQLITE_FULL and nothing of the transaction is in the database. The group commit
+    answers such a write "nothing was recorded"; before, a disk that filled at the COMMIT rather
+    than at an INSERT (a matter of timing in the test above) answered "it may have been recorded"."""
+    import sqlite3
+
+    path = small_disk / "ledger.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, body TEXT)")
+    filler = fill(small_disk)
+    db.execute("BEGIN")
+    db.execute("INSERT INTO jobs (body) VALUES (?)", ["x" * 2000])  # into the cache, not the WAL yet
+    with pytest.raises(sqlite3.OperationalError) as refused:
+        db.execute("COMMIT")
+    assert refused.value.sqlite_errorcode == sqlite3.SQLITE_FULL, refused.value
+    assert not db.in_transaction  # SQLite rolled it back itself
+    db.close()
+    filler.unlink()
+    assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM jobs").fetchone() == (0,)
