@@ -29,7 +29,7 @@ from bench_console import context_id, job_id, log_id, stamp
 DAYS = 60
 PLUGINS = 50
 PIPELINES = 12
-HISTORY_FRACTION = 1.0
+HISTORY_FRACTION = 1 / 3
 RARE_ERROR = "disk quota exceeded on /var/spool/ductile"
 ELSEWHERE = "node-b.example:4242:w1"  # the running jobs' worker: another node, alive by its lease
 
@@ -108,15 +108,18 @@ HISTORY_SQL = [
 ConnectionRefusedError: ' || last_error END,
            parent_job_id, NULL
        FROM {jobs_n} WHERE completed_at IS NOT NULL""",
+    # A job's transitions in the order a gateway writes them, job after job: retention's scan in
+    # id order (ledger.models.retention) meets the expired rows first, as on a real ledger.
     """INSERT INTO job_transitions (job_id, from_status, to_status, reason, worker, attempt, created_at)
-       SELECT id, NULL, 'queued', 'enqueued by ' || submitted_by, NULL, 1, created_at
-       FROM {jobs_n} WHERE n > :recent_from""",
-    """INSERT INTO job_transitions (job_id, from_status, to_status, reason, worker, attempt, created_at)
-       SELECT id, 'queued', 'running', 'claimed by bench:1:w', 'bench:1:w', attempt, started_at
-       FROM {jobs_n} WHERE n > :recent_from AND started_at IS NOT NULL""",
-    """INSERT INTO job_transitions (job_id, from_status, to_status, reason, worker, attempt, created_at)
-       SELECT id, 'running', status, COALESCE(last_error, 'plugin returned ok'), 'bench:1:w', attempt, completed_at
-       FROM {jobs_n} WHERE n > :recent_from AND completed_at IS NOT NULL""",
+       SELECT id, CASE k WHEN 0 THEN NULL WHEN 1 THEN 'queued' ELSE 'running' END,
+           CASE k WHEN 0 THEN 'queued' WHEN 1 THEN 'running' ELSE status END,
+           CASE k WHEN 0 THEN 'enqueued by ' || submitted_by WHEN 1 THEN 'claimed by bench:1:w'
+                ELSE COALESCE(last_error, 'plugin returned ok') END,
+           CASE WHEN k > 0 THEN 'bench:1:w' END, CASE WHEN k = 0 THEN 1 ELSE attempt END,
+           CASE k WHEN 0 THEN created_at WHEN 1 THEN started_at ELSE completed_at END
+       FROM {jobs_n} CROSS JOIN (SELECT 0 AS k UNION ALL SELECT 1 UNION ALL SELECT 2) AS kinds
+       WHERE n > :recent_from AND (k = 0 OR (k = 1 AND started_at IS NOT NULL) OR (k = 2 AND completed_at IS NOT NULL))
+       ORDER BY n, k""",
     """INSERT INTO job_attempts (job_id, attempt, status, worker, started_at, completed_at, error)
        SELECT id, attempt, CASE WHEN status = 'dead' THEN 'failed' ELSE status END, 'bench:1:w',
            started_at, completed_at, last_error

@@ -21,7 +21,7 @@ its prune is measured on its own, last). On each:
   each, wall time.
 - **retention prune**: what the hourly housekeeping runs (gateway.operations.housekeeping.prune), in
   a process of its own, with both retentions set so that the oldest 10 % of the jobs (1 M of 10 M)
-  and their history have expired; meanwhile jobs are POSTed 20 a second as above: its duration,
+  and their history have expired (`--prune-fraction`); meanwhile jobs are POSTed 20 a second as above: its duration,
   what it deleted, and enqueue → start and the POST's round trip during it against before it.
 
 The big ledger is made in `--base` (default /work/bench-10m) and deleted at the end unless
@@ -70,7 +70,6 @@ from bench_console import job_id
 TOKEN = "bench-scale-token"
 PASSWORD = "correct horse battery"
 DUCTILE = str(Path(PYTHON).parent / "ductile")
-PRUNED_FRACTION = 0.10
 TARGET_PAGE_P95_MS = 300
 
 
@@ -410,11 +409,11 @@ print(json.dumps({"seconds": time.perf_counter() - started, "deleted": deleted})
 """
 
 
-def measure_prune(ledger: Ledger) -> dict[str, Any]:
-    """The housekeeping prune over the oldest PRUNED_FRACTION of the span, with enqueues meanwhile."""
+def measure_prune(ledger: Ledger, fraction: float) -> dict[str, Any]:
+    """The housekeeping prune over the oldest `fraction` of the span, with enqueues meanwhile."""
     # Jobs were created evenly over DAYS days ending at the seed; the seed's end is about now.
     newest = ledger.query("SELECT MAX(created_at) FROM job_queue WHERE status = 'succeeded'")[0][0]
-    retention = time.time() - ledger.epoch(newest) + DAYS * 86400 * (1 - PRUNED_FRACTION)
+    retention = time.time() - ledger.epoch(newest) + DAYS * 86400 * (1 - fraction)
     expired = ledger.query(
         "SELECT COUNT(*) FROM job_queue WHERE completed_at IS NOT NULL AND completed_at < %s",
         [_cutoff_value(ledger, time.time() - retention)],
@@ -484,7 +483,7 @@ def run_ledger(ledger: Ledger, jobs: int, args: argparse.Namespace, reuse: bool)
         out["console"] = measure_console(ledger, jobs, args.requests)
         out["job_logs"] = measure_job_logs(ledger, jobs, args.cli_runs)
         if not args.skip_prune:
-            out["prune"] = measure_prune(ledger)
+            out["prune"] = measure_prune(ledger, args.prune_fraction)
             print(f"  prune: {out['prune']}", flush=True)
     out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return out
@@ -501,6 +500,10 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="use the big ledger a --keep run left")
     parser.add_argument("--skip-fresh", action="store_true")
     parser.add_argument("--skip-prune", action="store_true")
+    parser.add_argument(
+        "--prune-fraction", type=float, default=0.1, help="the oldest part of the span the prune deletes (0.1)"
+    )
+    parser.add_argument("--seed-only", action="store_true", help="make the big ledger, keep it, measure nothing")
     parser.add_argument("--latency-jobs", type=int, default=200)
     parser.add_argument("--requests", type=int, default=30, help="timed requests per console page")
     parser.add_argument("--cli-runs", type=int, default=10, help="timed runs of each `job logs`")
@@ -512,6 +515,10 @@ def main() -> None:
     base.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"benchmark": "ledger_scale", "machine": machine(), "commit": _commit()}
     for backend in args.backends.split(","):
+        if args.seed_only:
+            ledger = Ledger(base / f"{backend}-big-{args.jobs}", backend, args.postgres)
+            results[backend] = ledger.create(args.jobs) | {"size_mib": round(ledger.size_bytes() / 2**20)}
+            continue
         sizes = ([("fresh", args.fresh_jobs)] if not args.skip_fresh else []) + [("big", args.jobs)]
         for kind, jobs in sizes:
             ledger = Ledger(base / f"{backend}-{kind}-{jobs}", backend, args.postgres)
