@@ -192,7 +192,7 @@ def statements(jobs: int, now: float, dialect: str) -> list[tuple[str, str]]:
         fmt = {"seq": f"{seq} AS seq", "json": "", "jobs_n": "(SELECT rowid AS n, * FROM job_queue)"}
     else:
         fmt = {
-            "seq": "generate_series(1, :jobs) AS n",
+            "seq": "generate_series(1::bigint, :jobs) AS n",
             "json": "bench_json",
             # No rowid: n is read back from the id's last twelve hex digits (bench_jid).
             "jobs_n": "(SELECT ('x' || lpad(right(id, 12), 16, '0'))::bit(64)::bigint AS n, * FROM job_queue) AS q",
