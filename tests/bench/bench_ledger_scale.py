@@ -338,7 +338,7 @@ class Session:
 def pipeline_roots(jobs: int, count: int) -> list[int]:
     """Finished pipeline roots (n % 10 == 0, each with a child and a grandchild) across the ledger."""
     live_from = jobs - live_count(jobs)
-    span = range(jobs // 10, live_from - 10, max(10, (live_from - jobs // 10) // count // 10 * 10))
+    span = range(jobs // 2, live_from - 10, max(10, (live_from - jobs // 2) // count // 10 * 10))
     return [n - n % 10 + 10 for n in span][:count]
 
 
