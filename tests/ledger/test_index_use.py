@@ -5,10 +5,12 @@ every row of job_queue: the retention pass, the live views' latest failures and 
 `system selfcheck` would then slow down with the size of the ledger, unseen. The claim reads
 the queued jobs' index in its own order (`job_queue_claim_idx`), and the readers of running jobs
 read the `running` range of (status, created_at), the index that replaced a partial one of their
-own (migration 0010)."""
+own (migration 0010). `job logs` by a problem status reads job_log's partial index of problem
+attempts (migration 0018), whose condition find_logs states for the same reason."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -29,18 +31,18 @@ pytestmark = [
 INDEX = "job_queue_finished_idx"
 
 
-def plans_of(run: Callable[[], object]) -> list[str]:
-    """The query plan of every job_queue read `run()` makes, as SQLite describes it."""
+def plans_of(run: Callable[[], object], table: str = "job_queue") -> list[str]:
+    """The query plan of every read of `table` that `run()` makes, as SQLite describes it."""
     with CaptureQueriesContext(connection) as captured:
         run()
     plans = []
     with connection.cursor() as cursor:
         for query in captured.captured_queries:
-            if "job_queue" not in query["sql"]:
+            if f'"{table}"' not in query["sql"]:
                 continue
             cursor.execute("EXPLAIN QUERY PLAN " + query["sql"])
             plans.append(" ; ".join(str(row[-1]) for row in cursor.fetchall()))
-    assert plans, "no job_queue query was made"
+    assert plans, f"no {table} query was made"
     return plans
 
 
@@ -77,3 +79,21 @@ def test_the_readers_of_running_jobs_read_the_running_range_of_status_and_create
         assert "job_queue_status_created_idx (status=?)" in plan, plan
     for plan in plans_of(lambda: list(Job.objects.lost(now=timezone.now()))):
         assert "job_queue_status_created_idx (status=?" in plan, plan
+
+
+def test_job_logs_by_a_problem_status_reads_the_partial_index_for_its_page_and_its_total():
+    """`job logs --status failed [--plugin P]`: without job_log_problem_idx its total counted every
+    row of the plugin (or of the table), each read from the table: seconds on a ledger of 10 M jobs
+    (bench_ledger_scale.py). The page and the count both read the index, with or without a plugin."""
+    from gateway.reports import find_logs
+
+    cases: list[dict[str, str | None]] = [
+        {"status": "failed"},
+        {"status": "failed", "plugin": "echo"},
+        {"status": "timed_out"},
+    ]
+    for filters in cases:
+        plans = plans_of(functools.partial(find_logs, filters), table="job_log")
+        assert len(plans) == 2, plans  # the page and the total
+        for plan in plans:
+            assert "job_log_problem_idx" in plan, (filters, plan)
