@@ -13,6 +13,7 @@ the cluster through the rows without restarting it. Plugin jobs never go through
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,16 @@ log = logger("housekeeping")
 PRUNE_SCHEDULE = "ductile.prune"
 BACKUP_SCHEDULE = "ductile.backup"
 PRUNE_EVERY_MINUTES = 60
-# Rows per delete transaction: a few milliseconds of write lock each (ledger/models/retention.py).
+# Rows per delete transaction at most (ledger/models/retention.py), and the time a batch is sized
+# to take: it holds SQLite's one write lock throughout, so claims and enqueues wait up to that long.
+# Why sized by time: 500 job_queue rows took ~150 ms of lock on a ledger of 3 M jobs (each row is
+# an entry in each of its 11 indexes), and enqueue -> start reached p99 1.6 s while retention ran
+# (bench_ledger_scale.py, docs/performance.md "A ledger of 10 million jobs").
 PRUNE_BATCH = 500
-# Between batches, so writers queued on SQLite's lock get it before the next batch does.
+BATCH_SECONDS = 0.02
+MIN_BATCH = 20
+# Between batches, at least, and as long as the batch took: writers queued on the lock get it
+# before the next batch does, so a prune takes at most about half of the write lock's time.
 BATCH_PAUSE = 0.005
 # Seconds without housekeeping before `system start` stops the cluster (`system start
 # --housekeeping-linger`): long enough that a burst of tasks is one start, short against an hour.
@@ -92,15 +100,25 @@ def prune(*, job_queue_retention: float, job_log_retention: float, batch: int = 
     return deleted
 
 
-def drain(expired: PrunableQuerySet[Any], batch: int) -> int:
-    """`prune_batch` until a batch comes back short: each batch its own short transaction."""
-    total = 0
+def drain(
+    expired: PrunableQuerySet[Any],
+    batch: int,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """`prune_batch` until a batch comes back short: each batch its own short transaction, sized
+    so that it takes about BATCH_SECONDS (at most `batch` rows), each followed by a pause as long."""
+    total, size = 0, batch
     while True:
-        count = expired.prune_batch(batch)
+        started = clock()
+        count = expired.prune_batch(size)
+        took = clock() - started
         total += count
-        if count < batch:
+        if count < size:
             return total
-        time.sleep(BATCH_PAUSE)
+        size = max(MIN_BATCH, min(batch, int(size * BATCH_SECONDS / took))) if took > 0 else batch
+        sleep(max(BATCH_PAUSE, took))
 
 
 def scheduled_backup(*, config_dir: str, directory: str, keep: int, scope: str) -> dict[str, Any]:

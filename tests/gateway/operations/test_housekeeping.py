@@ -14,7 +14,15 @@ from django_q.models import Schedule
 
 from gateway.config.errors import ConfigError
 from gateway.config.model import load_gateway_config
-from gateway.operations.housekeeping import BACKUP_SCHEDULE, PRUNE_SCHEDULE, prune, rotate, sync_schedules
+from gateway.operations.housekeeping import (
+    BACKUP_SCHEDULE,
+    BATCH_SECONDS,
+    PRUNE_SCHEDULE,
+    drain,
+    prune,
+    rotate,
+    sync_schedules,
+)
 from ledger.models import (
     AttemptOutcome,
     EventRecord,
@@ -141,6 +149,30 @@ class TestRetention:
                 batches.append(count)
         assert batches == [2, 2, 1]
         assert sum(q["sql"].startswith('DELETE FROM "job_queue"') for q in queries.captured_queries) == 3
+        assert not Job.objects.filter(id__in=ids).exists()
+
+    def test_a_slow_batch_makes_the_next_ones_smaller_and_each_pause_as_long_as_its_batch(self):
+        """On a big SQLite ledger a batch of 500 job_queue rows held the one write lock ~150 ms,
+        and claims and enqueues waited behind back-to-back batches (p99 1.6 s during a prune).
+        Here the first batch takes 150 ms (a clock that says so): the next are sized to take
+        BATCH_SECONDS, and every batch is followed by a pause at least as long as it took."""
+        old = timezone.now() - timedelta(days=3)
+        ids = {finished_job(old) for _ in range(60)}
+        expired = Job.objects.expired(timezone.now() - timedelta(days=1))
+        sizes: list[int] = []
+        pauses: list[float] = []
+        now = [0.0]
+        prune_batch = expired.prune_batch
+
+        def timed(limit: int) -> int:
+            sizes.append(limit)
+            now[0] += 0.15 if len(sizes) == 1 else BATCH_SECONDS  # the first batch is slow
+            return prune_batch(limit)
+
+        expired.prune_batch = timed  # type: ignore[method-assign]
+        assert drain(expired, 40, clock=lambda: now[0], sleep=pauses.append) == 60
+        assert sizes[0] == 40 and all(size == 20 for size in sizes[1:]), sizes  # 40 x 0.02/0.15, at least 20
+        assert pauses[0] >= 0.15 and all(p >= BATCH_SECONDS - 1e-9 for p in pauses), pauses
         assert not Job.objects.filter(id__in=ids).exists()
 
     def test_a_job_taken_back_into_the_queue_is_not_deleted_with_its_batch(self):
