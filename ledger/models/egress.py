@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from ledger import sql
 from ledger.models.retention import PrunableQuerySet
+from ledger.timestamps import rfc3339
 
 
 class EgressHostQuerySet(PrunableQuerySet["EgressHost"]):
@@ -33,10 +34,7 @@ class EgressHostQuerySet(PrunableQuerySet["EgressHost"]):
             .annotate(requests=Sum("requests"), jobs=Count("job_id", distinct=True), last_at=Max("created_at"))
             .order_by("host", "verdict")
         )
-        return [
-            {**row, "last_at": row["last_at"].isoformat().replace("+00:00", "Z") if row["last_at"] else None}
-            for row in rows
-        ]
+        return [{**row, "last_at": rfc3339(row["last_at"]) if row["last_at"] else None} for row in rows]
 
 
 class EgressHost(models.Model):

@@ -100,7 +100,7 @@ def test_console_script_offers_the_noun_action_surface_and_django_under_its_own_
     shown = console_script(config_dir, "--help")
     assert shown.returncode == 0
     listed = {line.split()[0] for line in shown.stdout.split("Legacy")[0].splitlines() if line.startswith("  ")}
-    assert listed == {"admin", "api", "config", "event", "job", "pipeline", "plugin", "relay", "schedule"} | {
+    assert listed == {"admin", "api", "config", "event", "job", "mcp", "pipeline", "plugin", "relay", "schedule"} | {
         "skills",
         "stopwatch",
         "system",
