@@ -155,9 +155,9 @@ class TestRetention:
         """On a big SQLite ledger a batch of 500 job_queue rows held the one write lock ~150 ms,
         and claims and enqueues waited behind back-to-back batches (p99 1.6 s during a prune).
         Here the first batch takes 150 ms (a clock that says so): the next are sized to take
-        BATCH_SECONDS, and every batch is followed by a pause at least as long as it took."""
+        BATCH_SECONDS (50 ms), and every batch is followed by a pause at least as long as it took."""
         old = timezone.now() - timedelta(days=3)
-        ids = {finished_job(old) for _ in range(60)}
+        ids = {finished_job(old) for _ in range(500)}
         expired = Job.objects.expired(timezone.now() - timedelta(days=1))
         sizes: list[int] = []
         pauses: list[float] = []
@@ -170,8 +170,8 @@ class TestRetention:
             return prune_batch(limit)
 
         expired.prune_batch = timed  # type: ignore[method-assign]
-        assert drain(expired, 40, clock=lambda: now[0], sleep=pauses.append) == 60
-        assert sizes[0] == 40 and all(size == 20 for size in sizes[1:]), sizes  # 40 x 0.02/0.15, at least 20
+        assert drain(expired, 300, clock=lambda: now[0], sleep=pauses.append) == 500
+        assert sizes == [300, 100, 100, 100], sizes  # 300 x 0.05 / 0.15, then as long as BATCH_SECONDS
         assert pauses[0] >= 0.15 and all(p >= BATCH_SECONDS - 1e-9 for p in pauses), pauses
         assert not Job.objects.filter(id__in=ids).exists()
 
