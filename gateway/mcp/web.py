@@ -29,18 +29,9 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from gateway.mcp.calls import ToolError
 from gateway.mcp.catalogue import Caller
+from gateway.mcp.keys import CALLER_KEY, GONE_KEY, STREAMS_KEY
 from gateway.mcp.server import build_server
 
-# The key the `/mcp` view puts the authenticated caller under, in the WSGI environ a2wsgi hands
-# to the SDK as `scope["wsgi_environ"]`.
-CALLER_KEY = "ductile.mcp.caller"
-# Set by the view when the request's answer may stay open (a listen stream, job.wait).
-STREAMS_KEY = "ductile.mcp.streams"
-# Under the key below, for an answer that stays open, the view's `() -> bool`: whether it should
-# end (the client closed its connection, gateway.http.api.syncgate.caller_gone, or the worker
-# stops). An idle listen stream writes only the SDK's ping every 15 s; without looking, a client
-# gone would hold its seat that long, and a stopping worker would wait for its stream.
-GONE_KEY = "ductile.mcp.gone"
 GONE_CHECK_SECONDS = 0.25
 # The SDK's own cap on a request body; the API's (Django's DATA_UPLOAD_MAX_MEMORY_SIZE) is lower.
 MAX_BODY = 4 * 1024 * 1024

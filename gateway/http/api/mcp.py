@@ -38,8 +38,7 @@ from gateway.http.api.syncgate import Busy, caller_gone, sync_slot
 from gateway.http.api.views import OPEN, Endpoint
 from gateway.http.eventstream import STOPPING, stream_headers
 from gateway.http.streamseats import Refusal, seats_beside
-from gateway.mcp.catalogue import Caller, catalogue
-from gateway.mcp.web import CALLER_KEY, GONE_KEY, STREAMS_KEY, wsgi_app
+from gateway.mcp.keys import CALLER_KEY, GONE_KEY, STREAMS_KEY
 
 # The SDK's answer headers passed on (hop-by-hop ones, such as Connection, are gunicorn's own).
 PASSED_HEADERS = ("content-type", "cache-control", "allow", "www-authenticate")
@@ -96,6 +95,10 @@ class Mcp(Endpoint):
         return self.serve(request)
 
     def serve(self, request: Request) -> HttpResponseBase:
+        # Here, not at the module's import: the SDK with pydantic and starlette is ~70 MB in each
+        # API worker, which most gateways never ask for MCP (idle RSS over its 300 MB target).
+        from gateway.mcp.catalogue import Caller, catalogue
+
         token = request.auth
         if not isinstance(token, ApiToken):
             raise NotAuthenticated(refused(request, "missing bearer token"))
@@ -146,6 +149,8 @@ def answer(environ: dict[str, Any], held: ExitStack) -> HttpResponseBase:
 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
         started[:] = [int(status.split()[0]), headers]
+
+    from gateway.mcp.web import wsgi_app  # at the first /mcp request (MCP.serve says why)
 
     chunks = wsgi_app()(environ, start_response)
     first = next(chunks, b"")  # a2wsgi starts the answer as its first chunk comes
