@@ -23,6 +23,7 @@ from django.utils import timezone
 from gateway.storage.outage import Outage
 from gateway.version import gateway_version
 from ledger.models import WorkerInstance
+from ledger.models.workers import beat_every
 
 log = logging.getLogger("ductile.presence")
 
@@ -36,8 +37,7 @@ class Presence:
         self.roles = ",".join(sorted(roles))
         self.hostname = socket.gethostname()
         self.id = f"{self.hostname}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        # As a worker daemon's: four a lease, so one missed beat never makes the node look lost.
-        self.every = max(lease_ttl / 4, 1.0)
+        self.every = beat_every(lease_ttl)  # as a worker daemon's
         self._row: WorkerInstance | None = None
         self._next = 0.0
         self._down = Outage(f"the {self.roles} node's heartbeat", log, floor=1.0, ceiling=self.every)

@@ -15,6 +15,7 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from ledger.models import Job, WorkerInstance
+from ledger.models.workers import beat_every
 
 log = logging.getLogger("ductile.workers")
 
@@ -25,7 +26,7 @@ class LeaseKeeper:
 
     def __init__(self, worker: WorkerInstance, job_id: str, lease_ttl: float):
         self.worker, self.job_id, self.lease_ttl = worker, job_id, lease_ttl
-        self.every = max(lease_ttl / 4, 1.0)
+        self.every = beat_every(lease_ttl)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ductile-lease", daemon=True)
 

@@ -33,6 +33,7 @@ from gateway.storage.wake_listener import WakeListener
 from gateway.version import gateway_version
 from ledger.caps import Cap
 from ledger.models import Job, WorkerInstance
+from ledger.models.workers import beat_every
 from ledger.writes.autocheckpoint import Announcement, checkpoints_elsewhere
 from pipelines.dsl import CORE_HOPS
 
@@ -96,7 +97,7 @@ class WorkerDaemon:
         self._in_flight: set[str] = set()
         lease_ttl = runtime.config.service.lease_ttl
         self._claims_down = Outage("claiming jobs", log, floor=max(recheck, 0.1), ceiling=10.0)
-        self._beat_down = Outage("heartbeat", log, floor=0.5, ceiling=max(lease_ttl / 4, 1.0))
+        self._beat_down = Outage("heartbeat", log, floor=0.5, ceiling=beat_every(lease_ttl))
         self._recovery_down = Outage("recovering lost jobs", log, floor=min(5.0, lease_ttl / 2), ceiling=30.0)
         self._checkpoints = Checkpointer()
         self._checkpoint_down = Outage("checkpointing the database", log, floor=1.0, ceiling=30.0)
@@ -165,9 +166,9 @@ class WorkerDaemon:
         """Heartbeat, recovery and reloads until the pool ends. A database error here never ends
         the daemon (issue 12: a full disk took it down for good): the step is retried with a
         growing delay, and in-flight plugins keep running meanwhile."""
-        beat_every, recover_every = max(lease_ttl / 4, 1.0), min(5.0, lease_ttl / 2)
+        beats, recover_every = beat_every(lease_ttl), min(5.0, lease_ttl / 2)
         start = time.monotonic()
-        next_beat, next_recover, next_checkpoint = start + beat_every, start + recover_every, start
+        next_beat, next_recover, next_checkpoint = start + beats, start + recover_every, start
         assert self._pause is not None
         seen = -1
         activity = Activity(self.claimed, start)
@@ -204,7 +205,7 @@ class WorkerDaemon:
             now = time.monotonic()
             busy = activity.busy(self.claimed, now)
             if now >= next_beat:
-                next_beat = now + self._attempt(self._beat_down, lambda: self._beat(instance, lease_ttl), beat_every)
+                next_beat = now + self._attempt(self._beat_down, lambda: self._beat(instance, lease_ttl), beats)
             # Not while our own heartbeat fails: our leases may have run out meanwhile, and the
             # pass would recover our own running jobs from under us once the database is back.
             if now >= next_recover and not self._beat_down.failures:

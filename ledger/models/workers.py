@@ -33,6 +33,12 @@ WORKERS = "workers"
 CLI = "cli"
 
 
+def beat_every(lease_ttl: float) -> float:
+    """How often a live process renews its row and its jobs' leases: four times a lease, so one
+    missed beat never lets a lease run out; at most once a second."""
+    return max(lease_ttl / 4, 1.0)
+
+
 class WorkerInstanceQuerySet(PrunableQuerySet["WorkerInstance"]):
     def expired(self, before: datetime) -> WorkerInstanceQuerySet:
         """Nodes not heard from since `before` (now minus `job_log_retention`), whatever their
