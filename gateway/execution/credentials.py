@@ -26,16 +26,12 @@ import platform
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from gateway.execution.libc import LIBC, check
 from gateway.plugins.sandboxing import CREDENTIAL_SYSCALLS
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
 
 
 def _call(number: int, *args: object, what: str) -> None:
-    if _libc.syscall(number, *args) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+    check(LIBC.syscall(number, *args), what)
 
 
 @contextmanager

@@ -15,7 +15,6 @@ outgoing connections are made from the host's namespace, so the proxy is the plu
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
 import socket
@@ -25,20 +24,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from gateway.execution.libc import LIBC, check
+
 CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
 T = TypeVar("T")
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 class NetworkNamespace:
@@ -51,13 +44,13 @@ class NetworkNamespace:
     def entered(self) -> Iterator[None]:
         """The calling thread inside this namespace for the block, back in the process's after."""
         home = _home()
-        _check(_libc.setns(self.fd, CLONE_NEWNET), "setns into the plugin's network namespace")
+        check(LIBC.setns(self.fd, CLONE_NEWNET), "setns into the plugin's network namespace")
         try:
             yield
         finally:
             # Failing here would leave this thread (its next database connection) cut off: never
             # expected with the capability the first setns had; loud if it happens.
-            _check(_libc.setns(home, CLONE_NEWNET), "setns back into the gateway's network namespace")
+            check(LIBC.setns(home, CLONE_NEWNET), "setns back into the gateway's network namespace")
 
 
 def make_namespace(inside: Callable[[], T] | None = None) -> tuple[NetworkNamespace, T | None]:
@@ -67,7 +60,7 @@ def make_namespace(inside: Callable[[], T] | None = None) -> tuple[NetworkNamesp
 
     def unshare() -> None:
         try:
-            _check(_libc.unshare(CLONE_NEWNET), "unshare a network namespace")
+            check(LIBC.unshare(CLONE_NEWNET), "unshare a network namespace")
             fd = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             made.append(fd)
             made.append(inside() if inside else None)
