@@ -48,13 +48,12 @@ PRUNE_SCHEDULE = "ductile.prune"
 BACKUP_SCHEDULE = "ductile.backup"
 PRUNE_EVERY_MINUTES = 60
 # Rows per delete transaction at most (ledger/models/retention.py), and the time a batch (its read
-# of ids and its delete, which holds SQLite's one write lock) is sized to take: claims and
-# enqueues wait up to about that long. Sized at 20 ms, the read alone kept batches at their
-# smallest and a prune of 97,000 jobs took 262 s; at 50 ms, 47,000 took 12.5 s, enqueue -> start
-# p99 3.7 ms meanwhile (1 M-job SQLite ledger, docs/performance.md).
-# Why sized by time: 500 job_queue rows took ~150 ms of lock on a ledger of 3 M jobs (each row is
-# an entry in each of its 11 indexes), and enqueue -> start reached p99 1.6 s while retention ran
-# (bench_ledger_scale.py, docs/performance.md "A ledger of 10 million jobs").
+# of ids, then its delete, which holds SQLite's one write lock) is sized to take: claims and
+# enqueues wait up to about that long. Why by time: 500 job_queue rows took ~150 ms of lock on a
+# ledger of 3 M jobs (each row is an entry in each of its 11 indexes), and enqueue -> start reached
+# p99 1.6 s while retention ran. Why 50 ms: at 20 ms the read alone kept batches at their smallest
+# (a prune of 97,000 jobs took 262 s); at 50 ms 47,000 took 12.5 s with enqueue -> start p99 3.7 ms
+# (bench_ledger_scale.py; docs/performance.md, "A ledger of 10 million jobs").
 PRUNE_BATCH = 500
 BATCH_SECONDS = 0.05
 MIN_BATCH = 100
