@@ -21,7 +21,7 @@ import functools
 import re
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from bench_console import context_id, job_id, log_id, stamp
@@ -240,21 +240,29 @@ def seed_sqlite(db: str, jobs: int) -> dict[str, Any]:
         TABLES,
     ).fetchall()
     conn.execute("BEGIN")
-    for name, _ in indexes:
-        conn.execute(f'DROP INDEX "{name}"')
-    for label, text in statements(jobs, time.time(), "sqlite"):
-        _timed(steps, label, functools.partial(conn.execute, text))
-
-    def build() -> None:
-        for _, ddl in indexes:
-            conn.execute(ddl)
-
-    _timed(steps, "indexes", build)
+    _fill(conn.execute, indexes, statements(jobs, time.time(), "sqlite"), steps)
     conn.execute("COMMIT")
     counts = {table: _one(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()) for table in TABLES}
     conn.execute("PRAGMA journal_mode = WAL")
     conn.close()
     return {"seconds": round(time.perf_counter() - started, 1), "steps": steps, "rows": counts}
+
+
+def _fill(
+    execute: Callable[[str], Any], indexes: list[Any], texts: Iterable[tuple[str, str]], steps: dict[str, float]
+) -> None:
+    """Inside the caller's transaction: the app's indexes dropped, every statement run (each
+    timed into `steps`), then the indexes made again from their own DDL (timed as one step)."""
+    for name, _ in indexes:
+        execute(f'DROP INDEX "{name}"')
+    for label, text in texts:
+        _timed(steps, label, functools.partial(execute, text))
+
+    def build() -> None:
+        for _, ddl in indexes:
+            execute(ddl)
+
+    _timed(steps, "indexes", build)
 
 
 def seed_postgres(url: str, jobs: int) -> dict[str, Any]:
@@ -276,16 +284,7 @@ def seed_postgres(url: str, jobs: int) -> dict[str, Any]:
         ).fetchall()
         with conn.transaction():
             conn.execute(PG_FUNCTIONS)
-            for name, _ in indexes:
-                conn.execute(f'DROP INDEX "{name}"')
-            for label, text in statements(jobs, time.time(), "postgres"):
-                _timed(steps, label, functools.partial(conn.execute, text))
-
-            def build() -> None:
-                for _, ddl in indexes:
-                    conn.execute(ddl)
-
-            _timed(steps, "indexes", build)
+            _fill(conn.execute, indexes, statements(jobs, time.time(), "postgres"), steps)
             conn.execute(PG_DROP)
         _timed(steps, "vacuum analyze", lambda: conn.execute("VACUUM ANALYZE"))
         counts = {table: _one(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()) for table in TABLES}
