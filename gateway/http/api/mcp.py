@@ -33,7 +33,7 @@ from rest_framework.request import Request
 
 from gateway.config.tokens import ApiToken
 from gateway.http.api.auth import refused
-from gateway.http.api.ops import _JsonWhateverIsAccepted
+from gateway.http.api.ops import JsonWhateverIsAccepted
 from gateway.http.api.syncgate import Busy, caller_gone, sync_slot
 from gateway.http.api.views import OPEN, Endpoint
 from gateway.http.eventstream import STOPPING, stream_headers
@@ -80,7 +80,7 @@ def refusal(message: dict[str, Any], status: int, words: str) -> HttpResponse:
 
 class Mcp(Endpoint):
     needs = OPEN  # any valid token: its scopes choose the tools (gateway/mcp/catalogue.py)
-    content_negotiation_class = _JsonWhateverIsAccepted  # MCP clients accept JSON and SSE both
+    content_negotiation_class = JsonWhateverIsAccepted  # MCP clients accept JSON and SSE both
 
     @extend_schema(exclude=True)
     def get(self, request: Request) -> HttpResponseBase:

@@ -127,7 +127,7 @@ class Topology(Endpoint):
 # -- events ----------------------------------------------------------------------------------
 
 
-class _JsonWhateverIsAccepted(BaseContentNegotiation):
+class JsonWhateverIsAccepted(BaseContentNegotiation):
     """EventSource sends `Accept: text/event-stream`, which no DRF renderer offers: DRF would answer
     406 before the view runs. The stream bypasses renderers; refusals (401, 403, 400) are JSON."""
 
@@ -163,7 +163,7 @@ class Events(Endpoint):
 
     needs = ("events:ro",)
     renderer_classes = [JSONRenderer]
-    content_negotiation_class = _JsonWhateverIsAccepted
+    content_negotiation_class = JsonWhateverIsAccepted
 
     @extend_schema(
         operation_id="events_stream",
