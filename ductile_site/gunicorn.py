@@ -164,8 +164,10 @@ def _end_streams_on_stop() -> None:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    """A stopping worker writes what it counted of failed API authentications and had not written
-    yet (gateway/http/api/refusals.py: once an interval, so up to an interval's worth)."""
-    auth = sys.modules.get("gateway.http.api.auth")
-    if auth is not None:
-        auth.REFUSALS.flush()
+    """A stopping worker writes what it counted of failed API authentications and rejected webhook
+    deliveries and had not written yet (gateway/http/refusals.py: once an interval, so up to an
+    interval's worth)."""
+    for counter in ("gateway.http.api.auth", "gateway.http.webhooks.views"):
+        module = sys.modules.get(counter)
+        if module is not None:
+            module.REFUSALS.flush()

@@ -21,7 +21,8 @@ _EXTRA_KEYS = (
     "dedupe_key",
     "existing_job_id",
     "detail",
-    # Who knocked at the console's or the API's door (gateway/console/logins.py, gateway/http/api/refusals.py).
+    # Who knocked at the console's, the API's or a webhook's door (gateway/console/logins.py,
+    # gateway/http/refusals.py).
     "username",
     "client_ip",
     "failures",

@@ -183,7 +183,13 @@ def test_an_archive_names_itself_in_uid_txt_and_leaves_the_running_gateways_lock
     with sync_slot(state / "sync-slots", 1):  # as a synchronous pipeline trigger holds one
         pass
     assert (state / "sync-slots").stat().st_mode & 0o777 == 0o700
-    for name in ("ductile.runtime", "ductile.streams", "api-auth-failures.json", "ductile.children"):
+    for name in (
+        "ductile.runtime",
+        "ductile.streams",
+        "api-auth-failures.json",
+        "webhook-rejections.json",
+        "ductile.children",
+    ):
         (state / name).write_text("runtime")
     first = tmp_path / "one.tar.gz"
     written = backup(rich, first)
@@ -224,12 +230,11 @@ def test_a_running_gateways_files_in_an_older_archive_are_not_restored(rich, tmp
 
 def test_the_runtime_file_names_a_backup_leaves_out_are_their_owners_names():
     from gateway.daemon.tree import CHILDREN_FILE
-    from gateway.http import streamseats
-    from gateway.http.api import refusals
+    from gateway.http import refusals, streamseats
     from gateway.operations.backups import scope
     from gateway.runtime import SNAPSHOT_FILE
 
-    owned = {SNAPSHOT_FILE, streamseats.FILE_NAME, refusals.TALLY_FILE, CHILDREN_FILE}
+    owned = {SNAPSHOT_FILE, streamseats.FILE_NAME, refusals.API_TALLY, refusals.WEBHOOK_TALLY, CHILDREN_FILE}
     assert set(scope.RUNTIME_FILES) == owned
     views = (REPO / "gateway" / "http" / "api" / "views.py").read_text()
     assert f'state_path.parent / "{scope.SYNC_SLOTS}"' in views

@@ -55,6 +55,10 @@ def test_gunicorn_serves_the_listener_on_its_own_port(process_db: ConfigDir) -> 
         (jobs[1]["id"], "probe", "poll", "queued"),
     ]
     assert jobs[0]["transitions"] == [["queued", "enqueued by webhook: endpoint github (/webhook/github)"]]
+    # The forged and the oversized delivery, written by the worker as it stopped (ductile_site/gunicorn.py).
+    tally = json.loads((process_db.db_path.parent / "webhook-rejections.json").read_text())
+    assert tally["failures"] == 2
+    assert tally["sources"]["127.0.0.1"]["last_reason"] == "small: body over 64 bytes"
 
 
 def test_the_listener_refuses_to_start_on_a_bad_webhooks_yaml(process_db: ConfigDir) -> None:

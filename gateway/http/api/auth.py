@@ -3,7 +3,7 @@
 A missing or malformed `Authorization` header, or an unknown token, is 401; a valid token
 without the scope the view asks for is 403. `?token=` is accepted on `/events` only (browsers'
 EventSource cannot send headers). Tokens are never logged. Each 401 is counted per client address
-and logged at a bounded rate (gateway/http/api/refusals.py); a valid token costs nothing more.
+and logged at a bounded rate (gateway/http/refusals.py); a valid token costs nothing more.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from rest_framework.request import Request
 
 from gateway.config.errors import ConfigError
 from gateway.config.tokens import RESULT_FIELDS, RESULTS, ApiToken
-from gateway.http.api.refusals import Refusals, tally_path
 from gateway.http.clients import client_address
+from gateway.http.refusals import API_AUTHENTICATION, Refusals, tally_path
 from gateway.runtime import RUNTIME
 
 
@@ -31,7 +31,7 @@ def _tally() -> Path | None:
         return None  # no config loaded: the API answers 503 and authenticates nobody meanwhile
 
 
-REFUSALS = Refusals(_tally)
+REFUSALS = Refusals(API_AUTHENTICATION, _tally)
 
 
 def refused(request: Request, reason: str) -> str:

@@ -1,14 +1,24 @@
 """The listener's HTTP surface (spec 000 §10). Plain Django views, not DRF: the raw body must be read,
 bounded, before anything parses it. Every answer is JSON; a failed signature says no more than
-`forbidden` (§10.2), and the log says why, naming the endpoint, never the secret or the signature."""
+`forbidden` (§10.2), and the log says why, naming the endpoint, never the secret or the signature.
+
+A delivery refused before its signature is proven (an oversized body, a missing or wrong
+signature) comes from anyone who can reach the port: it is counted per client address and logged
+at a bounded rate (gateway/http/refusals.py), as a failed API authentication is, so a flood costs
+neither the disk nor the listener; `system status` shows the host's tally."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from gateway.config.errors import ConfigError
 from gateway.http.api.errors import RETRY_AFTER, unavailable_message
+from gateway.http.clients import client_address
+from gateway.http.refusals import WEBHOOK_DELIVERY, WEBHOOK_TALLY, Refusals, tally_path
 from gateway.http.webhooks.delivery import enqueue_delivery
 from gateway.http.webhooks.signatures import signature_matches
 from gateway.intake import Refused
@@ -17,6 +27,16 @@ from gateway.reports import health_status
 from gateway.runtime import RUNTIME, uptime_seconds
 
 log = logger("webhooks")
+
+
+def _tally() -> Path | None:
+    try:
+        return tally_path(RUNTIME.get().config.state_path, WEBHOOK_TALLY)
+    except ConfigError:
+        return None
+
+
+REFUSALS = Refusals(WEBHOOK_DELIVERY, _tally)
 
 
 # Exempt from CSRF: senders are other servers, authenticated by the signature alone.
@@ -32,12 +52,14 @@ def receive(request: HttpRequest) -> HttpResponse:
     # The size comes first (§10.2): an oversized body is refused unread and unverified.
     body = read_body(request, endpoint.max_body_size)
     if body is None:
-        log.warning("webhook %s rejected: body over %d bytes", endpoint.name, endpoint.max_body_size, extra=extra)
+        REFUSALS.record(
+            client_address(request), f"{endpoint.name}: body over {endpoint.max_body_size} bytes", request.path
+        )
         return JsonResponse({"error": "payload too large"}, status=413)
     presented = request.headers.get(endpoint.signature_header)
     if not signature_matches(endpoint.secret, body, presented):
         reason = f"no {endpoint.signature_header} header" if not presented else "signature does not match"
-        log.warning("webhook %s rejected: %s", endpoint.name, reason, extra=extra)
+        REFUSALS.record(client_address(request), f"{endpoint.name}: {reason}", request.path)
         return JsonResponse({"error": "forbidden"}, status=403)
     try:
         job_id = enqueue_delivery(runtime, endpoint, body)

@@ -19,7 +19,7 @@ from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig
 from gateway.daemon.control import pid_file_for, running_pid
-from gateway.http.api.refusals import read_tally, tally_path
+from gateway.http.refusals import API_AUTHENTICATION, WEBHOOK_DELIVERY, WEBHOOK_TALLY, Kind, read_tally, tally_path
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPE_HOLDS, SCOPES
 from gateway.operations.selfcheck import Check, discovery_check
@@ -405,8 +405,10 @@ class Command(DuctileCommand):
             **queue,
             "nodes": cluster.nodes,
             "plugins_unserved": cluster.unserved,
-            # This host's API processes' 401s, at most an interval old (gateway/http/api/refusals.py).
+            # This host's API processes' 401s and its webhook listeners' refusals of unproven
+            # senders, each at most an interval old (gateway/http/refusals.py).
             "api_auth_failures": read_tally(tally_path(runtime.config.state_path)),
+            "webhook_rejections": read_tally(tally_path(runtime.config.state_path, WEBHOOK_TALLY)),
         }
 
         def text() -> str:
@@ -422,7 +424,8 @@ class Command(DuctileCommand):
             lines += [f"  unhealthy {n}: {e}" for n, e in unhealthy.items()]
             lines.append("queue: " + ", ".join(f"{k} {v}" for k, v in data["queue"].items()))
             lines += node_lines(cluster, now)
-            lines.append(auth_failures_line(data["api_auth_failures"]))
+            lines.append(refusals_line(API_AUTHENTICATION, data["api_auth_failures"]))
+            lines.append(refusals_line(WEBHOOK_DELIVERY, data["webhook_rejections"]))
             return "\n".join(lines)
 
         self.emit(data, text)
@@ -480,14 +483,14 @@ def node_lines(cluster: NodesReport, now: datetime) -> list[str]:
     return lines
 
 
-def auth_failures_line(tally: dict[str, Any]) -> str:
+def refusals_line(kind: Kind, tally: dict[str, Any]) -> str:
     if tally.get("error"):
-        return f"failed API authentications: unknown ({tally['error']})"
+        return f"{kind.many}: unknown ({tally['error']})"
     if not tally["failures"]:
-        return "failed API authentications: none"
+        return f"{kind.many}: none"
     newest = next(iter(tally["sources"].items()), None)
     last = f", last from {newest[0]} at {newest[1]['last_at']} ({newest[1]['last_reason']})" if newest else ""
-    return f"failed API authentications: {tally['failures']:,} since {tally['since']}{last}"
+    return f"{kind.many}: {tally['failures']:,} since {tally['since']}{last}"
 
 
 def breaker_lines(report: dict[str, Any]) -> list[str]:

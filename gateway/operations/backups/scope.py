@@ -39,12 +39,18 @@ JUNK_SUFFIXES = (".pyc", ".pyo")
 PID_FILE = "ductile.pid"
 # What a running gateway keeps beside its database, made again at its next start: the runtime
 # snapshot its children read (gateway/runtime.py SNAPSHOT_FILE), the stream seats
-# (gateway/http/streamseats.py), the API's 401 tally (gateway/http/api/refusals.py), the record
-# of the supervisor's children (gateway/daemon/tree.py: restored beside the live gateway, a start
-# would end the live gateway's processes), and the directory of the synchronous-trigger slots'
-# lock files (gateway/http/api/syncgate.py). tests/processes/test_backup.py checks the names
-# against their owners'.
-RUNTIME_FILES = ("ductile.runtime", "ductile.streams", "api-auth-failures.json", "ductile.children")
+# (gateway/http/streamseats.py), the API's 401 and the webhooks' rejection tallies
+# (gateway/http/refusals.py), the record of the supervisor's children (gateway/daemon/tree.py:
+# restored beside the live gateway, a start would end the live gateway's processes), and the
+# directory of the synchronous-trigger slots' lock files (gateway/http/api/syncgate.py).
+# tests/processes/test_backup.py checks the names against their owners'.
+RUNTIME_FILES = (
+    "ductile.runtime",
+    "ductile.streams",
+    "api-auth-failures.json",
+    "webhook-rejections.json",
+    "ductile.children",
+)
 SYNC_SLOTS = "sync-slots"
 # Work directories of backups being written (or killed mid-write) start with this.
 WORK_PREFIX = ".ductile-backup-"

@@ -92,7 +92,7 @@ def test_saving_the_refusal_tally_leaves_nothing_for_the_collector(tmp_path) -> 
     """The API saves its tally of refused requests from a timer thread of the worker; written with
     `indent`, json's pure-Python encoder left reference cycles at every save (and a later test's
     count of a request's garbage picked them up)."""
-    from gateway.http.api.refusals import merge_tally, read_tally
+    from gateway.http.refusals import merge_tally, read_tally
 
     path = tmp_path / "auth-failures.json"
     merge_tally(path, {"198.51.100.7": (1, "bad token", "2026-11-28T12:00:00Z")})  # the file exists

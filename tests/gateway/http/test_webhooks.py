@@ -6,6 +6,7 @@ all in-process (tests/processes/test_webhooks_gunicorn.py runs the listener as a
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -14,10 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.test import Client, override_settings
 
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.webhooks import DEFAULT_MAX_BODY_SIZE, Webhooks, parse_size
+from gateway.http.refusals import WEBHOOK_DELIVERY, WEBHOOK_TALLY, Refusals, read_tally, tally_path
+from gateway.http.webhooks import views
 from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import Job, JobLog, JobTransition
 from tests.support.config_dirs import ConfigDir
@@ -263,31 +267,72 @@ def test_the_job_takes_the_plugins_retry_budget_and_names_the_endpoint(config_di
     assert reason == "enqueued by webhook: endpoint github (/webhook/github)"
 
 
-def test_rejections_are_logged_by_endpoint_and_reason_without_secret_or_signature(listener: Client) -> None:
-    records: list[logging.LogRecord] = []
+@pytest.fixture
+def rejections(monkeypatch: pytest.MonkeyPatch) -> Refusals:
+    """The listener's counter, its own as a fresh worker's; its interval ends when the test calls
+    `flush()` (a timer's, on a shared CPU, could fall in the middle of a flood)."""
+    counter = Refusals(WEBHOOK_DELIVERY, views._tally, interval=3600)
+    monkeypatch.setattr(views, "REFUSALS", counter)
+    return counter
+
+
+@pytest.fixture
+def records() -> Iterator[list[logging.LogRecord]]:
+    seen: list[logging.LogRecord] = []
 
     class Capture(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
+            seen.append(record)
 
     handler = Capture()
     log = logging.getLogger("ductile.webhooks")
     log.addHandler(handler)
+    yield seen
+    log.removeHandler(handler)
+
+
+def test_rejections_are_logged_by_endpoint_and_reason_without_secret_or_signature(
+    listener: Client, rejections: Refusals, records: list[logging.LogRecord]
+) -> None:
     forged = "sha256=" + sign(BODY, "forged")
-    try:
-        post(listener, "/webhook/github", BODY, {HUB: forged})
-        post(listener, "/webhook/github", BODY)
-        post(listener, "/webhook/small", b"x" * 65, {DUCTILE: forged})
-    finally:
-        log.removeHandler(handler)
+    post(listener, "/webhook/github", BODY, {HUB: forged})
+    post(listener, "/webhook/github", BODY)
+    post(listener, "/webhook/small", b"x" * 65, {DUCTILE: forged})
+    rejections.flush()
     messages = [r.getMessage() for r in records]
     assert messages == [
-        "webhook github rejected: signature does not match",
-        "webhook github rejected: no X-Hub-Signature-256 header",
-        "webhook small rejected: body over 64 bytes",
+        "rejected webhook delivery from 127.0.0.1: github: signature does not match (/webhook/github); "
+        "more from it are counted, one line per 3600 s",
+        "2 more rejected webhook deliveries from 127.0.0.1 in the last 3600 s "
+        "(github: no X-Hub-Signature-256 header: 1, small: body over 64 bytes: 1; last on /webhook/small)",
     ]
     logged = " ".join(messages + [str(vars(r)) for r in records])
     assert SECRET not in logged and forged.removeprefix("sha256=") not in logged
+
+
+def test_a_flood_of_forged_deliveries_is_a_line_or_two_and_a_count_system_status_reads(
+    listener: Client, rejections: Refusals, records: list[logging.LogRecord]
+) -> None:
+    """Before: one warning per forged delivery, so anyone who could reach the port wrote the log
+    as fast as it could post."""
+    forged = "sha256=" + sign(BODY, "forged")
+    statuses = {post(listener, "/webhook/github", BODY, {HUB: forged}).status_code for _ in range(300)}
+    statuses |= {post(listener, "/webhook/small", b"x" * 65).status_code for _ in range(100)}
+    assert statuses == {403, 413}
+    assert len(records) == 1  # the first, at once; the rest wait for the interval's end
+    rejections.flush()
+    assert len(records) == 2 and records[1].failures == 399  # type: ignore[attr-defined]
+    assert Job.objects.count() == 0
+    tally = read_tally(tally_path(RUNTIME.get().config.state_path, WEBHOOK_TALLY))
+    assert tally["failures"] == 400
+    assert tally["sources"]["127.0.0.1"]["last_reason"] == "small: body over 64 bytes"
+    out = io.StringIO()
+    call_command("system", "status", "--json", stdout=out, stderr=io.StringIO())
+    assert json.loads(out.getvalue())["webhook_rejections"]["failures"] == 400
+    out = io.StringIO()
+    call_command("system", "status", stdout=out, stderr=io.StringIO())
+    assert "rejected webhook deliveries: 400 since " in out.getvalue()
+    assert "last from 127.0.0.1" in out.getvalue() and "failed API authentications: none" in out.getvalue()
 
 
 # -- config ---------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""Failed API authentication (a bad, malformed or missing bearer token on a protected route):
-counted per client address, logged at a bounded rate, and kept where an operator reads it.
+"""Requests refused before their sender proved who it is, counted per client address, logged at a
+bounded rate, and kept where an operator reads it: failed API authentication (a bad, malformed or
+missing bearer token on a protected route; gateway/http/api/auth.py) and rejected webhook deliveries
+(a missing or wrong signature, an oversized body; gateway/http/webhooks/views.py).
 
 A flood must cost neither the disk nor the API: a failure is a counter bumped under a lock, never a
 line of its own. A source's first failure is logged at once; those after it, until `interval` has
@@ -7,8 +9,9 @@ passed with none, make one line per interval with their count. At most `max_sour
 tracked at a time; beyond them failures are counted under OTHERS. So a process writes at most
 (max_sources + 1) lines per interval however many requests it refuses.
 
-The tally an operator reads (`system status`) is a small JSON file beside the database, merged by
-every API process of the host under a `flock` at most once per interval, when it has new failures.
+The tally an operator reads (`system status`) is a small JSON file beside the database, one per
+kind, merged by every process of the host under a `flock` at most once per interval, when it has
+new failures.
 """
 
 from __future__ import annotations
@@ -26,20 +29,32 @@ from typing import Any
 from gateway.logs import logger
 from ledger.timestamps import rfc3339
 
-log = logger("api")
-
 INTERVAL = 60.0
 MAX_SOURCES = 256
 OTHERS = "(other addresses)"
 # Sources kept in the tally file: the most recent ones.
 TALLY_SOURCES = 50
-TALLY_FILE = "api-auth-failures.json"
+API_TALLY = "api-auth-failures.json"
+WEBHOOK_TALLY = "webhook-rejections.json"
 # A request's path is the client's to choose: only its start is logged.
 PATH_SHOWN = 200
 
 
 def _now() -> str:
     return rfc3339(datetime.now(UTC), "seconds")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What is refused, in the words of its log lines, and where they go."""
+
+    one: str  # "failed API authentication"
+    many: str  # "failed API authentications"
+    logger: str  # gateway.logs.logger's name
+
+
+API_AUTHENTICATION = Kind("failed API authentication", "failed API authentications", "api")
+WEBHOOK_DELIVERY = Kind("rejected webhook delivery", "rejected webhook deliveries", "webhooks")
 
 
 @dataclass
@@ -50,15 +65,18 @@ class _Source:
 
 
 class Refusals:
-    """This process's failed authentications (module docstring). `tally` is where the file is
+    """This process's refusals of one kind (module docstring). `tally` is where the file is
     (None: the counts are logged only)."""
 
     def __init__(
         self,
+        kind: Kind,
         tally: Callable[[], Path | None],
         interval: float = INTERVAL,
         max_sources: int = MAX_SOURCES,
     ) -> None:
+        self.kind = kind
+        self._log = logger(kind.logger)
         self._tally = tally
         self.interval = interval
         self.max_sources = max_sources
@@ -88,8 +106,9 @@ class Refusals:
                 self._timer.daemon = True
                 self._timer.start()
         if first:
-            log.warning(
-                "failed API authentication from %s: %s (%s); more from it are counted, one line per %g s",
+            self._log.warning(
+                "%s from %s: %s (%s); more from it are counted, one line per %g s",
+                self.kind.one,
                 source,
                 reason,
                 path,
@@ -111,9 +130,10 @@ class Refusals:
                 self._timer.start()
         for source, seen in talkative.items():
             reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(seen.reasons.items()))
-            log.warning(
-                "%d more failed API authentications from %s in the last %g s (%s; last on %s)",
+            self._log.warning(
+                "%d more %s from %s in the last %g s (%s; last on %s)",
                 seen.count,
+                self.kind.many,
                 source,
                 self.interval,
                 reasons,
@@ -125,7 +145,7 @@ class Refusals:
             try:
                 merge_tally(path, unsaved)
             except OSError as exc:
-                log.warning("could not keep the count of failed API authentications in %s: %s", path, exc)
+                self._log.warning("could not keep the count of %s in %s: %s", self.kind.many, path, exc)
 
 
 def merge_tally(path: Path, unsaved: dict[str, tuple[int, str, str]]) -> None:
@@ -156,14 +176,14 @@ def merge_tally(path: Path, unsaved: dict[str, tuple[int, str, str]]) -> None:
         file.write(json.dumps(tally))
 
 
-def tally_path(state_path: Path) -> Path:
+def tally_path(state_path: Path, name: str = API_TALLY) -> Path:
     """Beside the database (`state.path`), as the API's other per-host files."""
-    return state_path.parent / TALLY_FILE
+    return state_path.parent / name
 
 
 def read_tally(path: Path) -> dict[str, Any]:
-    """The host's failed API authentications for `system status`: a count since a time, the last
-    one's time, and the most recent sources (each with its count, last reason and time)."""
+    """The host's refusals of one kind for `system status`: a count since a time, the last one's
+    time, and the most recent sources (each with its count, last reason and time)."""
     try:
         tally = json.loads(path.read_text())
     except FileNotFoundError:
