@@ -52,6 +52,8 @@ MIDDLEWARE = [
     # every answer to a listed origin (a 401 too) carries its headers (gateway/http/cors.py).
     "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A Content-Security-Policy on every HTML page (gateway/http/csp.py): scripts from this origin only.
+    "gateway.http.csp.content_security_policy",
     # Static files (the admin's, the console's) are served by the gateway itself, from STATIC_ROOT
     # as collected at set-up: compressed, with far-future caching of the hashed names.
     "whitenoise.middleware.WhiteNoiseMiddleware",

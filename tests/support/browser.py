@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,27 @@ def _is_stale(element) -> bool:
             return True
         raise
     return False
+
+
+@contextmanager
+def served_in_process() -> Iterator[str]:
+    """The installed runtime's site over HTTP from this process, its static files served as the
+    gateway serves them: by WhiteNoise, from the collection. (pytest-django's `live_server` answers
+    /static/ itself, from static/ by unhashed names, so every page asking for hashed ones came out
+    unstyled.) Its base URL."""
+    from django.test.testcases import LiveServerThread
+
+    # Django types `static_handler` as a handler class; any callable given the application will do.
+    server = LiveServerThread("127.0.0.1", static_handler=lambda app: app)  # type: ignore[arg-type]
+    server.daemon = True
+    server.start()
+    server.is_ready.wait()
+    if server.error:
+        raise server.error
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.terminate()
 
 
 def browser_available() -> bool:
@@ -144,6 +166,8 @@ def browser(request, tmp_path) -> Iterator[Page]:
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
     ):
         options.add_argument(arg)
+    # The console's messages, read at the end: a page the Content-Security-Policy broke says so there.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.set_page_load_timeout(60)
     page = Page(driver, "")
@@ -152,8 +176,17 @@ def browser(request, tmp_path) -> Iterator[Page]:
         report = getattr(request.node, "report_call", None)
         if report is not None and report.failed:
             _save_failed_page(page, request.node.name)
+        else:
+            blocked = csp_violations(page)
+            assert not blocked, f"the Content-Security-Policy blocked part of a page: {blocked}"
     finally:
         driver.quit()
+
+
+def csp_violations(page: Page) -> list[str]:
+    """What the browser's console says the Content-Security-Policy refused since it was last read
+    (gateway/http/csp.py): a script, a style or a connection the page wanted and did not get."""
+    return [e["message"] for e in page.driver.get_log("browser") if "Content Security Policy" in e["message"]]
 
 
 def page_as_text(page: Page, limit: int = 4000) -> str:

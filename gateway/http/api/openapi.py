@@ -28,7 +28,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.renderers import OpenApiJsonRenderer2
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -249,7 +249,9 @@ SWAGGER_FILES = frozenset(
 )
 
 
-class SwaggerDocs(SpectacularSwaggerView):
+class SwaggerDocs(SpectacularSwaggerSplitView):
+    # The split view: the page loads its start-up script from `/docs?script=` rather than inline,
+    # so the site's Content-Security-Policy (gateway/http/csp.py) needs no inline script.
     authentication_classes: list[Any] = []
     permission_classes: list[Any] = []
     url_name = "openapi"

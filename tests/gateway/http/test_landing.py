@@ -13,11 +13,11 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.http import HttpResponse
 from django.test import Client, override_settings
-from django.test.testcases import LiveServerThread
 from django.urls import include, path
 
 from gateway.daemon.config_snapshots import record_config
 from gateway.runtime import RUNTIME
+from tests.support.browser import served_in_process
 from tests.support.runtime import installed_runtime
 
 # Plain reads (the ORM's counts, one config_snapshots row): nothing differs by backend, so SQLite only.
@@ -196,20 +196,8 @@ def test_docs_with_a_trailing_slash_redirects_to_the_docs(site, asked, canonical
 
 @pytest.fixture
 def served(site) -> Iterator[str]:
-    """The site over HTTP from this process, its static files served as the gateway serves them:
-    by WhiteNoise, from the collection. (pytest-django's `live_server` answers /static/ itself,
-    from static/ by unhashed names, so every page asking for hashed ones came out unstyled.)"""
-    # Django types `static_handler` as a handler class; any callable given the application will do.
-    server = LiveServerThread("127.0.0.1", static_handler=lambda app: app)  # type: ignore[arg-type]
-    server.daemon = True
-    server.start()
-    server.is_ready.wait()
-    if server.error:
-        raise server.error
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        server.terminate()
+    with served_in_process() as base:
+        yield base
 
 
 def test_the_page_in_a_browser_wide_and_on_a_phone(served, browser):
