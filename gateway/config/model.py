@@ -110,9 +110,6 @@ ORIGINAL_ONLY_KEYS: frozenset[KeyPath] = frozenset(
         ("accounts",),
         ("database",),
         ("service", "unconfined"),
-        ("service", "job_transitions_retention"),
-        ("service", "job_attempts_retention"),
-        ("service", "breaker_transitions_retention"),
         ("service", "admission", "fail_on_side_door"),
     }
 )
@@ -137,6 +134,10 @@ class ServiceConfig:
     dedupe_ttl: float = 86400.0
     job_log_retention: float = 30 * 86400.0
     job_queue_retention: float = 86400.0
+    # The original's finer history clocks; the first two follow job_log_retention unless set.
+    job_transitions_retention: float = 30 * 86400.0
+    job_attempts_retention: float = 30 * 86400.0
+    breaker_transitions_retention: float = 90 * 86400.0
     max_workers: int = field(default_factory=default_max_workers)
     strict_mode: bool = False
     allow_symlinks: bool = False
@@ -381,17 +382,29 @@ class _Builder:
         raw = self.data.get("service") or {}
         base = ServiceConfig()
         p = ("service",)
+        job_log_retention = self._duration(
+            (*p, "job_log_retention"), raw.get("job_log_retention"), base.job_log_retention
+        )
         service = ServiceConfig(
             name=raw.get("name", base.name),
             tick_interval=self._duration((*p, "tick_interval"), raw.get("tick_interval"), base.tick_interval),
             log_level=str(raw.get("log_level", base.log_level)).lower(),
             log_format=raw.get("log_format", base.log_format),
             dedupe_ttl=self._duration((*p, "dedupe_ttl"), raw.get("dedupe_ttl"), base.dedupe_ttl),
-            job_log_retention=self._duration(
-                (*p, "job_log_retention"), raw.get("job_log_retention"), base.job_log_retention
-            ),
+            job_log_retention=job_log_retention,
             job_queue_retention=self._duration(
                 (*p, "job_queue_retention"), raw.get("job_queue_retention"), base.job_queue_retention
+            ),
+            job_transitions_retention=self._duration(
+                (*p, "job_transitions_retention"), raw.get("job_transitions_retention"), job_log_retention
+            ),
+            job_attempts_retention=self._duration(
+                (*p, "job_attempts_retention"), raw.get("job_attempts_retention"), job_log_retention
+            ),
+            breaker_transitions_retention=self._duration(
+                (*p, "breaker_transitions_retention"),
+                raw.get("breaker_transitions_retention"),
+                base.breaker_transitions_retention,
             ),
             max_workers=raw.get("max_workers", base.max_workers),
             strict_mode=self.gates.strict,

@@ -18,17 +18,19 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.db import connection, transaction
 from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.models import Schedule
 from django_q.scheduler import scheduler
 
-from gateway.config.model import BackupCadence, GatewayConfig, load_gateway_config
+from gateway.config.model import BackupCadence, GatewayConfig, ServiceConfig, load_gateway_config
 from gateway.logs import logger
 from gateway.operations.backups.archive import plan_for, write_backup
 from gateway.runtime import RUNTIME
 from ledger.models import (
+    CircuitBreakerTransition,
     ConfigSnapshot,
     EgressHost,
     EventRecord,
@@ -37,6 +39,7 @@ from ledger.models import (
     JobLog,
     JobStopwatch,
     JobTransition,
+    PluginFact,
     RelayAcceptance,
     WorkerInstance,
 )
@@ -77,25 +80,48 @@ _CADENCE_TYPES = {
 # -- tasks (run by the qcluster's worker) ------------------------------------------------------
 
 
-def prune(*, job_queue_retention: float, job_log_retention: float, batch: int = PRUNE_BATCH) -> dict[str, int]:
-    """Delete what retention no longer keeps, in batches; returns rows deleted per table."""
+def prune(
+    *,
+    job_queue_retention: float,
+    job_log_retention: float,
+    job_transitions_retention: float | None = None,
+    job_attempts_retention: float | None = None,
+    breaker_transitions_retention: float = ServiceConfig.breaker_transitions_retention,
+    batch: int = PRUNE_BATCH,
+) -> dict[str, int]:
+    """Delete what retention no longer keeps, in batches; returns rows deleted per table. The
+    transitions' and attempts' clocks are job_log's unless given (a schedule row written before
+    they existed has neither)."""
     now = timezone.now()
-    queue_cutoff = now - timedelta(seconds=job_queue_retention)
-    log_cutoff = now - timedelta(seconds=job_log_retention)
+
+    def before(seconds: float | None) -> datetime:
+        return now - timedelta(seconds=job_log_retention if seconds is None else seconds)
+
+    log_cutoff = before(job_log_retention)
+    attempts_cutoff = before(job_attempts_retention)
     deleted = {
-        "job_queue": drain(Job.objects.expired(queue_cutoff), batch),
+        "job_queue": drain(Job.objects.expired(before(job_queue_retention)), batch),
         "job_log": drain(JobLog.objects.expired(log_cutoff), batch),
-        "job_attempts": drain(JobAttempt.objects.expired(log_cutoff), batch),
-        "egress_hosts": drain(EgressHost.objects.expired(log_cutoff), batch),
-        "job_transitions": drain(JobTransition.objects.expired(log_cutoff), batch),
+        "job_attempts": drain(JobAttempt.objects.expired(attempts_cutoff), batch),
+        "egress_hosts": drain(EgressHost.objects.expired(attempts_cutoff), batch),  # what each attempt reached
+        "job_transitions": drain(JobTransition.objects.expired(before(job_transitions_retention)), batch),
         "job_stopwatch": drain(JobStopwatch.objects.expired(log_cutoff), batch),
         "event_log": drain(EventRecord.objects.expired(log_cutoff), batch),
         # The history of configs, on the job history's clock; the config in force is kept.
         "config_snapshots": drain(ConfigSnapshot.objects.expired(log_cutoff), batch),
+        # Each plugin's newest fact of each type is kept: plugin_state mirrors it.
+        "plugin_facts": drain(PluginFact.objects.expired(log_cutoff), batch),
+        "circuit_breaker_transitions": drain(
+            CircuitBreakerTransition.objects.expired(before(breaker_transitions_retention)), batch
+        ),
         # Past its own window (ledger/models/relay_acceptances.py): no replay or retry is answered from it.
         "relay_acceptances": drain(RelayAcceptance.objects.expired(now), batch),
         # Nodes silent for as long as the job history is kept (ledger.models.workers).
         "worker_instances": drain(WorkerInstance.objects.expired(log_cutoff), batch),
+        # The console's login records (django-axes): every login and logout, and each failure.
+        "axes_accesslog": drain(PrunableQuerySet(AccessLog).filter(attempt_time__lt=log_cutoff), batch),
+        "axes_accessfailurelog": drain(PrunableQuerySet(AccessFailureLog).filter(attempt_time__lt=log_cutoff), batch),
+        "axes_accessattempt": drain(PrunableQuerySet(AccessAttempt).filter(attempt_time__lt=log_cutoff), batch),
     }
     if any(deleted.values()):
         log.info("retention pruned %s", ", ".join(f"{n} {table}" for table, n in deleted.items() if n))
@@ -154,7 +180,13 @@ def wanted_schedules(config: GatewayConfig) -> dict[str, dict[str, Any]]:
         PRUNE_SCHEDULE: {
             "func": f"{__name__}.prune",
             "kwargs": repr(
-                {"job_queue_retention": service.job_queue_retention, "job_log_retention": service.job_log_retention}
+                {
+                    "job_queue_retention": service.job_queue_retention,
+                    "job_log_retention": service.job_log_retention,
+                    "job_transitions_retention": service.job_transitions_retention,
+                    "job_attempts_retention": service.job_attempts_retention,
+                    "breaker_transitions_retention": service.breaker_transitions_retention,
+                }
             ),
             **_cadence_fields(BackupCadence("minutes", minutes=PRUNE_EVERY_MINUTES)),
         }

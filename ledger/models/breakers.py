@@ -16,6 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.ids import new_id
+from ledger.models.retention import PrunableQuerySet
 from ledger.writes.transaction import writing
 
 
@@ -163,9 +164,13 @@ class CircuitBreaker(models.Model):
         )
 
 
-class CircuitBreakerTransitionQuerySet(models.QuerySet["CircuitBreakerTransition"]):
+class CircuitBreakerTransitionQuerySet(PrunableQuerySet["CircuitBreakerTransition"]):
     def unannounced(self) -> CircuitBreakerTransitionQuerySet:
         return self.filter(announced=False)
+
+    def expired(self, before: datetime) -> CircuitBreakerTransitionQuerySet:
+        """Announced before `before`; one still to announce stays, however old, for its event."""
+        return self.filter(announced=True, created_at__lt=before)
 
     def claim_unannounced(self, limit: int = 100) -> list[CircuitBreakerTransition]:
         """The oldest transitions no scheduler has announced yet, marked announced: each claimed by

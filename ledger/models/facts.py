@@ -10,10 +10,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import models
-from django.db.models import F
+from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
 from ledger import sql
+from ledger.models.retention import PrunableQuerySet
 from ledger.writes.transaction import writing
 
 STATE_SIZE_LIMIT = 1024 * 1024  # spec §5.9: 1 MB per plugin_state row, and per emitted snapshot
@@ -37,6 +38,21 @@ class StorageSequence(models.Model):
         return int(cls.objects.values_list("value", flat=True).get(name=name))
 
 
+class PluginFactQuerySet(PrunableQuerySet["PluginFact"]):
+    def expired(self, before: datetime) -> PluginFactQuerySet:
+        """Facts recorded before `before`, except the newest of each plugin's fact type: the one
+        `plugin_state` mirrors, and all a plugin that stopped polling has left. Legacy rows without
+        a `seq` have no order to judge by and stay."""
+        newest = (
+            PluginFact.objects.filter(
+                plugin_name=OuterRef("plugin_name"), fact_type=OuterRef("fact_type"), seq__isnull=False
+            )
+            .order_by("-seq")
+            .values("seq")[:1]
+        )
+        return self.filter(created_at__lt=before, seq__lt=Subquery(newest))
+
+
 class PluginFact(models.Model):
     seq = models.BigIntegerField(null=True)
     plugin_name = models.CharField(max_length=200)
@@ -45,6 +61,8 @@ class PluginFact(models.Model):
     command = models.CharField(max_length=200, null=True, blank=True)
     fact_json = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = PluginFactQuerySet.as_manager()
 
     class Meta:
         db_table = "plugin_facts"

@@ -84,6 +84,8 @@ def test_empty_config_yaml_loads_with_the_spec_defaults(tmp_path: Path) -> None:
     assert service.dedupe_ttl == 24 * 3600
     assert service.job_queue_retention == 24 * 3600
     assert service.job_log_retention == 30 * 86400
+    assert service.job_transitions_retention == service.job_attempts_retention == 30 * 86400
+    assert service.breaker_transitions_retention == 90 * 86400
     assert service.max_workers == max(1, (os.cpu_count() or 1) - 1)
     assert service.strict_mode is False
     assert service.allow_symlinks is False
@@ -134,6 +136,8 @@ def test_explicit_service_settings_are_typed(tmp_path: Path) -> None:
     assert service.dedupe_ttl == 7200
     assert service.job_log_retention == 14 * 86400
     assert service.job_queue_retention == 86400
+    # Unset, the transitions' and attempts' clocks are job_log_retention's.
+    assert service.job_transitions_retention == service.job_attempts_retention == 14 * 86400
     assert service.max_workers == 3
     assert service.strict_mode is True
     assert service.allow_symlinks is True

@@ -18,6 +18,7 @@ import yaml
 from django.core.management import call_command
 
 from gateway.config.errors import ConfigError, ConfigProblem
+from gateway.config.model import load_gateway_config
 from gateway.runtime import RUNTIME, build_runtime
 from tests.support.checkout import REPO
 from tests.support.config_dirs import ConfigDir
@@ -143,6 +144,20 @@ def test_strict_mode_keeps_the_originals_own_keys_as_warnings(config_dir: Config
     code, body = check(config_dir)
     assert code == 0, body
     assert any("unknown key 'secrets' is ignored" in w for w in body["warnings"])
+
+
+def test_the_originals_history_retention_keys_are_read_not_warned(config_dir: ConfigDir) -> None:
+    """The original's example config (spec 000 §4.1); before: each warned as ignored."""
+    config_dir.service.update(
+        job_transitions_retention="30d", job_attempts_retention="7d", breaker_transitions_retention="90d"
+    )
+    config_dir.write()
+    code, body = check(config_dir)
+    assert code == 0, body
+    assert not [w for w in body["warnings"] if "retention" in w], body["warnings"]
+    service = load_gateway_config(config_dir.path).service
+    assert (service.job_transitions_retention, service.job_attempts_retention) == (30 * 86400, 7 * 86400)
+    assert service.breaker_transitions_retention == 90 * 86400
 
 
 def test_the_admission_block_sets_each_gate_on_its_own(config_dir: ConfigDir) -> None:

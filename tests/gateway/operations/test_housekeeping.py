@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -25,6 +26,8 @@ from gateway.operations.housekeeping import (
 )
 from ledger.models import (
     AttemptOutcome,
+    CircuitBreaker,
+    CircuitBreakerTransition,
     EventRecord,
     Job,
     JobAttempt,
@@ -32,9 +35,13 @@ from ledger.models import (
     JobSpec,
     JobStopwatch,
     JobTransition,
+    PluginFact,
+    PluginState,
     RelayAcceptance,
     WorkerInstance,
 )
+from ledger.models.breakers import record_scheduled_outcome
+from ledger.models.facts import write_state
 from ledger.states import JobStatus
 from ledger.submitters import Submitter
 from tests.support.runtime import installed_runtime
@@ -124,8 +131,13 @@ class TestRetention:
             "job_stopwatch": 1,
             "event_log": 1,
             "config_snapshots": 0,
+            "plugin_facts": 0,
+            "circuit_breaker_transitions": 0,
             "relay_acceptances": 1,
             "worker_instances": 2,
+            "axes_accesslog": 0,
+            "axes_accessfailurelog": 0,
+            "axes_accessattempt": 0,
         }
         assert set(WorkerInstance.objects.values_list("id", flat=True)) == {"yesterday", "live"}
         assert list(RelayAcceptance.objects.values_list("receiver_event_id", flat=True)) == [answering]
@@ -138,6 +150,58 @@ class TestRetention:
         kept = set(JobTransition.objects.values_list("job_id", flat=True))
         assert ancient not in kept and {*old_done, recent, waiting.job_id, running.job_id} <= kept
         assert JobTransition.objects.filter(job_id=running.job_id).count() == 2  # queued, then running
+
+    def test_facts_breaker_history_and_login_records_leave_too_each_plugins_newest_fact_stays(self):
+        """Before: plugin_facts (a row per poll of a plugin with fact_outputs), the breakers'
+        transitions and the console's login records were never pruned and grew for ever."""
+        now = timezone.now()
+        for plugin, ages in (("watcher", (50, 45, 40)), ("quiet", (60,)), ("fresh", (40, 1))):
+            for days in ages:
+                write_state(
+                    plugin,
+                    f"{plugin}.snapshot",
+                    {"age": days},
+                    job_id="j",
+                    command="poll",
+                    now=now - timedelta(days=days),
+                )
+        for days, announced in ((100, True), (95, False), (10, True)):
+            at = now - timedelta(days=days)  # the breaker opens and is reset: two transitions
+            record_scheduled_outcome("echo", "poll", "j", succeeded=False, threshold=1, now=at)
+            CircuitBreaker.objects.get().reset(now=at, by="cli")
+            CircuitBreakerTransition.objects.filter(created_at=at).update(announced=announced)
+        for days in (40, 1):
+            person = {"username": f"ada{days}", "ip_address": "127.0.0.1"}
+            records = [
+                AccessLog.objects.create(**person),
+                AccessFailureLog.objects.create(**person, locked_out=False),
+                AccessAttempt.objects.create(**person, failures_since_start=1),
+            ]
+            for record in records:  # axes stamps them now (auto_now_add)
+                type(record).objects.filter(pk=record.pk).update(attempt_time=now - timedelta(days=days))
+
+        deleted = prune(job_queue_retention=DAY, job_log_retention=30 * DAY)
+
+        assert (deleted["plugin_facts"], deleted["circuit_breaker_transitions"]) == (3, 2)
+        assert (deleted["axes_accesslog"], deleted["axes_accessfailurelog"], deleted["axes_accessattempt"]) == (1, 1, 1)
+        kept = sorted(PluginFact.objects.values_list("plugin_name", "fact_json__age"))
+        assert kept == [("fresh", 1), ("quiet", 60), ("watcher", 40)]  # each plugin's newest, however old
+        assert PluginState.current("watcher") == {"age": 40}
+        # Past 90 days only what was announced leaves; what is still to announce waits for its event.
+        history = sorted(((now - t.created_at).days, t.announced) for t in CircuitBreakerTransition.objects.all())
+        assert history == [(10, True), (10, True), (95, False), (95, False)]
+        assert AccessLog.objects.count() == AccessFailureLog.objects.count() == AccessAttempt.objects.count() == 1
+
+    def test_transitions_and_attempts_keep_their_own_clocks_when_given(self):
+        """The original's job_transitions_retention and job_attempts_retention (before: warned as
+        ignored); unset, both follow job_log_retention."""
+        now = timezone.now()
+        job = finished_job(now - timedelta(days=10))
+        deleted = prune(job_queue_retention=DAY, job_log_retention=30 * DAY, job_transitions_retention=7 * DAY)
+        assert (deleted["job_transitions"], deleted["job_attempts"], deleted["job_log"]) == (3, 0, 0)
+        deleted = prune(job_queue_retention=DAY, job_log_retention=30 * DAY, job_attempts_retention=7 * DAY)
+        assert (deleted["job_attempts"], deleted["job_log"]) == (1, 0)
+        assert JobLog.objects.filter(job_id=job).exists() and not JobAttempt.objects.filter(job_id=job).exists()
 
     def test_each_batch_deletes_at_most_its_size_in_its_own_transaction(self):
         old = timezone.now() - timedelta(days=3)
