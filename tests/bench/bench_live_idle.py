@@ -97,6 +97,43 @@ def ticks(pids: list[int]) -> dict[int, int]:
     return out
 
 
+def wakeups(pids: list[int]) -> dict[int, int]:
+    """Times each process's threads have been switched out so far (voluntary and not): on these
+    VMs an idle process's CPU is its wake-ups, each costing what REFERENCE_WAKE measures."""
+    out = {}
+    for pid in pids:
+        total = 0
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                status = (task / "status").read_text()
+                total += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+        except OSError:
+            continue
+        out[pid] = total
+    return out
+
+
+# A bare Python process that wakes every 5 s (as the idle gateway's threads at most do) and does
+# nearly nothing: the CPU one such wake-up costs on this machine now (its own run time from
+# /proc/self/schedstat, in ms). It runs beside the window. On these VMs it moves several-fold with
+# the host's load, and grows with the time slept before it; the idle tree's CPU moves with it.
+REFERENCE_WAKE = """
+import sys, threading
+def ran(): return int(open("/proc/self/schedstat").read().split()[0])
+pause, count = threading.Event(), int(sys.argv[1])
+pause.wait(5.0)
+start = ran()
+for _ in range(count):
+    pause.wait(5.0)
+print((ran() - start) / count / 1e6)
+"""
+
+
+def reference_wake(window: float) -> subprocess.Popen[str]:
+    count = max(2, int(window / 5) - 1)
+    return subprocess.Popen([PYTHON, "-c", REFERENCE_WAKE, str(count)], stdout=subprocess.PIPE, text=True)
+
+
 def command(pid: int) -> str:
     """A process's role in the gateway: `runworkers`, `gunicorn`, `qcluster`, `lifeline helper`, … (its argv)."""
     try:
@@ -130,16 +167,23 @@ def memory_kb(pid: int) -> tuple[int, int]:
 def measure(root: int, window: float) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     pids = tree(root)
+    reference = reference_wake(window)
+    woke = wakeups(pids)
     before, started = ticks(pids), time.monotonic()
     time.sleep(window)
     after, elapsed = ticks(pids), time.monotonic() - started
+    woken = wakeups(pids)
+    reference_ms = round(float(reference.communicate()[0]), 3)
     # Only processes alive at both ends: the idle gateway starts none (no plugin runs).
     hz = os.sysconf("SC_CLK_TCK")
     by_process: dict[str, float] = {}
+    wakeups_by_process: dict[str, int] = {}
     for pid in before:
         if pid in after:
             name = command(pid)
             by_process[name] = round(by_process.get(name, 0) + (after[pid] - before[pid]) / hz, 3)
+            if pid in woke and pid in woken:
+                wakeups_by_process[name] = wakeups_by_process.get(name, 0) + woken[pid] - woke[pid]
     used = sum(by_process.values())
     rss_mb: dict[str, float] = {}
     count: dict[str, int] = {}
@@ -157,6 +201,9 @@ def measure(root: int, window: float) -> dict[str, Any]:
         "cpu_percent_of_one_core": round(100 * used / elapsed, 3),
         "cpu_s_by_process": by_process,
         "cpu_percent_by_process": {k: round(100 * v / elapsed, 3) for k, v in by_process.items()},
+        "wakeups_per_minute": round(60 * sum(wakeups_by_process.values()) / elapsed, 1),
+        "wakeups_per_minute_by_process": {k: round(60 * v / elapsed, 1) for k, v in wakeups_by_process.items()},
+        "reference_wake_cpu_ms": reference_ms,
         "rss_mb": round(sum(rss_mb.values()), 1),
         "pss_mb": round(pss_total / 1024, 1),
         "rss_mb_by_process": rss_mb,
