@@ -10,6 +10,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import CommentMark
+from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
 from .yamlsrc import KeyPath, dotted
@@ -105,10 +107,52 @@ def _assign(node: Any, part: str | int, value: Any, path: KeyPath) -> None:
         if not isinstance(part, int) or not 0 <= part <= len(node):
             raise EditError(f"{dotted(path)}: no such list item (the list has {len(node)}; {len(node)} appends)")
         if part == len(node):
-            node.append(value)
+            _add_last(node, part, value)
         else:
             node[part] = value
     elif isinstance(part, int):
         raise EditError(f"{dotted(path)}: {dotted(path[:-1])} is a mapping, not a list")
+    elif part in node:
+        node[part] = value
+    else:
+        _add_last(node, part, value)
+
+
+# Where ruamel keeps the text after an entry's line: the post-value slot of a mapping key, the
+# post-item slot of a list item.
+_TRAILER_SLOT = {CommentedMap: 2, CommentedSeq: 0}
+
+
+def _add_last(node: Any, part: str | int, value: Any) -> None:
+    """Add a new last entry. ruamel keeps the blank lines and comments that follow a collection
+    (often the heading of the next section) on its last entry, so a plain append put the new entry
+    after them: below the blank line, stuck to the next section. They move below the new entry."""
+    previous = (list(node)[-1] if isinstance(node, dict) else len(node) - 1) if len(node) else None
+    if isinstance(node, list):
+        node.append(value)
     else:
         node[part] = value
+    if previous is None or isinstance(value, dict | list) or type(node) not in _TRAILER_SLOT:
+        return
+    trailer = _take_trailer(node, previous)
+    if trailer:
+        slots: list[Any] = [None, None, None, None]
+        slots[_TRAILER_SLOT[type(node)]] = CommentToken(trailer, CommentMark(0), None)
+        node.ca.items[part] = slots
+
+
+def _take_trailer(node: Any, key: str | int) -> str | None:
+    """Remove and return what follows the line of `node[key]` (or of its last descendant): its
+    blank lines and comments, not a comment on the line itself."""
+    value = node[key]
+    if type(value) in _TRAILER_SLOT and len(value):
+        return _take_trailer(value, list(value)[-1] if isinstance(value, dict) else len(value) - 1)
+    slots = node.ca.items.get(key) if type(node) in _TRAILER_SLOT else None
+    token = slots[_TRAILER_SLOT[type(node)]] if slots else None
+    if not isinstance(token, CommentToken):
+        return None
+    line, newline, rest = token.value.partition("\n")
+    if not rest:
+        return None
+    token.value = line + newline
+    return newline + rest  # the new entry's own line ends first
