@@ -11,8 +11,9 @@ Whether this host can enforce a profile is decided as the runtime is built
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,11 @@ STRICT = "strict"
 UNLIMITED = "unlimited"
 
 
+def physical_memory() -> int:
+    """The machine's RAM in bytes: the default memory limit."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits set on the plugin's process right after its spawn (soft = hard); None is no limit.
@@ -33,9 +39,16 @@ class Limits:
     `memory` is RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 DATA counts the private writable
     mappings (heap, anonymous mmap) a process has made usable, while AS counts every reservation,
     and Go, the JVM, V8 and ASan reserve tens of GB of address space up front (PROT_NONE) that they
-    never touch: an AS limit low enough to matter stops them at start."""
+    never touch: an AS limit low enough to matter stops them at start.
 
-    memory: int | None = 4 * 1024**3  # bytes
+    Its default is the machine's RAM, not a fixed size: the limit lands a moment after the spawn,
+    and Bun (JavaScriptCore) reserves a quarter of the RAM as writable memory within its first
+    ~10-20 ms. A limit under that which lands later (a busy daemon's spawning thread) finds the
+    reservation made and Bun aborts at its next allocation (4 GB did, on a 25 GB machine under
+    load); one that lands first only makes Bun reserve less. No plugin is held back by a limit
+    of all the RAM, and a runaway one still stops before it takes the machine's swap."""
+
+    memory: int | None = field(default_factory=physical_memory)  # bytes
     cpu: int | None = 3600  # seconds of CPU time (SIGXCPU, then SIGKILL a second later)
     open_files: int | None = 8192
     file_size: int | None = 32 * 1024**3  # bytes: the largest file it may write
@@ -75,23 +88,27 @@ class Sandbox:
             parts.append(f"user={self.user}")
         limits = self.limits
         shown = {
-            "memory": _bytes(limits.memory),
+            "memory": size_text(limits.memory),
             "cpu": f"{limits.cpu}s" if limits.cpu is not None else UNLIMITED,
             "files": str(limits.open_files) if limits.open_files is not None else UNLIMITED,
-            "fsize": _bytes(limits.file_size),
+            "fsize": size_text(limits.file_size),
             "nproc": str(limits.processes) if limits.processes is not None else UNLIMITED,
         }
         parts.append("limits=" + ",".join(f"{k}:{v}" for k, v in shown.items()))
         return " ".join(parts)
 
 
-def _bytes(value: int | None) -> str:
+def size_text(value: int | None) -> str:
+    """A limit in bytes as the profile line shows it: exact in its largest whole unit, or in GB to
+    one decimal when over a GB and not whole (the default memory limit, the machine's RAM)."""
     if value is None:
         return UNLIMITED
-    for unit, size in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
+    for unit, size in (("GB", 1024**3), ("MB", 1024**2)):
         if value % size == 0:
             return f"{value // size}{unit}"
-    return f"{value}B"
+    if value >= 1024**3:
+        return f"{value / 1024**3:.1f}GB"
+    return f"{value // 1024}KB" if value % 1024 == 0 else f"{value}B"
 
 
 @dataclass(frozen=True)

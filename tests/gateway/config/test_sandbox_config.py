@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.sandbox import DEFAULT_LIMITS, Limits
+from gateway.config.sandbox import DEFAULT_LIMITS, Limits, physical_memory, size_text
 from tests.gateway.config.test_config import line_of, load, only_problem, write
 
 
@@ -20,7 +20,8 @@ def test_a_config_written_for_the_original_runs_on_the_host_with_the_generous_li
     assert sandbox.limits == DEFAULT_LIMITS and not sandbox.isolated
     assert not config.warnings
     assert sandbox.describe() == (
-        "network=host filesystem=host limits=memory:4GB,cpu:3600s,files:8192,fsize:32GB,nproc:4096"
+        f"network=host filesystem=host limits=memory:{size_text(physical_memory())},"
+        "cpu:3600s,files:8192,fsize:32GB,nproc:4096"
     )
 
 

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from gateway.config.sandbox import physical_memory, size_text
 from ledger.models import EgressHost, JobAttempt
 from ledger.states import JobStatus
 from tests.gateway.execution.test_sandbox_limits import intruder
@@ -194,7 +195,8 @@ def test_under_egress_an_allowed_host_passes_an_unlisted_one_is_refused_and_the_
     assert did(job) == ["hello from the test", "refused: HTTP Error 403: Forbidden", "hello from the test"]
     # The attempt records the profile it ran under.
     assert JobAttempt.objects.get(job_id=job.id).sandbox == (
-        f"network=egress[{allowed}] filesystem=host limits=memory:4GB,cpu:3600s,files:8192,fsize:32GB,nproc:4096"
+        f"network=egress[{allowed}] filesystem=host limits=memory:{size_text(physical_memory())},"
+        "cpu:3600s,files:8192,fsize:32GB,nproc:4096"
     )
     assert EgressHost.objects.of_job(job.id) == [
         {"attempt": 1, "host": allowed, "verdict": "allowed", "requests": 2},

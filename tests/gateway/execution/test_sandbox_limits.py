@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import resource
+import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.config.sandbox import DEFAULT_LIMITS, physical_memory
 from ledger.states import JobStatus
+from tests.support.checkout import REPO
 from tests.support.config_dirs import ConfigDir
 from tests.support.jobs import last_log, last_response, run_job
 from tests.support.processes import ductile_json
@@ -48,7 +54,7 @@ def test_the_default_limits_are_set_on_the_plugin_process_and_bundled_plugins_ru
     job = intruder(config_dir, {"try": "read", "path": "/proc/self/limits"})
     assert job.status == JobStatus.SUCCEEDED
     limits = limits_of(job)
-    assert limits["Max data size"] == capped(resource.RLIMIT_DATA, 4 * 1024**3)
+    assert limits["Max data size"] == capped(resource.RLIMIT_DATA, physical_memory())
     assert limits["Max cpu time"] == capped(resource.RLIMIT_CPU, 3600)
     assert limits["Max open files"] == capped(resource.RLIMIT_NOFILE, 8192)
     assert limits["Max file size"] == capped(resource.RLIMIT_FSIZE, 32 * 1024**3)
@@ -57,6 +63,27 @@ def test_the_default_limits_are_set_on_the_plugin_process_and_bundled_plugins_ru
         for plugin, payload in (("echo", {"message": "x"}), ("py-greet", {}), ("probe", {})):
             done = run_job(holder, plugin, payload=payload)
             assert done.status == JobStatus.SUCCEEDED, (plugin, last_log(done).stderr)
+
+
+@pytest.mark.skipif(shutil.which("bun") is None, reason="bun is not installed here (.ci/run installs it with npm)")
+def test_the_default_memory_limit_landing_late_leaves_bun_running() -> None:
+    """The limits land a moment after the spawn; on a busy daemon 10 ms or more. Bun reserves a
+    quarter of the RAM in its first ~20 ms, and under the old 4 GB default it then aborted
+    ("MemoryExhaustion", SIGABRT): ts-bun-greet failed in a suite run on four workers."""
+    request = {"protocol": 2, "job_id": "j", "command": "health", "config": {}, "state": {}, "payload": {}}
+    bun = subprocess.Popen(
+        ["bun", str(REPO / "plugins" / "ts-bun-greet" / "run.ts")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(0.1)  # past its start-up reservation, as a late prlimit() finds it
+    memory = DEFAULT_LIMITS.memory
+    assert memory is not None
+    resource.prlimit(bun.pid, resource.RLIMIT_DATA, (memory, memory))
+    out, err = bun.communicate(json.dumps(request).encode(), timeout=60)
+    assert bun.returncode == 0, err.decode()[-500:]
+    assert json.loads(out)["result"] == "healthy"
 
 
 def test_the_gateway_limits_apply_under_each_plugins_own_and_unlimited_lifts_one(config_dir: ConfigDir) -> None:

@@ -17,6 +17,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from gateway.config.sandbox import physical_memory, size_text
 from gateway.operations.doctor import diagnose
 from tests.gateway.console.test_console import job_url, person, text
 from tests.gateway.execution.test_sandbox_isolation import Hello
@@ -27,7 +28,7 @@ from tests.support.runtime import load_runtime
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-PROFILE = "filesystem=host limits=memory:4GB,cpu:3600s,files:8192,fsize:32GB,nproc:4096"
+PROFILE = f"filesystem=host limits=memory:{size_text(physical_memory())},cpu:3600s,files:8192,fsize:32GB,nproc:4096"
 
 
 @pytest.fixture
