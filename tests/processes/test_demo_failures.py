@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from dotenv import dotenv_values
 
+from tests.support.browser import served_in_process
 from tests.support.checkout import REPO
 from tests.support.console_setup import console_roles
 from tests.support.jobs import run_until_idle
@@ -87,26 +88,15 @@ def demo(tmp_path, monkeypatch, fresh_live_state) -> Iterator[None]:
 @pytest.fixture
 def served(transactional_db) -> Iterator[str]:
     """The gateway's WSGI application on a thread, over this test's ledger, its static files
-    served as the gateway serves them (WhiteNoise, from the collected, hashed STATIC_ROOT): the
-    `live_server` fixture's own static handler knows only the unhashed names."""
-    from django.test.testcases import LiveServerThread
-
+    served as the gateway serves them (tests.support.browser.served_in_process)."""
     from gateway.http import eventstream
 
-    # Its static handler wraps the application; this one leaves it as it is (the typing says a
-    # handler class, which the thread only ever calls).
-    thread = LiveServerThread("127.0.0.1", static_handler=lambda handler: handler)  # type: ignore[arg-type]
-    thread.daemon = True
-    thread.start()
-    thread.is_ready.wait()
-    if thread.error:
-        raise thread.error
-    yield f"http://127.0.0.1:{thread.port}"
-    # The dashboard's streams end before the server and the demo's runtime go.
-    eventstream.stop_streams()
-    wait_for(lambda: eventstream.BELL.subscribers == 0, timeout=10, what="the pages' streams to end")
-    eventstream.STOPPING.clear()
-    thread.terminate()
+    with served_in_process() as base:
+        yield base
+        # The dashboard's streams end before the server and the demo's runtime go.
+        eventstream.stop_streams()
+        wait_for(lambda: eventstream.BELL.subscribers == 0, timeout=10, what="the pages' streams to end")
+        eventstream.STOPPING.clear()
 
 
 def events(kind: str, **payload: str) -> list:
