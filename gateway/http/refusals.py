@@ -26,7 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gateway.config.errors import ConfigError
 from gateway.logs import logger
+from gateway.runtime import RUNTIME
 from ledger.timestamps import rfc3339
 
 INTERVAL = 60.0
@@ -46,15 +48,20 @@ def _now() -> str:
 
 @dataclass(frozen=True)
 class Kind:
-    """What is refused, in the words of its log lines, and where they go."""
+    """What is refused, in the words of its log lines, where they go, and the host's tally file."""
 
     one: str  # "failed API authentication"
     many: str  # "failed API authentications"
     logger: str  # gateway.logs.logger's name
+    tally_file: str
+
+    def tally_path(self, state_path: Path) -> Path:
+        """Beside the database (`state.path`), as the API's other per-host files."""
+        return state_path.parent / self.tally_file
 
 
-API_AUTHENTICATION = Kind("failed API authentication", "failed API authentications", "api")
-WEBHOOK_DELIVERY = Kind("rejected webhook delivery", "rejected webhook deliveries", "webhooks")
+API_AUTHENTICATION = Kind("failed API authentication", "failed API authentications", "api", API_TALLY)
+WEBHOOK_DELIVERY = Kind("rejected webhook delivery", "rejected webhook deliveries", "webhooks", WEBHOOK_TALLY)
 
 
 @dataclass
@@ -65,25 +72,32 @@ class _Source:
 
 
 class Refusals:
-    """This process's refusals of one kind (module docstring). `tally` is where the file is
-    (None: the counts are logged only)."""
+    """This process's refusals of one kind (module docstring). `tally` says where the file is
+    (None: the counts are logged only); by default the kind's file beside the loaded config's
+    database."""
 
     def __init__(
         self,
         kind: Kind,
-        tally: Callable[[], Path | None],
+        tally: Callable[[], Path | None] | None = None,
         interval: float = INTERVAL,
         max_sources: int = MAX_SOURCES,
     ) -> None:
         self.kind = kind
         self._log = logger(kind.logger)
-        self._tally = tally
+        self._tally = tally or self._beside_the_database
         self.interval = interval
         self.max_sources = max_sources
         self._lock = threading.Lock()
         self._quiet: dict[str, _Source] = {}  # sources logged within the interval: counted, not logged
         self._unsaved: dict[str, tuple[int, str, str]] = {}  # source -> (failures, last reason, last at)
         self._timer: threading.Timer | None = None
+
+    def _beside_the_database(self) -> Path | None:
+        try:
+            return self.kind.tally_path(RUNTIME.get().config.state_path)
+        except ConfigError:
+            return None  # no config loaded: the server answers 503 and counts nothing meanwhile
 
     def record(self, source: str | None, reason: str, path: str) -> None:
         source, path = source or "unknown", path[:PATH_SHOWN]
@@ -174,11 +188,6 @@ def merge_tally(path: Path, unsaved: dict[str, tuple[int, str, str]]) -> None:
         # No `indent`: it takes json's pure-Python encoder, whose closures leave reference cycles for
         # the collector, whose passes stop every thread of the API worker (gateway/http/cycles.py).
         file.write(json.dumps(tally))
-
-
-def tally_path(state_path: Path, name: str = API_TALLY) -> Path:
-    """Beside the database (`state.path`), as the API's other per-host files."""
-    return state_path.parent / name
 
 
 def read_tally(path: Path) -> dict[str, Any]:

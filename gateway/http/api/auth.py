@@ -9,7 +9,6 @@ and logged at a bounded rate (gateway/http/refusals.py); a valid token costs not
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from rest_framework import exceptions
@@ -17,21 +16,12 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from gateway.config.errors import ConfigError
 from gateway.config.tokens import RESULT_FIELDS, RESULTS, ApiToken
 from gateway.http.clients import client_address
-from gateway.http.refusals import API_AUTHENTICATION, Refusals, tally_path
+from gateway.http.refusals import API_AUTHENTICATION, Refusals
 from gateway.runtime import RUNTIME
 
-
-def _tally() -> Path | None:
-    try:
-        return tally_path(RUNTIME.get().config.state_path)
-    except ConfigError:
-        return None  # no config loaded: the API answers 503 and authenticates nobody meanwhile
-
-
-REFUSALS = Refusals(API_AUTHENTICATION, _tally)
+REFUSALS = Refusals(API_AUTHENTICATION)
 
 
 def refused(request: Request, reason: str) -> str:

@@ -9,16 +9,13 @@ neither the disk nor the listener; `system status` shows the host's tally."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from gateway.config.errors import ConfigError
 from gateway.http.api.errors import RETRY_AFTER, unavailable_message
 from gateway.http.clients import client_address
-from gateway.http.refusals import WEBHOOK_DELIVERY, WEBHOOK_TALLY, Refusals, tally_path
+from gateway.http.refusals import WEBHOOK_DELIVERY, Refusals
 from gateway.http.webhooks.delivery import enqueue_delivery
 from gateway.http.webhooks.signatures import signature_matches
 from gateway.intake import Refused
@@ -29,14 +26,7 @@ from gateway.runtime import RUNTIME, uptime_seconds
 log = logger("webhooks")
 
 
-def _tally() -> Path | None:
-    try:
-        return tally_path(RUNTIME.get().config.state_path, WEBHOOK_TALLY)
-    except ConfigError:
-        return None
-
-
-REFUSALS = Refusals(WEBHOOK_DELIVERY, _tally)
+REFUSALS = Refusals(WEBHOOK_DELIVERY)
 
 
 # Exempt from CSRF: senders are other servers, authenticated by the signature alone.

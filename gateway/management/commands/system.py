@@ -19,7 +19,7 @@ from gateway.config.durations import format_duration
 from gateway.config.errors import ConfigError
 from gateway.config.model import GatewayConfig
 from gateway.daemon.control import pid_file_for, running_pid
-from gateway.http.refusals import API_AUTHENTICATION, WEBHOOK_DELIVERY, WEBHOOK_TALLY, Kind, read_tally, tally_path
+from gateway.http.refusals import API_AUTHENTICATION, WEBHOOK_DELIVERY, Kind, read_tally
 from gateway.operations import CLI
 from gateway.operations.backups.scope import DEFAULT_SCOPE, SCOPE_HOLDS, SCOPES
 from gateway.operations.selfcheck import Check, discovery_check
@@ -407,8 +407,8 @@ class Command(DuctileCommand):
             "plugins_unserved": cluster.unserved,
             # This host's API processes' 401s and its webhook listeners' refusals of unproven
             # senders, each at most an interval old (gateway/http/refusals.py).
-            "api_auth_failures": read_tally(tally_path(runtime.config.state_path)),
-            "webhook_rejections": read_tally(tally_path(runtime.config.state_path, WEBHOOK_TALLY)),
+            "api_auth_failures": read_tally(API_AUTHENTICATION.tally_path(runtime.config.state_path)),
+            "webhook_rejections": read_tally(WEBHOOK_DELIVERY.tally_path(runtime.config.state_path)),
         }
 
         def text() -> str:

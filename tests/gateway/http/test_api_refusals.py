@@ -14,7 +14,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from gateway.http.api import auth
-from gateway.http.refusals import API_AUTHENTICATION, OTHERS, Refusals, read_tally, tally_path
+from gateway.http.refusals import API_AUTHENTICATION, OTHERS, Refusals, read_tally
 from gateway.logs import JsonFormatter
 from tests.support.runtime import installed_runtime
 from tests.support.waiting import wait_for
@@ -29,14 +29,14 @@ def api(config_dir):
         "auth": {"tokens": [{"name": "admin", "token": "tok", "scopes": ["*"]}]},
     }
     with installed_runtime(config_dir) as holder:
-        yield APIClient(), tally_path(holder.get().config.state_path)
+        yield APIClient(), API_AUTHENTICATION.tally_path(holder.get().config.state_path)
 
 
 @pytest.fixture
 def refusals(monkeypatch):
     """The API's counter, its own as a fresh worker's. Its interval's end is `flush()`, called by
     the test: a timer's, on a shared CPU, could fall in the middle of a flood."""
-    counter = Refusals(API_AUTHENTICATION, auth._tally, interval=3600)
+    counter = Refusals(API_AUTHENTICATION, interval=3600)
     monkeypatch.setattr(auth, "REFUSALS", counter)
     return counter
 
@@ -94,7 +94,7 @@ def test_a_flood_of_bad_tokens_is_counted_in_a_line_per_address_per_interval(api
 
 def test_the_interval_ends_by_itself(api, monkeypatch, log_lines):
     client, tally = api
-    monkeypatch.setattr(auth, "REFUSALS", Refusals(API_AUTHENTICATION, auth._tally, interval=0.2))
+    monkeypatch.setattr(auth, "REFUSALS", Refusals(API_AUTHENTICATION, interval=0.2))
     for _ in range(3):
         client.get("/jobs", HTTP_AUTHORIZATION="Bearer wrong")
     wait_for(lambda: tally.exists() and read_tally(tally)["failures"] == 3, timeout=10, what="the tally")

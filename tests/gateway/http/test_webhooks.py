@@ -20,7 +20,7 @@ from django.test import Client, override_settings
 
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.webhooks import DEFAULT_MAX_BODY_SIZE, Webhooks, parse_size
-from gateway.http.refusals import WEBHOOK_DELIVERY, WEBHOOK_TALLY, Refusals, read_tally, tally_path
+from gateway.http.refusals import WEBHOOK_DELIVERY, Refusals, read_tally
 from gateway.http.webhooks import views
 from gateway.runtime import RUNTIME, build_runtime
 from ledger.models import Job, JobLog, JobTransition
@@ -271,7 +271,7 @@ def test_the_job_takes_the_plugins_retry_budget_and_names_the_endpoint(config_di
 def rejections(monkeypatch: pytest.MonkeyPatch) -> Refusals:
     """The listener's counter, its own as a fresh worker's; its interval ends when the test calls
     `flush()` (a timer's, on a shared CPU, could fall in the middle of a flood)."""
-    counter = Refusals(WEBHOOK_DELIVERY, views._tally, interval=3600)
+    counter = Refusals(WEBHOOK_DELIVERY, interval=3600)
     monkeypatch.setattr(views, "REFUSALS", counter)
     return counter
 
@@ -323,7 +323,7 @@ def test_a_flood_of_forged_deliveries_is_a_line_or_two_and_a_count_system_status
     rejections.flush()
     assert len(records) == 2 and records[1].failures == 399  # type: ignore[attr-defined]
     assert Job.objects.count() == 0
-    tally = read_tally(tally_path(RUNTIME.get().config.state_path, WEBHOOK_TALLY))
+    tally = read_tally(WEBHOOK_DELIVERY.tally_path(RUNTIME.get().config.state_path))
     assert tally["failures"] == 400
     assert tally["sources"]["127.0.0.1"]["last_reason"] == "small: body over 64 bytes"
     out = io.StringIO()
